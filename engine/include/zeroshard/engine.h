@@ -1,0 +1,144 @@
+// Engine: executes a ZeRO plan on one rank.
+//
+// One Engine per rank, all created with the same ModelSpec and TrainSpec over
+// one Communicator group. The trainer code is the same for every stage:
+//
+//   ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, device, comm));
+//   for each unit u, param p: engine->SetParam(u, p, initial_values);
+//   ZS_RETURN_IF_ERROR(engine->Start());   // fingerprint check across ranks
+//   loop:
+//     for each micro-batch:
+//       forward:  for u in order:   view = engine->Gather(u)  ... compute
+//       backward: for u reversed:   g = engine->GradView(u); write g (overwrite);
+//                                   engine->ReduceGrads(u); engine->Release(u)
+//     engine->Step();
+//
+// The stage only changes what the engine keeps resident and which collective
+// it issues. Gradients written through GradView are per micro-batch; the
+// engine sums them over micro-batches and ranks, and the optimizer sees
+// their mean (divided by world size x grad_accum_steps).
+#ifndef ZEROSHARD_ENGINE_H_
+#define ZEROSHARD_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/dtype.h"
+#include "zeroshard/model_spec.h"
+#include "zeroshard/train_spec.h"
+
+namespace zeroshard {
+
+// A param's elements in a flat engine buffer. Valid until the matching
+// Release() (params) or ReduceGrads() (grads).
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t numel = 0;
+  const std::vector<int64_t>* shape = nullptr;  // the ParamSpec's shape
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// One unit's params (or gradients), in ModelSpec order.
+struct UnitView {
+  std::vector<TensorView> params;
+};
+
+// What one optimizer step did.
+struct StepResult {
+  int64_t step = 0;         // 1-based count of optimizer steps taken so far
+  double lr = 0.0;          // learning rate applied
+  double grad_norm = 0.0;   // global L2 norm of the averaged gradient, BEFORE clipping
+  double clip_coef = 1.0;   // factor applied to the gradient (1 when not clipped)
+  bool skipped = false;     // non-finite gradient: no update was applied
+};
+
+// Where a step's wall time went, on this rank.
+struct StepTimes {
+  absl::Duration compute;        // trainer's own work: wall time outside engine calls
+  absl::Duration exposed_comm;   // blocked waiting for collectives inside engine calls
+  absl::Duration optimizer;      // norm, clipping and the fused Adam update
+  absl::Duration input_wait;     // reported by the trainer via RecordInputWait()
+  absl::Duration total;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t skipped_steps = 0;
+  StepTimes last;    // the most recent step
+  StepTimes totals;  // summed over all steps
+};
+
+class Engine {
+ public:
+  // Validates the specs, lays out the flat buffers for comm.size() ranks and
+  // allocates exactly the buffers the plan lists on `device`. `device` and
+  // `comm` must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelSpec& model,
+                                                        const TrainSpec& train, Device& device,
+                                                        Communicator& comm);
+  virtual ~Engine() = default;
+
+  // Sets the initial value of param `param` of unit `unit` (fp32, numel
+  // elements; rounded to the param dtype, kept exactly in the fp32 master).
+  // Every rank passes the full tensor. Only before Start().
+  virtual absl::Status SetParam(int unit, int param, absl::Span<const float> values) = 0;
+
+  // Compares a fingerprint of model spec, layout, train spec and initial
+  // weights across ranks; FailedPrecondition naming the first rank that
+  // differs from rank 0 and what differs. Must be called once, by every rank,
+  // before training.
+  virtual absl::Status Start() = 0;
+
+  // The unit's params in the param dtype, ready for the forward (or
+  // backward) pass.
+  virtual absl::StatusOr<UnitView> Gather(int unit) = 0;
+  // Done with the unit's params for now.
+  virtual absl::Status Release(int unit) = 0;
+
+  // A buffer for this micro-batch's gradient of `unit`, in the grad dtype;
+  // the trainer overwrites every element of every param view. May wait for
+  // an earlier reduction to free a staging buffer.
+  virtual absl::StatusOr<UnitView> GradView(int unit) = 0;
+  // The unit's gradient for this micro-batch is complete: accumulate it and
+  // (asynchronously) reduce it across ranks.
+  virtual absl::Status ReduceGrads(int unit) = 0;
+
+  // Ends an optimizer step: waits for outstanding reductions, computes the
+  // global gradient norm (identical bits for every stage and world size),
+  // clips, applies the fused Adam update to this rank's shard and brings
+  // the updated params to every rank that needs them. Must follow exactly
+  // grad_accum_steps micro-batches, each of which reduced every unit once.
+  virtual absl::StatusOr<StepResult> Step() = 0;
+
+  // Adds to this step's input-wait time (the trainer waited for data).
+  virtual void RecordInputWait(absl::Duration d) = 0;
+
+  // Full fp32 value of a param: the master weights (gathered across ranks
+  // when sharded, so every rank must call it together).
+  virtual absl::StatusOr<std::vector<float>> GetParam(int unit, int param) = 0;
+
+  virtual const ModelSpec& model() const = 0;
+  virtual const TrainSpec& train() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int64_t steps() const = 0;
+  virtual EngineStats Stats() const = 0;
+  virtual const MemoryLedger& ledger() const = 0;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_ENGINE_H_

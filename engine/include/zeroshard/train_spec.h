@@ -1,0 +1,80 @@
+// TrainSpec: how the model is trained (precision, optimizer, schedule,
+// accumulation, ZeRO stage). Every rank must pass the same TrainSpec; the
+// engine checks that at Start().
+#ifndef ZEROSHARD_TRAIN_SPEC_H_
+#define ZEROSHARD_TRAIN_SPEC_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "zeroshard/dtype.h"
+
+namespace zeroshard {
+
+enum class Precision {
+  kFp32,       // fp32 params, grads and optimizer state; the params are the master copy
+  kBf16Mixed,  // bf16 params (and grads by default), fp32 master weights and moments
+};
+const char* PrecisionName(Precision precision);  // "fp32", "bf16"
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
+
+enum class OptimizerKind {
+  kAdamW,   // decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr*wd
+  kAdamL2,  // classic Adam with L2: g += wd*p before the moments
+};
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double lr = 1e-3;  // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // not applied to params marked no_decay
+};
+
+struct LrSchedule {
+  enum class Kind { kConstant, kWarmupCosine };
+  Kind kind = Kind::kConstant;
+  // kWarmupCosine: linear from 0 to lr over warmup_steps, then cosine decay
+  // to min_lr_ratio*lr at total_steps, flat afterwards.
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  double min_lr_ratio = 0.0;
+
+  // Learning rate for 1-based optimizer step `step`.
+  double LrAt(int64_t step, double peak_lr) const;
+};
+
+struct TrainSpec {
+  // 0: everything replicated, grads all-reduced.
+  // 1: fp32 master and optimizer state sharded, updated params all-gathered.
+  // 2: gradients sharded too (reduce-scattered per unit as they are ready).
+  int zero_stage = 0;
+  Precision precision = Precision::kFp32;
+  // Dtype of gradients and their reduction. Defaults to the param dtype;
+  // with kBf16Mixed it may be set to kFloat32.
+  std::optional<DType> grad_dtype;
+  OptimizerSpec optimizer;
+  LrSchedule schedule;
+  // Global-norm clipping threshold; 0 disables clipping. The norm is that of
+  // the averaged gradient, measured before clipping.
+  double max_grad_norm = 0.0;
+  // Micro-batches per rank per optimizer step.
+  int grad_accum_steps = 1;
+  // Gradient staging buffers (each the size of the largest unit) that let
+  // reductions of one unit overlap the trainer's backward of the next.
+  int num_grad_buffers = 2;
+
+  DType param_dtype() const;
+  DType effective_grad_dtype() const;
+  // Range checks with the field named in the error.
+  absl::Status Validate() const;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_TRAIN_SPEC_H_
