@@ -47,11 +47,15 @@ class ExactSum {
   double Value() const;
   int64_t non_finite() const { return limbs_[kValueLimbs]; }
 
+  // Propagates carries so that every value limb is in [0, 2^32). Call before
+  // summing the limbs of several ranks (so the integer sum cannot overflow);
+  // Value() accepts limbs in any state.
+  void Normalize();
+
   int64_t* limbs() { return limbs_.data(); }
   const int64_t* limbs() const { return limbs_.data(); }
 
  private:
-  void Normalize();
   std::array<int64_t, kLimbs> limbs_{};
   int64_t adds_since_normalize_ = 0;
 };

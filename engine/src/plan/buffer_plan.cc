@@ -1,0 +1,79 @@
+#include "engine/src/plan/buffer_plan.h"
+
+#include "kernels/cpu/norm.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+
+const PlannedBuffer* BufferPlan::Find(const std::string& name) const {
+  for (const PlannedBuffer& b : buffers) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+
+int64_t BufferPlan::BytesIn(MemoryCategory category) const {
+  int64_t total = 0;
+  for (const PlannedBuffer& b : buffers) {
+    if (b.category == category) total += b.bytes();
+  }
+  return total;
+}
+
+int64_t BufferPlan::model_state_bytes() const {
+  int64_t total = 0;
+  for (const PlannedBuffer& b : buffers) {
+    if (IsModelState(b.category)) total += b.bytes();
+  }
+  return total;
+}
+
+int64_t BufferPlan::total_bytes() const {
+  int64_t total = 0;
+  for (const PlannedBuffer& b : buffers) total += b.bytes();
+  return total;
+}
+
+absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec& train) {
+  ZS_RETURN_IF_ERROR(train.Validate());
+  BufferPlan plan;
+  plan.zero_stage = train.zero_stage;
+  plan.world_size = layout.world_size();
+  const int64_t full = layout.total_numel();
+  const int64_t shard = layout.shard_numel();
+  const bool mixed = train.precision != Precision::kFp32;
+  const DType grad_dtype = train.effective_grad_dtype();
+  // Stage 0 keeps optimizer state for every element; stages 1-2 only for the
+  // rank's own shard.
+  const int64_t optimizer_numel = train.zero_stage == 0 ? full : shard;
+
+  plan.buffers.push_back({kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), full});
+  plan.buffers.push_back({kGradsBuffer, MemoryCategory::kGradients, grad_dtype,
+                          train.zero_stage >= 2 ? shard : full});
+  if (mixed) {
+    plan.buffers.push_back(
+        {kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, optimizer_numel});
+  }
+  plan.buffers.push_back(
+      {kAdamMBuffer, MemoryCategory::kOptimizerState, DType::kFloat32, optimizer_numel});
+  plan.buffers.push_back(
+      {kAdamVBuffer, MemoryCategory::kOptimizerState, DType::kFloat32, optimizer_numel});
+
+  // Stages 0-1 write the first micro-batch's gradient straight into the full
+  // gradient buffer, so they stage only when accumulating. Stage 2 stages
+  // every unit: its gradient buffer holds only the shard.
+  if (train.zero_stage >= 2 || train.grad_accum_steps > 1) {
+    plan.grad_staging_slots = train.num_grad_buffers;
+    plan.buffers.push_back({kGradStagingBuffer, MemoryCategory::kCommBuffers, grad_dtype,
+                            plan.grad_staging_slots * layout.max_unit_numel()});
+  }
+  // One double per norm block of the rank's shard.
+  const int64_t norm_blocks =
+      (shard + static_cast<int64_t>(kernels::kNormBlock) - 1) /
+      static_cast<int64_t>(kernels::kNormBlock);
+  plan.buffers.push_back(
+      {kNormBlocksBuffer, MemoryCategory::kWorkspace, DType::kFloat64, norm_blocks});
+  return plan;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,504 @@
+// Engine creation, start-up checks, param and gradient views.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/src/runtime/engine_impl.h"
+#include "engine/src/runtime/fingerprint.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
+                                                       const TrainSpec& train, Device& device,
+                                                       Communicator& comm) {
+  ZS_RETURN_IF_ERROR(train.Validate());
+  if (!device.host_accessible()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "Engine::Create: device %s is not host-accessible; this build's engine runs on CPU "
+        "devices only",
+        device.name()));
+  }
+  ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(model, comm.size()));
+  ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanBuffers(layout, train));
+  auto engine = std::make_unique<internal::EngineImpl>(model, train, device, comm,
+                                                       std::move(layout), std::move(plan));
+  ZS_RETURN_IF_ERROR(engine->Allocate());
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+namespace internal {
+namespace {
+
+// Adds the wall time of one engine call to the step's engine time, so that
+// the trainer's compute is what remains.
+class CallTimer {
+ public:
+  explicit CallTimer(absl::Duration* sink) : sink_(sink), begin_(absl::Now()) {}
+  ~CallTimer() { *sink_ += absl::Now() - begin_; }
+
+ private:
+  absl::Duration* sink_;
+  absl::Time begin_;
+};
+
+constexpr int kNoGradView = -2;
+constexpr int kDirectGradView = -1;
+
+}  // namespace
+
+EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device,
+                       Communicator& comm, FlatLayout layout, BufferPlan plan)
+    : model_(model),
+      train_(train),
+      device_(device),
+      comm_(comm),
+      layout_(std::move(layout)),
+      plan_(std::move(plan)),
+      rank_(comm.rank()),
+      world_(comm.size()),
+      param_dtype_(train.param_dtype()),
+      grad_dtype_(train.effective_grad_dtype()),
+      mixed_(train.precision != Precision::kFp32) {
+  const int units = layout_.num_units();
+  param_hashes_.resize(units);
+  for (int u = 0; u < units; ++u) param_hashes_[u].assign(model_.units[u].params.size(), 0);
+  reduced_count_.assign(units, 0);
+  open_grad_slot_.assign(units, kNoGradView);
+  unit_reductions_.resize(units);
+  param_gathers_.resize(units);
+  slots_.resize(plan_.grad_staging_slots);
+  for (int s = 0; s < plan_.grad_staging_slots; ++s) free_slots_.push_back(s);
+  BuildDecayRuns();
+}
+
+EngineImpl::~EngineImpl() {
+  // Peers may still be reading our buffers: finish every collective first.
+  for (int s : busy_slots_) slots_[s].reduction.Wait().IgnoreError();
+  for (CommHandle& h : unit_reductions_) h.Wait().IgnoreError();
+  for (CommHandle& h : param_gathers_) h.Wait().IgnoreError();
+}
+
+absl::Status EngineImpl::Allocate() {
+  // Exactly the plan's buffers, nothing else.
+  for (const PlannedBuffer& b : plan_.buffers) {
+    ZS_ASSIGN_OR_RETURN(DeviceBuffer buffer, device_.Allocate(b.bytes(), b.category, b.name));
+    if (b.name == kParamsBuffer) {
+      params_ = std::move(buffer);
+    } else if (b.name == kGradsBuffer) {
+      grads_ = std::move(buffer);
+    } else if (b.name == kMasterBuffer) {
+      master_ = std::move(buffer);
+    } else if (b.name == kAdamMBuffer) {
+      adam_m_ = std::move(buffer);
+    } else if (b.name == kAdamVBuffer) {
+      adam_v_ = std::move(buffer);
+    } else if (b.name == kGradStagingBuffer) {
+      staging_ = std::move(buffer);
+    } else if (b.name == kNormBlocksBuffer) {
+      norm_blocks_ = std::move(buffer);
+    } else {
+      return absl::InternalError(
+          absl::StrFormat("engine: the plan lists buffer '%s' that the engine does not use", b.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EngineImpl::BuildDecayRuns() {
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const ElementRange owned = OwnedRange(u);
+    const UnitSegment& seg = layout_.unit(u);
+    const UnitSpec& spec = model_.units[u];
+    // Each param's run also takes the alignment gap before it; the tail
+    // padding joins the last run. Padding is zero, so its decay is moot.
+    std::vector<DecayRun> runs;
+    int64_t pos = owned.begin;
+    for (size_t p = 0; p < seg.params.size() && pos < owned.end; ++p) {
+      const int64_t end = std::min(seg.params[p].offset + seg.params[p].numel, owned.end);
+      if (end <= pos) continue;
+      runs.push_back({u, {pos, end}, !spec.params[p].no_decay});
+      pos = end;
+    }
+    if (pos < owned.end) {
+      const bool decay = runs.empty() ? true : runs.back().decay;
+      runs.push_back({u, {pos, owned.end}, decay});
+    }
+    for (const DecayRun& run : runs) {
+      if (!decay_runs_.empty() && decay_runs_.back().unit == u &&
+          decay_runs_.back().decay == run.decay && decay_runs_.back().range.end == run.range.begin) {
+        decay_runs_.back().range.end = run.range.end;
+      } else {
+        decay_runs_.push_back(run);
+      }
+    }
+  }
+}
+
+ElementRange EngineImpl::OwnedRange(int unit) const {
+  if (train_.zero_stage == 0) return {0, layout_.unit(unit).padded_numel};
+  return layout_.ShardRange(unit, rank_);
+}
+
+void* EngineImpl::ParamsAt(int unit, int64_t seg_index) const {
+  return params_.as<char>() +
+         (layout_.unit(unit).offset + seg_index) * static_cast<int64_t>(DTypeSize(param_dtype_));
+}
+
+void* EngineImpl::GradsAt(int unit, int64_t seg_index) const {
+  const UnitSegment& seg = layout_.unit(unit);
+  const int64_t element = train_.zero_stage >= 2
+                              ? seg.shard_offset + (seg_index - rank_ * seg.shard_numel)
+                              : seg.offset + seg_index;
+  return grads_.as<char>() + element * static_cast<int64_t>(DTypeSize(grad_dtype_));
+}
+
+float* EngineImpl::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
+  const UnitSegment& seg = layout_.unit(unit);
+  const int64_t element = train_.zero_stage == 0
+                              ? seg.offset + seg_index
+                              : seg.shard_offset + (seg_index - rank_ * seg.shard_numel);
+  return buf.as<float>() + element;
+}
+
+void* EngineImpl::StagingSlotData(int slot) const {
+  return staging_.as<char>() +
+         slot * layout_.max_unit_numel() * static_cast<int64_t>(DTypeSize(grad_dtype_));
+}
+
+absl::Status EngineImpl::CheckUnit(int unit, const char* call) const {
+  if (unit < 0 || unit >= layout_.num_units()) {
+    return absl::OutOfRangeError(absl::StrFormat("%s(%d): the model has units 0..%d", call, unit,
+                                                 layout_.num_units() - 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::CheckStarted(const char* call) const {
+  ZS_RETURN_IF_ERROR(poisoned_);
+  if (!started_) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s before Start(): set every param, then call Start() on every rank", call));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::Poison(absl::Status status) {
+  if (poisoned_.ok() && !status.ok()) poisoned_ = status;
+  return status;
+}
+
+absl::Status EngineImpl::WaitComm(CommHandle& handle) {
+  if (!handle.valid()) return absl::OkStatus();
+  const absl::Time begin = absl::Now();
+  absl::Status status = handle.Wait();
+  handle = CommHandle();
+  step_comm_wait_ += absl::Now() - begin;
+  if (!status.ok()) {
+    return Poison(absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank_, status.message())));
+  }
+  return absl::OkStatus();
+}
+
+UnitView EngineImpl::MakeView(void* base, DType dtype, int unit) const {
+  UnitView view;
+  const UnitSegment& seg = layout_.unit(unit);
+  const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
+  for (size_t p = 0; p < seg.params.size(); ++p) {
+    view.params.push_back({static_cast<char*>(base) + seg.params[p].offset * elem, dtype,
+                           seg.params[p].numel, &model_.units[unit].params[p].shape});
+  }
+  return view;
+}
+
+absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> values) {
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "SetParam"));
+  const UnitSegment& seg = layout_.unit(unit);
+  if (param < 0 || param >= static_cast<int>(seg.params.size())) {
+    return absl::OutOfRangeError(absl::StrFormat("SetParam: unit '%s' has params 0..%d, not %d",
+                                                 model_.units[unit].name, seg.params.size() - 1,
+                                                 param));
+  }
+  if (started_) {
+    return absl::FailedPreconditionError("SetParam after Start(): initial weights are fixed");
+  }
+  const ParamSlot& slot = seg.params[param];
+  const std::string& name = model_.units[unit].params[param].name;
+  if (static_cast<int64_t>(values.size()) != slot.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SetParam(%s.%s): got %d values, the param has %d elements",
+                        model_.units[unit].name, name, values.size(), slot.numel));
+  }
+  void* dst = ParamsAt(unit, slot.offset);
+  if (param_dtype_ == DType::kFloat32) {
+    std::memcpy(dst, values.data(), values.size() * sizeof(float));
+  } else {
+    auto* out = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < values.size(); ++i) out[i] = Fp32ToBf16(values[i]);
+  }
+  if (mixed_) {
+    // The master keeps the exact fp32 values for the part this rank owns.
+    const ElementRange owned = OwnedRange(unit);
+    const int64_t begin = std::max(owned.begin, slot.offset);
+    const int64_t end = std::min(owned.end, slot.offset + slot.numel);
+    if (begin < end) {
+      std::memcpy(OptimizerAt(master_, unit, begin), values.data() + (begin - slot.offset),
+                  (end - begin) * sizeof(float));
+    }
+  }
+  param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::Start() {
+  ZS_RETURN_IF_ERROR(poisoned_);
+  if (started_) return absl::FailedPreconditionError("Start() called twice");
+  const int units = layout_.num_units();
+  for (int u = 0; u < units; ++u) {
+    for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
+      if (param_hashes_[u][p] == 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "Start(): param %s.%s was never set; call SetParam for every param first",
+            model_.units[u].name, model_.units[u].params[p].name));
+      }
+    }
+  }
+  // What every rank must agree on, then one entry per unit's initial weights.
+  std::vector<std::string> what = {"model spec", "layout (world size or param shapes)",
+                                   "train spec (stage, precision, optimizer, schedule, clipping, "
+                                   "accumulation)"};
+  std::vector<int64_t> mine = {static_cast<int64_t>(FingerprintModelSpec(model_)),
+                               static_cast<int64_t>(FingerprintLayout(layout_)),
+                               static_cast<int64_t>(FingerprintTrainSpec(train_))};
+  for (int u = 0; u < units; ++u) {
+    mine.push_back(static_cast<int64_t>(HashBytes(
+        param_hashes_[u].data(), param_hashes_[u].size() * sizeof(uint64_t), 0)));
+    what.push_back(absl::StrFormat("initial weights of unit '%s'", model_.units[u].name));
+  }
+  // A peer with a different number of units sends a different count: the
+  // all-gather itself then fails, naming the mismatch.
+  const int64_t count = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(count * world_);
+  CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
+  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  for (int r = 1; r < world_; ++r) {
+    std::vector<std::string> differs;
+    for (int64_t k = 0; k < count; ++k) {
+      if (all[r * count + k] != all[k]) differs.push_back(what[k]);
+    }
+    if (!differs.empty()) {
+      return Poison(absl::FailedPreconditionError(absl::StrFormat(
+          "Start(): rank %d differs from rank 0 in %s; every rank must run the same code with "
+          "the same config and initial weights",
+          r, absl::StrJoin(differs, ", "))));
+    }
+  }
+  started_ = true;
+  step_begin_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
+  CallTimer timer(&step_engine_time_);
+  ZS_RETURN_IF_ERROR(CheckStarted("Gather"));
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "Gather"));
+  // Stages 1-2: the updated params of the last step arrive asynchronously;
+  // waiting here (not in Step) lets them overlap the forward of earlier units.
+  ZS_RETURN_IF_ERROR(WaitComm(param_gathers_[unit]));
+  return MakeView(ParamsAt(unit, 0), param_dtype_, unit);
+}
+
+absl::Status EngineImpl::Release(int unit) {
+  ZS_RETURN_IF_ERROR(CheckStarted("Release"));
+  return CheckUnit(unit, "Release");
+}
+
+absl::StatusOr<int> EngineImpl::AcquireStagingSlot() {
+  if (free_slots_.empty()) ZS_RETURN_IF_ERROR(RetireOldestSlot());
+  const int slot = free_slots_.front();
+  free_slots_.pop_front();
+  return slot;
+}
+
+absl::Status EngineImpl::RetireOldestSlot() {
+  if (busy_slots_.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "GradView: all %d gradient staging buffers are held by open GradViews; reduce a unit "
+        "before opening more, or raise TrainSpec::num_grad_buffers",
+        slots_.size()));
+  }
+  const int s = busy_slots_.front();
+  busy_slots_.pop_front();
+  StagingSlot& slot = slots_[s];
+  ZS_RETURN_IF_ERROR(WaitComm(slot.reduction));
+  if (slot.micro > 0) {
+    // Stage 2, later micro-batch: the reduce-scatter left this rank's summed
+    // block in place in the slot; add it to the gradient shard. Slots retire
+    // in issue order, so micro-batches accumulate in order.
+    const UnitSegment& seg = layout_.unit(slot.unit);
+    const ElementRange shard = layout_.ShardRange(slot.unit, rank_);
+    const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
+    AccumulateInto(GradsAt(slot.unit, shard.begin),
+                   static_cast<char*>(StagingSlotData(s)) + shard.begin * elem, seg.shard_numel);
+  }
+  slot.unit = -1;
+  free_slots_.push_back(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
+  CallTimer timer(&step_engine_time_);
+  ZS_RETURN_IF_ERROR(CheckStarted("GradView"));
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "GradView"));
+  const std::string& name = model_.units[unit].name;
+  if (open_grad_slot_[unit] != kNoGradView) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "GradView(%s) called twice without ReduceGrads in between", name));
+  }
+  if (reduced_count_[unit] >= train_.grad_accum_steps) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "GradView(%s): the unit already has %d micro-batch gradients this step "
+        "(grad_accum_steps); call Step() first",
+        name, reduced_count_[unit]));
+  }
+  if (train_.zero_stage < 2 && reduced_count_[unit] == 0) {
+    // Stages 0-1: the first micro-batch writes straight into the full
+    // gradient buffer, whose padding is zero and never written.
+    open_grad_slot_[unit] = kDirectGradView;
+    return MakeView(GradsAt(unit, 0), grad_dtype_, unit);
+  }
+  ZS_ASSIGN_OR_RETURN(int slot, AcquireStagingSlot());
+  // The slot held another unit: zero this unit's padding so that it reduces
+  // (and stays) zero. The trainer overwrites every param element.
+  char* data = static_cast<char*>(StagingSlotData(slot));
+  const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
+  for (const ElementRange& pad : layout_.PaddingRanges(unit)) {
+    std::memset(data + pad.begin * elem, 0, pad.size() * elem);
+  }
+  open_grad_slot_[unit] = slot;
+  return MakeView(data, grad_dtype_, unit);
+}
+
+absl::Status EngineImpl::ReduceGrads(int unit) {
+  CallTimer timer(&step_engine_time_);
+  ZS_RETURN_IF_ERROR(CheckStarted("ReduceGrads"));
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "ReduceGrads"));
+  const int open = open_grad_slot_[unit];
+  if (open == kNoGradView) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "ReduceGrads(%s) without a GradView: get the view, write the gradient, then reduce",
+        model_.units[unit].name));
+  }
+  open_grad_slot_[unit] = kNoGradView;
+  const int micro = reduced_count_[unit]++;
+  const bool last_micro = micro == train_.grad_accum_steps - 1;
+  const UnitSegment& seg = layout_.unit(unit);
+  const ElementRange shard = layout_.ShardRange(unit, rank_);
+
+  if (train_.zero_stage < 2) {
+    if (open >= 0) {
+      AccumulateInto(GradsAt(unit, 0), StagingSlotData(open), seg.padded_numel);
+      free_slots_.push_back(open);
+    }
+    if (last_micro) {
+      // Stages 0-1 reduce once per step, when the unit's gradient is summed
+      // over this rank's micro-batches; asynchronously, so the reduction
+      // overlaps the backward of the units before it.
+      void* grads = GradsAt(unit, 0);
+      unit_reductions_[unit] =
+          train_.zero_stage == 0
+              ? comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_)
+              : comm_.ReduceScatter(grads, GradsAt(unit, shard.begin), seg.shard_numel,
+                                    grad_dtype_);
+    }
+    return absl::OkStatus();
+  }
+
+  // Stage 2: reduce-scatter every micro-batch. The first writes straight into
+  // the gradient shard; later ones reduce in place in the slot and are added
+  // when the slot retires.
+  StagingSlot& slot = slots_[open];
+  slot.unit = unit;
+  slot.micro = micro;
+  void* data = StagingSlotData(open);
+  const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
+  void* recv = micro == 0 ? GradsAt(unit, shard.begin)
+                          : static_cast<char*>(data) + shard.begin * elem;
+  slot.reduction = comm_.ReduceScatter(data, recv, seg.shard_numel, grad_dtype_);
+  busy_slots_.push_back(open);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "GetParam"));
+  const UnitSegment& seg = layout_.unit(unit);
+  if (param < 0 || param >= static_cast<int>(seg.params.size())) {
+    return absl::OutOfRangeError(absl::StrFormat("GetParam: unit '%s' has params 0..%d, not %d",
+                                                 model_.units[unit].name, seg.params.size() - 1,
+                                                 param));
+  }
+  ZS_RETURN_IF_ERROR(WaitParamGathers());
+  const ParamSlot& slot = seg.params[param];
+  std::vector<float> out(slot.numel);
+  if (!mixed_) {
+    std::memcpy(out.data(), ParamsAt(unit, slot.offset), slot.numel * sizeof(float));
+    return out;
+  }
+  if (train_.zero_stage == 0) {
+    std::memcpy(out.data(), OptimizerAt(master_, unit, slot.offset), slot.numel * sizeof(float));
+    return out;
+  }
+  // Sharded master: gather the unit into a host temporary (outside the
+  // ledger; a diagnostic path, not a training one).
+  std::vector<float> segment(seg.padded_numel);
+  const ElementRange shard = layout_.ShardRange(unit, rank_);
+  CommHandle handle = comm_.AllGather(OptimizerAt(master_, unit, shard.begin), segment.data(),
+                                      seg.shard_numel, DType::kFloat32);
+  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  std::memcpy(out.data(), segment.data() + slot.offset, slot.numel * sizeof(float));
+  return out;
+}
+
+}  // namespace internal
+}  // namespace zeroshard
+
+namespace zeroshard::internal {
+
+absl::Status EngineImpl::CheckPaddingIsZero() const {
+  auto all_zero = [](const void* p, int64_t bytes) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (int64_t i = 0; i < bytes; ++i) {
+      if (b[i] != 0) return false;
+    }
+    return true;
+  };
+  const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
+  const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const ElementRange owned = OwnedRange(u);
+    const ElementRange shard = layout_.ShardRange(u, rank_);
+    const ElementRange grads_held = train_.zero_stage >= 2 ? shard : ElementRange{0, layout_.unit(u).padded_numel};
+    for (const ElementRange& pad : layout_.PaddingRanges(u)) {
+      auto fail = [&](const char* buffer) {
+        return absl::InternalError(absl::StrFormat(
+            "rank %d: padding [%d, %d) of unit '%s' in buffer '%s' is not zero", rank_, pad.begin,
+            pad.end, model_.units[u].name, buffer));
+      };
+      if (!all_zero(ParamsAt(u, pad.begin), pad.size() * psize)) return fail(kParamsBuffer);
+      const int64_t gb = std::max(pad.begin, grads_held.begin);
+      const int64_t ge = std::min(pad.end, grads_held.end);
+      if (gb < ge && !all_zero(GradsAt(u, gb), (ge - gb) * gsize)) return fail(kGradsBuffer);
+      const int64_t ob = std::max(pad.begin, owned.begin);
+      const int64_t oe = std::min(pad.end, owned.end);
+      if (ob >= oe) continue;
+      const int64_t bytes = (oe - ob) * static_cast<int64_t>(sizeof(float));
+      if (!all_zero(OptimizerAt(adam_m_, u, ob), bytes)) return fail(kAdamMBuffer);
+      if (!all_zero(OptimizerAt(adam_v_, u, ob), bytes)) return fail(kAdamVBuffer);
+      if (mixed_ && !all_zero(OptimizerAt(master_, u, ob), bytes)) return fail(kMasterBuffer);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard::internal

@@ -1,0 +1,59 @@
+// BufferPlan: the exact list of buffers one rank allocates for a ZeRO stage.
+//
+// Pure (sizes only, nothing allocated). The engine allocates exactly these
+// buffers and nothing else, so the planner's bytes equal the ledger's.
+#ifndef ZEROSHARD_PLAN_BUFFER_PLAN_H_
+#define ZEROSHARD_PLAN_BUFFER_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/src/layout/flat_layout.h"
+#include "zeroshard/device.h"
+#include "zeroshard/dtype.h"
+#include "zeroshard/train_spec.h"
+
+namespace zeroshard {
+
+struct PlannedBuffer {
+  std::string name;
+  MemoryCategory category = MemoryCategory::kWorkspace;
+  DType dtype = DType::kFloat32;
+  int64_t numel = 0;
+
+  int64_t bytes() const { return numel * static_cast<int64_t>(DTypeSize(dtype)); }
+};
+
+// Buffer names, shared by the planner and the engine.
+inline constexpr char kParamsBuffer[] = "params";
+inline constexpr char kGradsBuffer[] = "grads";
+inline constexpr char kMasterBuffer[] = "master";
+inline constexpr char kAdamMBuffer[] = "adam_m";
+inline constexpr char kAdamVBuffer[] = "adam_v";
+inline constexpr char kGradStagingBuffer[] = "grad_staging";
+inline constexpr char kNormBlocksBuffer[] = "norm_blocks";
+
+struct BufferPlan {
+  int zero_stage = 0;
+  int world_size = 1;
+  // Number of staging slots inside kGradStagingBuffer, each max_unit_numel long.
+  int grad_staging_slots = 0;
+  std::vector<PlannedBuffer> buffers;
+
+  // nullptr when the plan has no buffer of that name.
+  const PlannedBuffer* Find(const std::string& name) const;
+  int64_t BytesIn(MemoryCategory category) const;
+  int64_t model_state_bytes() const;
+  int64_t total_bytes() const;
+};
+
+// Per-rank buffers for `train` over `layout` (every rank allocates the same
+// sizes). Stage 0: all full. Stage 1: fp32 master and Adam moments sharded.
+// Stage 2: gradients sharded too. Fails on an invalid TrainSpec.
+absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec& train);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_BUFFER_PLAN_H_

@@ -1,0 +1,142 @@
+// EngineImpl: the stage 0-2 runtime behind zeroshard::Engine.
+//
+// Buffers (names and sizes from BufferPlan, allocated once in Create):
+//   params   full flat buffer, param dtype, every rank (stages 0-2)
+//   grads    stages 0-1: full flat buffer; stage 2: this rank's shard
+//   master   mixed precision only: stage 0 full, stages 1-2 shard (fp32)
+//   adam_m/v stage 0 full, stages 1-2 shard (fp32)
+//   grad_staging  slots of max-unit size for micro-batch gradients
+//
+// "Segment coordinates" index a unit's padded segment; the optimizer of a
+// rank covers its "owned range" of each unit: the whole segment in stage 0,
+// its shard in stages 1-2.
+#ifndef ZEROSHARD_RUNTIME_ENGINE_IMPL_H_
+#define ZEROSHARD_RUNTIME_ENGINE_IMPL_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "engine/src/layout/flat_layout.h"
+#include "engine/src/plan/buffer_plan.h"
+#include "zeroshard/engine.h"
+
+namespace zeroshard::internal {
+
+// A run of a rank's owned range with one weight-decay setting.
+struct DecayRun {
+  int unit = 0;
+  ElementRange range;  // segment coordinates
+  bool decay = true;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device, Communicator& comm,
+             FlatLayout layout, BufferPlan plan);
+  ~EngineImpl() override;
+
+  absl::Status Allocate();
+
+  absl::Status SetParam(int unit, int param, absl::Span<const float> values) override;
+  absl::Status Start() override;
+  absl::StatusOr<UnitView> Gather(int unit) override;
+  absl::Status Release(int unit) override;
+  absl::StatusOr<UnitView> GradView(int unit) override;
+  absl::Status ReduceGrads(int unit) override;
+  absl::StatusOr<StepResult> Step() override;
+  void RecordInputWait(absl::Duration d) override { step_input_wait_ += d; }
+  absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override;
+
+  const ModelSpec& model() const override { return model_; }
+  const TrainSpec& train() const override { return train_; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  int64_t steps() const override { return step_; }
+  EngineStats Stats() const override { return stats_; }
+  const MemoryLedger& ledger() const override { return device_.ledger(); }
+
+  // Internal (tests): the plan the engine allocated, and a check that every
+  // padding element of every buffer this rank holds is still zero.
+  const BufferPlan& plan() const { return plan_; }
+  const FlatLayout& layout() const { return layout_; }
+  absl::Status CheckPaddingIsZero() const;
+
+ private:
+  // A gradient staging slot and the reduction reading from it.
+  struct StagingSlot {
+    int unit = -1;
+    int micro = 0;
+    CommHandle reduction;  // stage 2: reduce-scatter in flight
+  };
+
+  absl::Status CheckUnit(int unit, const char* call) const;
+  absl::Status CheckStarted(const char* call) const;
+  absl::Status Poison(absl::Status status);
+  // Waits on `handle`, counting the time as exposed communication.
+  absl::Status WaitComm(CommHandle& handle);
+
+  // Element pointers (byte arithmetic on the typed buffers).
+  void* ParamsAt(int unit, int64_t seg_index) const;
+  void* GradsAt(int unit, int64_t seg_index) const;       // seg_index in the owned part
+  float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
+  void* StagingSlotData(int slot) const;
+  ElementRange OwnedRange(int unit) const;
+
+  UnitView MakeView(void* base, DType dtype, int unit) const;
+  absl::StatusOr<int> AcquireStagingSlot();
+  // Finishes the oldest in-flight staging slot: waits for its reduction and
+  // (stage 2, micro-batch > 0) adds the reduced shard into the gradient shard.
+  absl::Status RetireOldestSlot();
+  absl::Status DrainReductions();
+  absl::Status WaitParamGathers();
+
+  void AccumulateInto(void* acc, const void* add, int64_t n) const;
+  absl::StatusOr<double> GlobalSumSquares();
+  void ApplyOptimizer(double grad_scale, double lr);
+  void BuildDecayRuns();
+
+  ModelSpec model_;
+  TrainSpec train_;
+  Device& device_;
+  Communicator& comm_;
+  FlatLayout layout_;
+  BufferPlan plan_;
+  int rank_ = 0;
+  int world_ = 1;
+  DType param_dtype_;
+  DType grad_dtype_;
+  bool mixed_ = false;
+
+  DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, staging_, norm_blocks_;
+
+  // Start-up.
+  bool started_ = false;
+  std::vector<std::vector<uint64_t>> param_hashes_;  // 0 = not set
+  absl::Status poisoned_;
+
+  // Per-step state.
+  int64_t step_ = 0;            // Step() calls completed
+  int64_t applied_steps_ = 0;   // optimizer updates applied (bias correction)
+  std::vector<int> reduced_count_;    // per unit: ReduceGrads calls this step
+  std::vector<int> open_grad_slot_;   // per unit: slot of an open GradView, -1 direct, -2 none
+  std::vector<CommHandle> unit_reductions_;  // per unit: boundary / first-micro reduction
+  std::vector<CommHandle> param_gathers_;    // per unit: all-gather of updated params
+  std::vector<StagingSlot> slots_;
+  std::deque<int> busy_slots_;  // in issue order
+  std::deque<int> free_slots_;
+  std::vector<DecayRun> decay_runs_;
+
+  // Timing.
+  EngineStats stats_;
+  absl::Time step_begin_;
+  absl::Duration step_engine_time_;
+  absl::Duration step_comm_wait_;
+  absl::Duration step_optimizer_;
+  absl::Duration step_input_wait_;
+};
+
+}  // namespace zeroshard::internal
+
+#endif  // ZEROSHARD_RUNTIME_ENGINE_IMPL_H_

@@ -1,0 +1,234 @@
+// The engine trains the SAME model as one device with the larger batch.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/runtime/engine_test_util.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard::testing {
+namespace {
+
+constexpr int kSteps = 24;
+
+// A clipping threshold that the unclipped run's gradient norms straddle, so
+// that clipping is active on some steps and not on others.
+double MedianGradNorm(const mlp::MlpConfig& cfg) {
+  RunConfig run;
+  run.steps = kSteps;
+  run.accum = 4;
+  auto result = TrainMlp(cfg, run);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return 1.0;
+  std::vector<double> norms;
+  for (const StepResult& s : result->steps) norms.push_back(s.grad_norm);
+  std::sort(norms.begin(), norms.end());
+  return norms[norms.size() / 2];
+}
+
+int ClippedSteps(const RunResult& r) {
+  int clipped = 0;
+  for (const StepResult& s : r.steps) clipped += s.clip_coef < 1.0;
+  return clipped;
+}
+
+bool SameNormBits(const RunResult& a, const RunResult& b) {
+  if (a.steps.size() != b.steps.size()) return false;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    if (std::memcmp(&a.steps[i].grad_norm, &b.steps[i].grad_norm, sizeof(double)) != 0) return false;
+  }
+  return true;
+}
+
+TEST(EngineEquivalenceTest, OneMicroBatchPerRankIsBitwiseIdenticalToOneRankAcrossStages) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  const double clip = MedianGradNorm(cfg);
+  for (int world = 1; world <= 4; ++world) {
+    RunConfig base_run;
+    base_run.world = 1;
+    base_run.accum = world;  // the same micro-batches, accumulated in rank order
+    base_run.steps = kSteps;
+    base_run.max_grad_norm = clip;
+    auto baseline = TrainMlp(cfg, base_run);
+    ASSERT_TRUE(baseline.ok()) << baseline.status();
+    const int clipped = ClippedSteps(*baseline);
+    EXPECT_GT(clipped, 0) << "clipping never active";
+    EXPECT_LT(clipped, kSteps) << "clipping active on every step";
+    for (int stage = 0; stage <= 2; ++stage) {
+      RunConfig run = base_run;
+      run.world = world;
+      run.accum = 1;
+      run.stage = stage;
+      auto result = TrainMlp(cfg, run);
+      ASSERT_TRUE(result.ok()) << result.status();
+      SCOPED_TRACE(::testing::Message() << "world " << world << " stage " << stage);
+      EXPECT_TRUE(BitwiseEqual(*result, *baseline))
+          << "max relative difference " << MaxRelativeDifference(*result, *baseline);
+      EXPECT_TRUE(SameNormBits(*result, *baseline)) << "grad norms differ in their bits";
+      ASSERT_EQ(result->losses.size(), baseline->losses.size());
+      for (size_t i = 0; i < result->losses.size(); ++i) {
+        EXPECT_NEAR(result->losses[i], baseline->losses[i], 1e-12 * std::fabs(baseline->losses[i]));
+      }
+      std::printf("world %d stage %d: bitwise identical to the one-rank run: %s (clipped %d of %d steps)\n",
+                  world, stage, BitwiseEqual(*result, *baseline) ? "yes" : "NO", ClippedSteps(*result),
+                  kSteps);
+    }
+  }
+}
+
+TEST(EngineEquivalenceTest, GradientAccumulationMatchesOneRankWithinFloatTolerance) {
+  // With 4 micro-batches per rank the summation order differs by stage
+  // (stages 0-1 sum a rank's micro-batches first; stage 2 sums across ranks
+  // per micro-batch), so equality is within fp32 rounding, not bitwise.
+  const mlp::MlpConfig cfg = SmallMlp();
+  const double clip = MedianGradNorm(cfg);
+  for (int world : {1, 2, 3, 4}) {
+    RunConfig base_run;
+    base_run.world = 1;
+    base_run.accum = 4 * world;
+    base_run.steps = kSteps;
+    base_run.max_grad_norm = clip;
+    auto baseline = TrainMlp(cfg, base_run);
+    ASSERT_TRUE(baseline.ok()) << baseline.status();
+    for (int stage = 0; stage <= 2; ++stage) {
+      RunConfig run = base_run;
+      run.world = world;
+      run.accum = 4;
+      run.stage = stage;
+      auto result = TrainMlp(cfg, run);
+      ASSERT_TRUE(result.ok()) << result.status();
+      const double rel = MaxRelativeDifference(*result, *baseline);
+      std::printf("world %d stage %d accum 4: max relative weight difference %.3g\n", world, stage,
+                  rel);
+      EXPECT_LE(rel, 1e-6) << "world " << world << " stage " << stage;
+    }
+  }
+}
+
+TEST(EngineEquivalenceTest, Bf16MixedPrecisionIsBitwiseIdenticalAcrossStages) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  RunConfig run;
+  run.world = 3;
+  run.steps = 16;
+  run.precision = Precision::kBf16Mixed;
+  run.max_grad_norm = 0.5;
+  run.stage = 0;
+  auto stage0 = TrainMlp(cfg, run);
+  ASSERT_TRUE(stage0.ok()) << stage0.status();
+  for (int stage : {1, 2}) {
+    run.stage = stage;
+    auto result = TrainMlp(cfg, run);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(BitwiseEqual(*result, *stage0)) << "stage " << stage;
+  }
+  // The one-rank run rounds its bf16 accumulation after every micro-batch,
+  // the 3-rank reduction only once: close, not equal.
+  RunConfig one = run;
+  one.world = 1;
+  one.accum = 3;
+  one.stage = 0;
+  auto baseline = TrainMlp(cfg, one);
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  const double rel = MaxRelativeDifference(*stage0, *baseline);
+  std::printf("bf16: 3 ranks vs one rank accumulating 3: max relative weight difference %.3g\n", rel);
+  EXPECT_LE(rel, 2e-2);
+  EXPECT_LT(stage0->losses.back(), stage0->losses.front());
+}
+
+TEST(EngineEquivalenceTest, TrainingReducesTheLoss) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  RunConfig run;
+  run.world = 2;
+  run.stage = 2;
+  run.steps = 40;
+  auto result = TrainMlp(cfg, run);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_LT(result->losses.back(), 0.7 * result->losses.front());
+}
+
+// Start() must refuse ranks that disagree, naming the rank and what differs.
+absl::Status StartWithPerturbation(int world, bool other_lr, bool other_weights) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  const ModelSpec spec = mlp::BuildModelSpec(cfg);
+  return RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
+    auto device = CreateCpuDevice();
+    RunConfig run;
+    run.world = world;
+    run.stage = 1;
+    TrainSpec train = MakeTrainSpec(run);
+    if (other_lr && rank == world - 1) train.optimizer.lr *= 2;
+    ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
+    ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
+    if (other_weights && rank == world - 1) {
+      std::vector<float> w = mlp::InitialParam(cfg, 1, 2);
+      w[5] += 1e-3f;
+      ZS_RETURN_IF_ERROR(engine->SetParam(1, 2, w));
+    }
+    return engine->Start();
+  });
+}
+
+TEST(EngineStartTest, RefusesRanksWithDifferentHyperParameters) {
+  absl::Status status = StartWithPerturbation(3, /*other_lr=*/true, /*other_weights=*/false);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("rank 2"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("train spec"), std::string::npos) << status;
+}
+
+TEST(EngineStartTest, RefusesRanksWithDifferentInitialWeights) {
+  absl::Status status = StartWithPerturbation(2, /*other_lr=*/false, /*other_weights=*/true);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("rank 1"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("initial weights of unit 'block.1'"), std::string::npos) << status;
+}
+
+TEST(EngineStartTest, AgreeingRanksStart) {
+  EXPECT_TRUE(StartWithPerturbation(4, false, false).ok());
+}
+
+TEST(EngineApiTest, MisuseIsAnErrorNotACrash) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  const ModelSpec spec = mlp::BuildModelSpec(cfg);
+  absl::Status status = RunLocalRanks(1, [&](int rank, Communicator& comm) -> absl::Status {
+    auto device = CreateCpuDevice();
+    RunConfig run;
+    ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, MakeTrainSpec(run), *device, comm));
+    EXPECT_EQ(engine->Gather(0).status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(engine->Start().message().find("never set"), std::string::npos);
+    ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
+    EXPECT_EQ(engine->SetParam(0, 0, std::vector<float>(3)).code(),
+              absl::StatusCode::kInvalidArgument);
+    ZS_RETURN_IF_ERROR(engine->Start());
+    EXPECT_EQ(engine->Gather(99).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(engine->ReduceGrads(0).code(), absl::StatusCode::kFailedPrecondition);
+    auto step = engine->Step();
+    EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(step.status().message().find("block.0"), std::string::npos) << step.status();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(EngineApiTest, RejectsInvalidTrainSpecs) {
+  const ModelSpec spec = mlp::BuildModelSpec(SmallMlp());
+  auto device = CreateCpuDevice();
+  absl::Status status = RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
+    TrainSpec t;
+    t.zero_stage = 3;
+    EXPECT_NE(Engine::Create(spec, t, *device, comm).status().message().find("zero_stage"),
+              std::string::npos);
+    t.zero_stage = 1;
+    t.optimizer.eps = 0;
+    EXPECT_NE(Engine::Create(spec, t, *device, comm).status().message().find("eps"),
+              std::string::npos);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok());
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
