@@ -18,8 +18,8 @@ TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
     // Psi counted with the layout's padding; the padding is small.
     const int64_t psi = layout->total_numel();
     EXPECT_GE(psi, spec.NumParams());
-    EXPECT_LE(psi - spec.NumParams(),
-              static_cast<int64_t>(spec.units.size()) * (world * kShardQuantum + 4 * kParamAlignment));
+    EXPECT_LE(psi - spec.NumParams(), static_cast<int64_t>(spec.units.size()) *
+                                          (world * kShardQuantum + 4 * kParamAlignment));
     const int64_t n = world;
     for (int stage = 0; stage <= 2; ++stage) {
       RunConfig run;
@@ -28,13 +28,13 @@ TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
       run.steps = 2;
       run.precision = Precision::kBf16Mixed;
       auto plan = PlanBuffers(*layout, MakeTrainSpec(run));
-      ASSERT_TRUE(plan.ok());
+      ASSERT_TRUE(plan.ok()) << plan.status();
       // ZeRO paper, mixed-precision Adam: 2 psi params + 2 psi grads + 12 psi
       // (fp32 master, m, v), split as the stage says.
-      const int64_t expected[] = {2 * psi + 2 * psi + 12 * psi,
-                                  2 * psi + 2 * psi + 12 * psi / n,
+      const int64_t expected[] = {2 * psi + 2 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / n,
                                   2 * psi + (2 * psi + 12 * psi) / n};
-      EXPECT_EQ(plan->model_state_bytes(), expected[stage]) << "world " << world << " stage " << stage;
+      EXPECT_EQ(plan->model_state_bytes(), expected[stage])
+          << "world " << world << " stage " << stage;
       EXPECT_EQ(plan->BytesIn(MemoryCategory::kParams), 2 * psi);
       auto result = TrainMlp(cfg, run);
       ASSERT_TRUE(result.ok()) << result.status();

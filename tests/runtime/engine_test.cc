@@ -16,10 +16,10 @@ constexpr int kSteps = 24;
 
 // A clipping threshold that the unclipped run's gradient norms straddle, so
 // that clipping is active on some steps and not on others.
-double MedianGradNorm(const mlp::MlpConfig& cfg) {
+double MedianGradNorm(const mlp::MlpConfig& cfg, int micro_batches) {
   RunConfig run;
   run.steps = kSteps;
-  run.accum = 4;
+  run.accum = micro_batches;
   auto result = TrainMlp(cfg, run);
   EXPECT_TRUE(result.ok()) << result.status();
   if (!result.ok()) return 1.0;
@@ -38,15 +38,16 @@ int ClippedSteps(const RunResult& r) {
 bool SameNormBits(const RunResult& a, const RunResult& b) {
   if (a.steps.size() != b.steps.size()) return false;
   for (size_t i = 0; i < a.steps.size(); ++i) {
-    if (std::memcmp(&a.steps[i].grad_norm, &b.steps[i].grad_norm, sizeof(double)) != 0) return false;
+    if (std::memcmp(&a.steps[i].grad_norm, &b.steps[i].grad_norm, sizeof(double)) != 0)
+      return false;
   }
   return true;
 }
 
 TEST(EngineEquivalenceTest, OneMicroBatchPerRankIsBitwiseIdenticalToOneRankAcrossStages) {
   const mlp::MlpConfig cfg = SmallMlp();
-  const double clip = MedianGradNorm(cfg);
   for (int world = 1; world <= 4; ++world) {
+    const double clip = MedianGradNorm(cfg, world);
     RunConfig base_run;
     base_run.world = 1;
     base_run.accum = world;  // the same micro-batches, accumulated in rank order
@@ -72,9 +73,10 @@ TEST(EngineEquivalenceTest, OneMicroBatchPerRankIsBitwiseIdenticalToOneRankAcros
       for (size_t i = 0; i < result->losses.size(); ++i) {
         EXPECT_NEAR(result->losses[i], baseline->losses[i], 1e-12 * std::fabs(baseline->losses[i]));
       }
-      std::printf("world %d stage %d: bitwise identical to the one-rank run: %s (clipped %d of %d steps)\n",
-                  world, stage, BitwiseEqual(*result, *baseline) ? "yes" : "NO", ClippedSteps(*result),
-                  kSteps);
+      std::printf(
+          "world %d stage %d: bitwise identical to the one-rank run: %s (clipped %d of %d steps)\n",
+          world, stage, BitwiseEqual(*result, *baseline) ? "yes" : "NO", ClippedSteps(*result),
+          kSteps);
     }
   }
 }
@@ -84,8 +86,8 @@ TEST(EngineEquivalenceTest, GradientAccumulationMatchesOneRankWithinFloatToleran
   // (stages 0-1 sum a rank's micro-batches first; stage 2 sums across ranks
   // per micro-batch), so equality is within fp32 rounding, not bitwise.
   const mlp::MlpConfig cfg = SmallMlp();
-  const double clip = MedianGradNorm(cfg);
   for (int world : {1, 2, 3, 4}) {
+    const double clip = MedianGradNorm(cfg, 4 * world);
     RunConfig base_run;
     base_run.world = 1;
     base_run.accum = 4 * world;
@@ -133,7 +135,8 @@ TEST(EngineEquivalenceTest, Bf16MixedPrecisionIsBitwiseIdenticalAcrossStages) {
   auto baseline = TrainMlp(cfg, one);
   ASSERT_TRUE(baseline.ok()) << baseline.status();
   const double rel = MaxRelativeDifference(*stage0, *baseline);
-  std::printf("bf16: 3 ranks vs one rank accumulating 3: max relative weight difference %.3g\n", rel);
+  std::printf("bf16: 3 ranks vs one rank accumulating 3: max relative weight difference %.3g\n",
+              rel);
   EXPECT_LE(rel, 2e-2);
   EXPECT_LT(stage0->losses.back(), stage0->losses.front());
 }
@@ -183,7 +186,8 @@ TEST(EngineStartTest, RefusesRanksWithDifferentInitialWeights) {
   absl::Status status = StartWithPerturbation(2, /*other_lr=*/false, /*other_weights=*/true);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("rank 1"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("initial weights of unit 'block.1'"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("initial weights of unit 'block.1'"), std::string::npos)
+      << status;
 }
 
 TEST(EngineStartTest, AgreeingRanksStart) {

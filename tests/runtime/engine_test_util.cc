@@ -26,7 +26,7 @@ TrainSpec MakeTrainSpec(const RunConfig& run) {
   t.optimizer.lr = 3e-3;
   t.optimizer.weight_decay = run.weight_decay;
   t.schedule.kind = LrSchedule::Kind::kWarmupCosine;
-  t.schedule.warmup_steps = 4;
+  t.schedule.warmup_steps = std::min(4, run.steps - 1);
   t.schedule.total_steps = run.steps;
   t.schedule.min_lr_ratio = 0.1;
   t.max_grad_norm = run.max_grad_norm;
@@ -55,7 +55,8 @@ absl::StatusOr<RunResult> TrainMlp(const mlp::MlpConfig& cfg, const RunConfig& r
     std::vector<std::vector<std::vector<float>>> params(spec.units.size());
     for (size_t u = 0; u < spec.units.size(); ++u) {
       for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
-        ZS_ASSIGN_OR_RETURN(auto values, engine->GetParam(static_cast<int>(u), static_cast<int>(p)));
+        ZS_ASSIGN_OR_RETURN(auto values,
+                            engine->GetParam(static_cast<int>(u), static_cast<int>(p)));
         params[u].push_back(std::move(values));
       }
     }

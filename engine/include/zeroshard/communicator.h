@@ -51,6 +51,9 @@ class CommHandle {
 
  private:
   std::shared_ptr<internal::CommOpState> state_;
+  // The result of the first Wait(), kept so later Wait() calls return it
+  // after state_ was released.
+  absl::Status waited_status_;
 };
 
 struct CommOptions {

@@ -16,11 +16,11 @@
 namespace zeroshard {
 
 enum class MemoryCategory : int {
-  kParams = 0,        // working-precision parameters (fp32, bf16 or fp16)
-  kGradients,         // gradient accumulation buffers
-  kMasterParams,      // fp32 master copy (mixed precision only)
-  kOptimizerState,    // Adam m and v
-  kCommBuffers,       // gradient staging buckets, gather buffers
+  kParams = 0,      // working-precision parameters (fp32, bf16 or fp16)
+  kGradients,       // gradient accumulation buffers
+  kMasterParams,    // fp32 master copy (mixed precision only)
+  kOptimizerState,  // Adam m and v
+  kCommBuffers,     // gradient staging buckets, gather buffers
   kActivations,
   kWorkspace,
   kCount
@@ -98,8 +98,7 @@ class Device {
 
   // Allocates `bytes` (zero-filled) and records them under `category`.
   // `name` is for error messages and reports. ResourceExhausted on failure.
-  absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes, MemoryCategory category,
-                                        std::string name);
+  absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes, MemoryCategory category, std::string name);
 
   MemoryLedger& ledger() { return ledger_; }
   const MemoryLedger& ledger() const { return ledger_; }

@@ -58,19 +58,21 @@ struct UnitView {
 
 // What one optimizer step did.
 struct StepResult {
-  int64_t step = 0;         // 1-based count of optimizer steps taken so far
-  double lr = 0.0;          // learning rate applied
-  double grad_norm = 0.0;   // global L2 norm of the averaged gradient, BEFORE clipping
-  double clip_coef = 1.0;   // factor applied to the gradient (1 when not clipped)
-  bool skipped = false;     // non-finite gradient: no update was applied
+  int64_t step = 0;        // 1-based count of optimizer steps taken so far
+  double lr = 0.0;         // learning rate applied
+  double grad_norm = 0.0;  // global L2 norm of the averaged gradient, BEFORE clipping
+  double clip_coef = 1.0;  // factor applied to the gradient (1 when not clipped)
+  bool skipped = false;    // non-finite gradient: no update was applied
 };
 
 // Where a step's wall time went, on this rank.
 struct StepTimes {
-  absl::Duration compute;        // trainer's own work: wall time outside engine calls
-  absl::Duration exposed_comm;   // blocked waiting for collectives inside engine calls
-  absl::Duration optimizer;      // norm, clipping and the fused Adam update
-  absl::Duration input_wait;     // reported by the trainer via RecordInputWait()
+  absl::Duration compute;       // trainer's own work: wall time outside engine calls
+  absl::Duration exposed_comm;  // blocked waiting for collectives inside engine calls
+  absl::Duration optimizer;     // norm, clipping and the fused Adam update
+  absl::Duration input_wait;    // reported by the trainer via RecordInputWait()
+  absl::Duration engine_other;  // the engine's own work in between: gradient accumulation,
+                                // staging, views (so the five parts add up to total)
   absl::Duration total;
 };
 

@@ -13,10 +13,10 @@
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing
 // function when it is not OK.
-#define ZS_RETURN_IF_ERROR(expr)                       \
-  do {                                                 \
-    ::absl::Status zs_status_ = (expr);                \
-    if (!zs_status_.ok()) return zs_status_;           \
+#define ZS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status zs_status_ = (expr);      \
+    if (!zs_status_.ok()) return zs_status_; \
   } while (0)
 
 // Evaluates `expr` (an absl::StatusOr<T>); on error returns its status, else

@@ -6,24 +6,36 @@ namespace zeroshard {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kBFloat16: return 2;
-    case DType::kFloat16: return 2;
-    case DType::kFloat64: return 8;
-    case DType::kInt64: return 8;
-    case DType::kUInt8: return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat16:
+      return 2;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt64:
+      return 8;
+    case DType::kUInt8:
+      return 1;
   }
   return 0;
 }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "fp32";
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat16: return "fp16";
-    case DType::kFloat64: return "fp64";
-    case DType::kInt64: return "int64";
-    case DType::kUInt8: return "uint8";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kFloat64:
+      return "fp64";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUInt8:
+      return "uint8";
   }
   return "?";
 }

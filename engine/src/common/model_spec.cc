@@ -33,9 +33,8 @@ absl::Status ModelSpec::Validate() const {
       return absl::InvalidArgumentError(absl::StrFormat("model spec: unit %d has no name", u));
     }
     if (!unit_names.insert(unit.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("model spec: unit name '%s' appears twice; unit names must be unique",
-                          unit.name));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model spec: unit name '%s' appears twice; unit names must be unique", unit.name));
     }
     if (unit.params.empty()) {
       return absl::InvalidArgumentError(
@@ -48,9 +47,9 @@ absl::Status ModelSpec::Validate() const {
             "model spec: unit '%s' has an empty or repeated param name '%s'", unit.name, p.name));
       }
       if (p.shape.empty()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "model spec: param '%s.%s' has no shape; give at least one dimension", unit.name,
-            p.name));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("model spec: param '%s.%s' has no shape; give at least one dimension",
+                            unit.name, p.name));
       }
       for (int64_t d : p.shape) {
         if (d <= 0) {

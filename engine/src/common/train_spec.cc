@@ -8,8 +8,10 @@ namespace zeroshard {
 
 const char* PrecisionName(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16Mixed: return "bf16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16Mixed:
+      return "bf16";
   }
   return "?";
 }
@@ -28,8 +30,8 @@ double LrSchedule::LrAt(int64_t step, double peak_lr) const {
   }
   const double min_lr = peak_lr * min_lr_ratio;
   if (step >= total_steps) return min_lr;
-  const double progress = static_cast<double>(step - warmup_steps) /
-                          static_cast<double>(total_steps - warmup_steps);
+  const double progress =
+      static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
   return min_lr + 0.5 * (peak_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
@@ -50,18 +52,22 @@ absl::Status TrainSpec::Validate() const {
   }
   const DType g = effective_grad_dtype();
   if (precision == Precision::kFp32 && g != DType::kFloat32) {
-    return bad(absl::StrFormat("grad_dtype %s with fp32 precision; use fp32 gradients",
-                               DTypeName(g)));
+    return bad(
+        absl::StrFormat("grad_dtype %s with fp32 precision; use fp32 gradients", DTypeName(g)));
   }
   if (g != DType::kFloat32 && g != DType::kBFloat16) {
     return bad(absl::StrFormat("grad_dtype %s; use fp32 or bf16", DTypeName(g)));
   }
   const OptimizerSpec& o = optimizer;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return bad(absl::StrFormat("lr %g must be >= 0", o.lr));
-  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad(absl::StrFormat("beta1 %g must be in [0, 1)", o.beta1));
-  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad(absl::StrFormat("beta2 %g must be in [0, 1)", o.beta2));
-  if (!(o.eps > 0)) return bad(absl::StrFormat("eps %g must be > 0 (it keeps padding at zero)", o.eps));
-  if (!(o.weight_decay >= 0)) return bad(absl::StrFormat("weight_decay %g must be >= 0", o.weight_decay));
+  if (!(o.beta1 >= 0 && o.beta1 < 1))
+    return bad(absl::StrFormat("beta1 %g must be in [0, 1)", o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1))
+    return bad(absl::StrFormat("beta2 %g must be in [0, 1)", o.beta2));
+  if (!(o.eps > 0))
+    return bad(absl::StrFormat("eps %g must be > 0 (it keeps padding at zero)", o.eps));
+  if (!(o.weight_decay >= 0))
+    return bad(absl::StrFormat("weight_decay %g must be >= 0", o.weight_decay));
   if (schedule.kind == LrSchedule::Kind::kWarmupCosine) {
     if (schedule.warmup_steps < 0 || schedule.total_steps <= schedule.warmup_steps) {
       return bad(absl::StrFormat(
@@ -72,9 +78,12 @@ absl::Status TrainSpec::Validate() const {
       return bad(absl::StrFormat("min_lr_ratio %g must be in [0, 1]", schedule.min_lr_ratio));
     }
   }
-  if (!(max_grad_norm >= 0)) return bad(absl::StrFormat("max_grad_norm %g must be >= 0", max_grad_norm));
-  if (grad_accum_steps < 1) return bad(absl::StrFormat("grad_accum_steps %d must be >= 1", grad_accum_steps));
-  if (num_grad_buffers < 1) return bad(absl::StrFormat("num_grad_buffers %d must be >= 1", num_grad_buffers));
+  if (!(max_grad_norm >= 0))
+    return bad(absl::StrFormat("max_grad_norm %g must be >= 0", max_grad_norm));
+  if (grad_accum_steps < 1)
+    return bad(absl::StrFormat("grad_accum_steps %d must be >= 1", grad_accum_steps));
+  if (num_grad_buffers < 1)
+    return bad(absl::StrFormat("num_grad_buffers %d must be >= 1", num_grad_buffers));
   return absl::OkStatus();
 }
 

@@ -16,8 +16,8 @@ class CpuDevice final : public Device {
 
  protected:
   absl::StatusOr<void*> RawAllocate(int64_t bytes) override {
-    const size_t rounded = (static_cast<size_t>(bytes) + kCpuAlignment - 1) / kCpuAlignment *
-                           kCpuAlignment;
+    const size_t rounded =
+        (static_cast<size_t>(bytes) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
     if (ptr == nullptr) return absl::ResourceExhaustedError("out of host memory");
     std::memset(ptr, 0, rounded);

@@ -1,5 +1,6 @@
-#include "absl/strings/str_format.h"
 #include "zeroshard/device.h"
+
+#include "absl/strings/str_format.h"
 
 namespace zeroshard {
 
@@ -34,10 +35,10 @@ absl::StatusOr<DeviceBuffer> Device::Allocate(int64_t bytes, MemoryCategory cate
   if (bytes > 0) {
     absl::StatusOr<void*> raw = RawAllocate(bytes);
     if (!raw.ok()) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "%s: allocating %d bytes for '%s' (%s) failed: %s; %d bytes are in use", this->name(),
-          bytes, name, MemoryCategoryName(category), raw.status().message(),
-          ledger_.current_total()));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%s: allocating %d bytes for '%s' (%s) failed: %s; %d bytes are in use",
+                          this->name(), bytes, name, MemoryCategoryName(category),
+                          raw.status().message(), ledger_.current_total()));
     }
     ptr = *raw;
   }

@@ -14,8 +14,8 @@ int64_t RoundUp(int64_t x, int64_t multiple) { return (x + multiple - 1) / multi
 
 absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelSpec& spec, int world_size) {
   if (world_size < 1 || world_size > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "world size %d is outside [1, %d]", world_size, kMaxWorldSize));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("world size %d is outside [1, %d]", world_size, kMaxWorldSize));
   }
   ZS_RETURN_IF_ERROR(spec.Validate());
   FlatLayout layout;

@@ -48,8 +48,8 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   const int64_t optimizer_numel = train.zero_stage == 0 ? full : shard;
 
   plan.buffers.push_back({kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), full});
-  plan.buffers.push_back({kGradsBuffer, MemoryCategory::kGradients, grad_dtype,
-                          train.zero_stage >= 2 ? shard : full});
+  plan.buffers.push_back(
+      {kGradsBuffer, MemoryCategory::kGradients, grad_dtype, train.zero_stage >= 2 ? shard : full});
   if (mixed) {
     plan.buffers.push_back(
         {kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, optimizer_numel});
@@ -68,9 +68,8 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
                             plan.grad_staging_slots * layout.max_unit_numel()});
   }
   // One double per norm block of the rank's shard.
-  const int64_t norm_blocks =
-      (shard + static_cast<int64_t>(kernels::kNormBlock) - 1) /
-      static_cast<int64_t>(kernels::kNormBlock);
+  const int64_t norm_blocks = (shard + static_cast<int64_t>(kernels::kNormBlock) - 1) /
+                              static_cast<int64_t>(kernels::kNormBlock);
   plan.buffers.push_back(
       {kNormBlocksBuffer, MemoryCategory::kWorkspace, DType::kFloat64, norm_blocks});
   return plan;

@@ -34,6 +34,9 @@ inline constexpr char kAdamMBuffer[] = "adam_m";
 inline constexpr char kAdamVBuffer[] = "adam_v";
 inline constexpr char kGradStagingBuffer[] = "grad_staging";
 inline constexpr char kNormBlocksBuffer[] = "norm_blocks";
+// Stage 3 only (planned analytically until the engine runs stage 3): the
+// buffers units are all-gathered into, prefetch depth x the largest unit.
+inline constexpr char kParamGatherBuffer[] = "param_gather";
 
 struct BufferPlan {
   int zero_stage = 0;

@@ -43,9 +43,6 @@ class CallTimer {
   absl::Time begin_;
 };
 
-constexpr int kNoGradView = -2;
-constexpr int kDirectGradView = -1;
-
 }  // namespace
 
 EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device,
@@ -99,8 +96,8 @@ absl::Status EngineImpl::Allocate() {
     } else if (b.name == kNormBlocksBuffer) {
       norm_blocks_ = std::move(buffer);
     } else {
-      return absl::InternalError(
-          absl::StrFormat("engine: the plan lists buffer '%s' that the engine does not use", b.name));
+      return absl::InternalError(absl::StrFormat(
+          "engine: the plan lists buffer '%s' that the engine does not use", b.name));
     }
   }
   return absl::OkStatus();
@@ -127,7 +124,8 @@ void EngineImpl::BuildDecayRuns() {
     }
     for (const DecayRun& run : runs) {
       if (!decay_runs_.empty() && decay_runs_.back().unit == u &&
-          decay_runs_.back().decay == run.decay && decay_runs_.back().range.end == run.range.begin) {
+          decay_runs_.back().decay == run.decay &&
+          decay_runs_.back().range.end == run.range.begin) {
         decay_runs_.back().range.end = run.range.end;
       } else {
         decay_runs_.push_back(run);
@@ -169,8 +167,8 @@ void* EngineImpl::StagingSlotData(int slot) const {
 
 absl::Status EngineImpl::CheckUnit(int unit, const char* call) const {
   if (unit < 0 || unit >= layout_.num_units()) {
-    return absl::OutOfRangeError(absl::StrFormat("%s(%d): the model has units 0..%d", call, unit,
-                                                 layout_.num_units() - 1));
+    return absl::OutOfRangeError(
+        absl::StrFormat("%s(%d): the model has units 0..%d", call, unit, layout_.num_units() - 1));
   }
   return absl::OkStatus();
 }
@@ -178,8 +176,8 @@ absl::Status EngineImpl::CheckUnit(int unit, const char* call) const {
 absl::Status EngineImpl::CheckStarted(const char* call) const {
   ZS_RETURN_IF_ERROR(poisoned_);
   if (!started_) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s before Start(): set every param, then call Start() on every rank", call));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s before Start(): set every param, then call Start() on every rank", call));
   }
   return absl::OkStatus();
 }
@@ -196,7 +194,8 @@ absl::Status EngineImpl::WaitComm(CommHandle& handle) {
   handle = CommHandle();
   step_comm_wait_ += absl::Now() - begin;
   if (!status.ok()) {
-    return Poison(absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank_, status.message())));
+    return Poison(
+        absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank_, status.message())));
   }
   return absl::OkStatus();
 }
@@ -272,8 +271,8 @@ absl::Status EngineImpl::Start() {
                                static_cast<int64_t>(FingerprintLayout(layout_)),
                                static_cast<int64_t>(FingerprintTrainSpec(train_))};
   for (int u = 0; u < units; ++u) {
-    mine.push_back(static_cast<int64_t>(HashBytes(
-        param_hashes_[u].data(), param_hashes_[u].size() * sizeof(uint64_t), 0)));
+    mine.push_back(static_cast<int64_t>(
+        HashBytes(param_hashes_[u].data(), param_hashes_[u].size() * sizeof(uint64_t), 0)));
     what.push_back(absl::StrFormat("initial weights of unit '%s'", model_.units[u].name));
   }
   // A peer with a different number of units sends a different count: the
@@ -353,14 +352,14 @@ absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "GradView"));
   const std::string& name = model_.units[unit].name;
   if (open_grad_slot_[unit] != kNoGradView) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "GradView(%s) called twice without ReduceGrads in between", name));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("GradView(%s) called twice without ReduceGrads in between", name));
   }
   if (reduced_count_[unit] >= train_.grad_accum_steps) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "GradView(%s): the unit already has %d micro-batch gradients this step "
-        "(grad_accum_steps); call Step() first",
-        name, reduced_count_[unit]));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("GradView(%s): the unit already has %d micro-batch gradients this step "
+                        "(grad_accum_steps); call Step() first",
+                        name, reduced_count_[unit]));
   }
   if (train_.zero_stage < 2 && reduced_count_[unit] == 0) {
     // Stages 0-1: the first micro-batch writes straight into the full
@@ -406,11 +405,10 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
       // over this rank's micro-batches; asynchronously, so the reduction
       // overlaps the backward of the units before it.
       void* grads = GradsAt(unit, 0);
-      unit_reductions_[unit] =
-          train_.zero_stage == 0
-              ? comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_)
-              : comm_.ReduceScatter(grads, GradsAt(unit, shard.begin), seg.shard_numel,
-                                    grad_dtype_);
+      unit_reductions_[unit] = train_.zero_stage == 0
+                                   ? comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_)
+                                   : comm_.ReduceScatter(grads, GradsAt(unit, shard.begin),
+                                                         seg.shard_numel, grad_dtype_);
     }
     return absl::OkStatus();
   }
@@ -423,8 +421,8 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
   slot.micro = micro;
   void* data = StagingSlotData(open);
   const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
-  void* recv = micro == 0 ? GradsAt(unit, shard.begin)
-                          : static_cast<char*>(data) + shard.begin * elem;
+  void* recv =
+      micro == 0 ? GradsAt(unit, shard.begin) : static_cast<char*>(data) + shard.begin * elem;
   slot.reduction = comm_.ReduceScatter(data, recv, seg.shard_numel, grad_dtype_);
   busy_slots_.push_back(open);
   return absl::OkStatus();
@@ -478,12 +476,13 @@ absl::Status EngineImpl::CheckPaddingIsZero() const {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const ElementRange owned = OwnedRange(u);
     const ElementRange shard = layout_.ShardRange(u, rank_);
-    const ElementRange grads_held = train_.zero_stage >= 2 ? shard : ElementRange{0, layout_.unit(u).padded_numel};
+    const ElementRange grads_held =
+        train_.zero_stage >= 2 ? shard : ElementRange{0, layout_.unit(u).padded_numel};
     for (const ElementRange& pad : layout_.PaddingRanges(u)) {
       auto fail = [&](const char* buffer) {
-        return absl::InternalError(absl::StrFormat(
-            "rank %d: padding [%d, %d) of unit '%s' in buffer '%s' is not zero", rank_, pad.begin,
-            pad.end, model_.units[u].name, buffer));
+        return absl::InternalError(
+            absl::StrFormat("rank %d: padding [%d, %d) of unit '%s' in buffer '%s' is not zero",
+                            rank_, pad.begin, pad.end, model_.units[u].name, buffer));
       };
       if (!all_zero(ParamsAt(u, pad.begin), pad.size() * psize)) return fail(kParamsBuffer);
       const int64_t gb = std::max(pad.begin, grads_held.begin);

@@ -64,6 +64,10 @@ class EngineImpl final : public Engine {
   absl::Status CheckPaddingIsZero() const;
 
  private:
+  // open_grad_slot_ values besides a slot index.
+  static constexpr int kNoGradView = -2;      // no GradView open for the unit
+  static constexpr int kDirectGradView = -1;  // view into the gradient buffer itself
+
   // A gradient staging slot and the reduction reading from it.
   struct StagingSlot {
     int unit = -1;
@@ -79,7 +83,7 @@ class EngineImpl final : public Engine {
 
   // Element pointers (byte arithmetic on the typed buffers).
   void* ParamsAt(int unit, int64_t seg_index) const;
-  void* GradsAt(int unit, int64_t seg_index) const;       // seg_index in the owned part
+  void* GradsAt(int unit, int64_t seg_index) const;  // seg_index in the owned part
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
   void* StagingSlotData(int slot) const;
   ElementRange OwnedRange(int unit) const;
@@ -117,10 +121,10 @@ class EngineImpl final : public Engine {
   absl::Status poisoned_;
 
   // Per-step state.
-  int64_t step_ = 0;            // Step() calls completed
-  int64_t applied_steps_ = 0;   // optimizer updates applied (bias correction)
-  std::vector<int> reduced_count_;    // per unit: ReduceGrads calls this step
-  std::vector<int> open_grad_slot_;   // per unit: slot of an open GradView, -1 direct, -2 none
+  int64_t step_ = 0;                 // Step() calls completed
+  int64_t applied_steps_ = 0;        // optimizer updates applied (bias correction)
+  std::vector<int> reduced_count_;   // per unit: ReduceGrads calls this step
+  std::vector<int> open_grad_slot_;  // per unit: slot of an open GradView, -1 direct, -2 none
   std::vector<CommHandle> unit_reductions_;  // per unit: boundary / first-micro reduction
   std::vector<CommHandle> param_gathers_;    // per unit: all-gather of updated params
   std::vector<StagingSlot> slots_;

@@ -51,8 +51,8 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquares() {
     sum.AddBlocks(blocks, (n + kernels::kNormBlock - 1) / kernels::kNormBlock);
   }
   sum.Normalize();
-  CommHandle handle = comm_.AllReduce(sum.limbs(), sum.limbs(), kernels::ExactSum::kLimbs,
-                                      DType::kInt64);
+  CommHandle handle =
+      comm_.AllReduce(sum.limbs(), sum.limbs(), kernels::ExactSum::kLimbs, DType::kInt64);
   ZS_RETURN_IF_ERROR(WaitComm(handle));
   return sum.Value();
 }
@@ -80,8 +80,8 @@ void EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
     float* m = OptimizerAt(adam_m_, u, b);
     float* v = OptimizerAt(adam_v_, u, b);
     if (!mixed_) {
-      kernels::AdamFp32(static_cast<float*>(ParamsAt(u, b)), static_cast<const float*>(GradsAt(u, b)),
-                        m, v, n, c);
+      kernels::AdamFp32(static_cast<float*>(ParamsAt(u, b)),
+                        static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
     } else if (grad_dtype_ == DType::kFloat32) {
       kernels::AdamMixedBf16(OptimizerAt(master_, u, b), static_cast<uint16_t*>(ParamsAt(u, b)),
                              static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
@@ -97,12 +97,12 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
   const absl::Time call_begin = absl::Now();
   ZS_RETURN_IF_ERROR(CheckStarted("Step"));
   for (int u = 0; u < layout_.num_units(); ++u) {
-    if (open_grad_slot_[u] != -2 || reduced_count_[u] != train_.grad_accum_steps) {
+    if (open_grad_slot_[u] != kNoGradView || reduced_count_[u] != train_.grad_accum_steps) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "Step(): unit '%s' has %d of %d micro-batch gradients reduced%s; every unit must be "
           "reduced once per micro-batch before Step()",
           model_.units[u].name, reduced_count_[u], train_.grad_accum_steps,
-          open_grad_slot_[u] != -2 ? " and an open GradView" : ""));
+          open_grad_slot_[u] != kNoGradView ? " and an open GradView" : ""));
     }
   }
   ZS_RETURN_IF_ERROR(DrainReductions());
@@ -152,6 +152,7 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
   t.optimizer = step_optimizer_;
   t.input_wait = step_input_wait_;
   t.compute = t.total - step_engine_time_ - step_input_wait_;
+  t.engine_other = step_engine_time_ - step_comm_wait_ - step_optimizer_;
   stats_.steps = step_;
   stats_.last = t;
   stats_.totals.total += t.total;
@@ -159,6 +160,7 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
   stats_.totals.optimizer += t.optimizer;
   stats_.totals.input_wait += t.input_wait;
   stats_.totals.compute += t.compute;
+  stats_.totals.engine_other += t.engine_other;
   step_begin_ = end;
   step_engine_time_ = step_comm_wait_ = step_optimizer_ = step_input_wait_ = absl::ZeroDuration();
   return result;

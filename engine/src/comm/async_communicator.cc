@@ -1,0 +1,244 @@
+#include "engine/src/comm/async_communicator.h"
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/src/comm/reduce.h"
+
+namespace zeroshard {
+namespace internal {
+namespace {
+
+bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t b0 = reinterpret_cast<uintptr_t>(b);
+  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+}  // namespace
+
+AsyncCommunicator::AsyncCommunicator(int rank, int size, CommOptions options)
+    : rank_(rank), size_(size), options_(options) {}
+
+AsyncCommunicator::~AsyncCommunicator() {
+  // The derived destructor must have called Shutdown(); doing it here would
+  // let the thread call a pure virtual on a half-destroyed object.
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncCommunicator::StartProgressThread() {
+  thread_ = std::thread([this] { ProgressLoop(); });
+}
+
+void AsyncCommunicator::Shutdown() {
+  std::deque<PendingOp> never_started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    never_started.swap(queue_);
+  }
+  cv_.notify_all();
+  for (PendingOp& op : never_started) {
+    if (op.state == nullptr) continue;
+    op.state->Complete(absl::CancelledError(
+        absl::StrFormat("%s: %s never ran: the communicator was destroyed first", ErrorPrefix(),
+                        DescribeCollective(op.args))));
+  }
+  RequestAbort();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string AsyncCommunicator::ErrorPrefix() const {
+  return absl::StrFormat("%s comm rank %d", backend(), rank_);
+}
+
+CommHandle AsyncCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype) {
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kAllReduce;
+  args.send = send;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
+  return Issue(args);
+}
+
+CommHandle AsyncCommunicator::ReduceScatter(const void* send, void* recv, int64_t recv_count,
+                                            DType dtype) {
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kReduceScatter;
+  args.send = send;
+  args.recv = recv;
+  args.count = recv_count;
+  args.dtype = dtype;
+  return Issue(args);
+}
+
+CommHandle AsyncCommunicator::AllGather(const void* send, void* recv, int64_t send_count,
+                                        DType dtype) {
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kAllGather;
+  args.send = send;
+  args.recv = recv;
+  args.count = send_count;
+  args.dtype = dtype;
+  return Issue(args);
+}
+
+CommHandle AsyncCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kBroadcast;
+  args.send = buf;
+  args.recv = buf;
+  args.count = count;
+  args.dtype = dtype;
+  args.root = root;
+  return Issue(args);
+}
+
+CommHandle AsyncCommunicator::Barrier() {
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kBarrier;
+  return Issue(args);
+}
+
+absl::Status AsyncCommunicator::CheckArguments(const CollectiveArgs& args) const {
+  const std::string where = absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));
+  if (args.kind == CollectiveKind::kBarrier) return absl::OkStatus();
+  if (args.count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: element count %d is negative", where, args.count));
+  }
+  const bool is_sum =
+      args.kind == CollectiveKind::kAllReduce || args.kind == CollectiveKind::kReduceScatter;
+  if (is_sum && !IsSummable(args.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: dtype %s cannot be summed; use fp32, bf16, fp16, fp64 or int64", where,
+                        DTypeName(args.dtype)));
+  }
+  if (args.kind == CollectiveKind::kBroadcast && (args.root < 0 || args.root >= size_)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: root %d is out of range; the group has ranks 0..%d", where, args.root, size_ - 1));
+  }
+  const uint64_t element_bytes = DTypeSize(args.dtype);
+  const uint64_t max_count =
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / element_bytes / size_;
+  if (static_cast<uint64_t>(args.count) > max_count) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d elements per rank times %d ranks overflows a byte count", where,
+                        args.count, size_));
+  }
+  if (args.count == 0) return absl::OkStatus();
+  if (args.send == nullptr || args.recv == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s buffer is null but count is %d", where,
+        args.kind == CollectiveKind::kBroadcast ? "the" : (args.send == nullptr ? "send" : "recv"),
+        args.count));
+  }
+  const uint64_t block = element_bytes * static_cast<uint64_t>(args.count);
+  const uint64_t whole = block * static_cast<uint64_t>(size_);
+  const char* send = static_cast<const char*>(args.send);
+  const char* recv = static_cast<const char*>(args.recv);
+  bool bad_overlap = false;
+  const char* rule = "";
+  switch (args.kind) {
+    case CollectiveKind::kAllReduce:
+      bad_overlap = send != recv && Overlap(send, block, recv, block);
+      rule = "send and recv must be identical (in place) or disjoint";
+      break;
+    case CollectiveKind::kReduceScatter:
+      bad_overlap = recv != send + block * rank_ && Overlap(send, whole, recv, block);
+      rule = "recv must be block rank() of send (in place) or disjoint from send";
+      break;
+    case CollectiveKind::kAllGather:
+      bad_overlap = send != recv + block * rank_ && Overlap(send, block, recv, whole);
+      rule = "send must be block rank() of recv (in place) or disjoint from recv";
+      break;
+    default:
+      break;
+  }
+  if (bad_overlap) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: buffers overlap in an unsupported way; %s", where, rule));
+  }
+  return absl::OkStatus();
+}
+
+CommHandle AsyncCommunicator::Issue(CollectiveArgs args) {
+  auto state = std::make_shared<CommOpState>();
+  absl::Status poisoned;
+  absl::Status argument_error;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    args.seq = next_seq_++;
+    poisoned = poison_;
+    stopping = stopping_;
+    if (poisoned.ok() && !stopping) {
+      argument_error = CheckArguments(args);
+      if (argument_error.ok()) {
+        queue_.push_back(PendingOp{args, absl::OkStatus(), state});
+      } else {
+        // The handle fails now; a marker poisons the communicator once the
+        // collectives issued before this one have run.
+        queue_.push_back(PendingOp{args, argument_error, nullptr});
+      }
+    }
+  }
+  if (!poisoned.ok()) {
+    state->Complete(
+        absl::Status(poisoned.code(),
+                     absl::StrFormat("%s: %s not run: an earlier collective failed: %s",
+                                     ErrorPrefix(), DescribeCollective(args), poisoned.message())));
+  } else if (!argument_error.ok()) {
+    state->Complete(argument_error);
+  } else if (stopping) {
+    state->Complete(absl::FailedPreconditionError(
+        absl::StrFormat("%s: %s issued while the communicator is being destroyed", ErrorPrefix(),
+                        DescribeCollective(args))));
+  } else {
+    cv_.notify_one();
+  }
+  return CommHandle(std::move(state));
+}
+
+void AsyncCommunicator::ProgressLoop() {
+  while (true) {
+    PendingOp op;
+    absl::Status poisoned;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // Stopping and drained.
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      poisoned = poison_;
+    }
+    absl::Status result;
+    if (!op.argument_error.ok()) {
+      result = op.argument_error;
+    } else if (!poisoned.ok()) {
+      result = absl::Status(
+          poisoned.code(),
+          absl::StrFormat("%s: %s not run: an earlier collective failed: %s", ErrorPrefix(),
+                          DescribeCollective(op.args), poisoned.message()));
+    } else {
+      result = RunCollective(op.args, absl::Now() + options_.timeout);
+    }
+    if (!result.ok() && poisoned.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        poison_ = result;
+      }
+      OnPoisoned(result);
+    }
+    if (op.state != nullptr) op.state->Complete(std::move(result));
+  }
+}
+
+}  // namespace internal
+}  // namespace zeroshard

@@ -1,0 +1,91 @@
+// AsyncCommunicator: the issue/queue/progress machinery shared by every
+// backend. A backend only says how to run one collective synchronously
+// against a deadline; this class checks arguments, numbers the collectives,
+// runs them one at a time in issue order on a single progress thread and
+// poisons the communicator on the first failure.
+#ifndef ZEROSHARD_ENGINE_SRC_COMM_ASYNC_COMMUNICATOR_H_
+#define ZEROSHARD_ENGINE_SRC_COMM_ASYNC_COMMUNICATOR_H_
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/src/comm/comm_op.h"
+#include "zeroshard/communicator.h"
+
+namespace zeroshard {
+namespace internal {
+
+class AsyncCommunicator : public Communicator {
+ public:
+  ~AsyncCommunicator() override;
+
+  int rank() const final { return rank_; }
+  int size() const final { return size_; }
+
+  // Issuing is thread-safe (a mutex orders concurrent callers), but the issue
+  // order is what matches collectives across ranks, so one rank should issue
+  // from one thread (or order its threads itself).
+  CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) final;
+  CommHandle ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype) final;
+  CommHandle AllGather(const void* send, void* recv, int64_t send_count, DType dtype) final;
+  CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root) final;
+  CommHandle Barrier() final;
+
+ protected:
+  AsyncCommunicator(int rank, int size, CommOptions options);
+
+  // Starts the progress thread; the derived constructor calls it last.
+  void StartProgressThread();
+  // Fails every queued collective that has not started, asks the running one
+  // to stop (RequestAbort) and joins the progress thread. The derived
+  // destructor must call it first, while RunCollective is still callable.
+  void Shutdown();
+
+  // Runs one collective now, on the progress thread, giving up at `deadline`.
+  // Arguments were already checked.
+  virtual absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) = 0;
+  // Called (on the progress thread) once, with the first error.
+  virtual void OnPoisoned(const absl::Status& error) {}
+  // Called from Shutdown(), on any thread: a running RunCollective should
+  // return an error soon instead of waiting out its deadline.
+  virtual void RequestAbort() {}
+
+  const CommOptions& options() const { return options_; }
+  // "local comm rank 2" / "mpi comm rank 2": the prefix of every error.
+  std::string ErrorPrefix() const;
+
+ private:
+  struct PendingOp {
+    CollectiveArgs args;
+    absl::Status argument_error;
+    std::shared_ptr<CommOpState> state;
+  };
+
+  CommHandle Issue(CollectiveArgs args);
+  absl::Status CheckArguments(const CollectiveArgs& args) const;
+  void ProgressLoop();
+
+  const int rank_;
+  const int size_;
+  const CommOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PendingOp> queue_;
+  uint64_t next_seq_ = 1;
+  bool stopping_ = false;
+  // The first error; once set every later collective fails with it.
+  absl::Status poison_;
+  std::thread thread_;
+};
+
+}  // namespace internal
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_ENGINE_SRC_COMM_ASYNC_COMMUNICATOR_H_

@@ -1,0 +1,92 @@
+#include "absl/strings/str_format.h"
+#include "engine/src/comm/comm_op.h"
+#include "zeroshard/communicator.h"
+
+namespace zeroshard {
+namespace internal {
+
+void CommOpState::Complete(absl::Status result) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(result);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+absl::Status CommOpState::Wait() {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [this] { return done; });
+  return status;
+}
+
+bool CommOpState::Ready() {
+  std::lock_guard<std::mutex> lock(mu);
+  return done;
+}
+
+const char* CollectiveName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "AllReduce";
+    case CollectiveKind::kReduceScatter:
+      return "ReduceScatter";
+    case CollectiveKind::kAllGather:
+      return "AllGather";
+    case CollectiveKind::kBroadcast:
+      return "Broadcast";
+    case CollectiveKind::kBarrier:
+      return "Barrier";
+  }
+  return "?";
+}
+
+std::string DescribeCollective(const CollectiveArgs& args) {
+  switch (args.kind) {
+    case CollectiveKind::kBarrier:
+      return absl::StrFormat("Barrier #%d", args.seq);
+    case CollectiveKind::kBroadcast:
+      return absl::StrFormat("Broadcast #%d (count %d, %s, root %d)", args.seq, args.count,
+                             DTypeName(args.dtype), args.root);
+    default:
+      return absl::StrFormat("%s #%d (count %d, %s)", CollectiveName(args.kind), args.seq,
+                             args.count, DTypeName(args.dtype));
+  }
+}
+
+std::string DescribeMismatch(const CollectiveArgs& mine, const CollectiveArgs& theirs) {
+  if (mine.kind != theirs.kind) {
+    return absl::StrFormat("collective kind %s vs %s", CollectiveName(mine.kind),
+                           CollectiveName(theirs.kind));
+  }
+  if (mine.kind == CollectiveKind::kBarrier) return "";
+  if (mine.count != theirs.count) {
+    return absl::StrFormat("count %d vs %d", mine.count, theirs.count);
+  }
+  if (mine.dtype != theirs.dtype) {
+    return absl::StrFormat("dtype %s vs %s", DTypeName(mine.dtype), DTypeName(theirs.dtype));
+  }
+  if (mine.kind == CollectiveKind::kBroadcast && mine.root != theirs.root) {
+    return absl::StrFormat("root %d vs %d", mine.root, theirs.root);
+  }
+  return "";
+}
+
+}  // namespace internal
+
+CommHandle::CommHandle(std::shared_ptr<internal::CommOpState> state) : state_(std::move(state)) {}
+
+// Dropping a handle does not cancel the collective: the progress thread keeps
+// the state alive and completes it; only the result is discarded.
+CommHandle::~CommHandle() = default;
+
+absl::Status CommHandle::Wait() {
+  if (state_ == nullptr) return waited_status_;
+  waited_status_ = state_->Wait();
+  state_.reset();
+  return waited_status_;
+}
+
+bool CommHandle::Ready() const { return state_ == nullptr || state_->Ready(); }
+
+}  // namespace zeroshard

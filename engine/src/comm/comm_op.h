@@ -1,0 +1,77 @@
+// Internal pieces shared by every communicator backend: the completion state
+// behind a CommHandle and the description of one issued collective.
+#ifndef ZEROSHARD_ENGINE_SRC_COMM_COMM_OP_H_
+#define ZEROSHARD_ENGINE_SRC_COMM_COMM_OP_H_
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "zeroshard/dtype.h"
+
+namespace zeroshard {
+namespace internal {
+
+// Completion of one collective, shared by the issuing CommHandle and the
+// progress thread that runs it. Complete() is called exactly once.
+struct CommOpState {
+  void Complete(absl::Status result);
+  absl::Status Wait();
+  bool Ready();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  absl::Status status;
+};
+
+enum class CollectiveKind : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kBarrier
+};
+
+// "AllReduce", "ReduceScatter", ...
+const char* CollectiveName(CollectiveKind kind);
+
+// One issued collective, as the rank that issued it described it. `count` is
+// the per-call element count of the public API (AllReduce: count;
+// ReduceScatter: recv_count; AllGather: send_count; Broadcast: count).
+struct CollectiveArgs {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::kUInt8;
+  int root = 0;
+  // 1-based position of this collective among those issued by this rank.
+  uint64_t seq = 0;
+};
+
+// "AllReduce #17 (count 1009, fp32)" — for error messages.
+std::string DescribeCollective(const CollectiveArgs& args);
+
+// Describes what differs between two ranks' views of the same collective, or
+// returns "" when they match (kind, count, dtype and, for Broadcast, root).
+std::string DescribeMismatch(const CollectiveArgs& mine, const CollectiveArgs& theirs);
+
+// Element range [*offset, *offset + *length) of piece `index` when `count`
+// elements are split into `pieces` nearly equal pieces (the first
+// count % pieces pieces get one element more). AllReduce is built from these
+// pieces on every backend.
+inline void PieceRange(int64_t count, int pieces, int index, int64_t* offset, int64_t* length) {
+  const int64_t base = count / pieces;
+  const int64_t extra = count % pieces;
+  *offset = base * index + std::min<int64_t>(index, extra);
+  *length = base + (index < extra ? 1 : 0);
+}
+
+}  // namespace internal
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_ENGINE_SRC_COMM_COMM_OP_H_

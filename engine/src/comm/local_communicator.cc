@@ -1,0 +1,327 @@
+// The `local` backend: N ranks as N threads of one process. The ranks of a
+// group share a LocalHub; for every collective each rank posts its buffer
+// pointers, and once all have posted, each rank computes its own part of the
+// result by reading its peers' buffers directly. No data is staged.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "engine/src/comm/async_communicator.h"
+#include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/reduce.h"
+#include "zeroshard/communicator.h"
+
+namespace zeroshard {
+namespace internal {
+namespace {
+
+// Shared state of one local group. Protocol for the collective with sequence
+// number s on rank r:
+//   1. post: slot r holds r's CollectiveArgs for s.
+//   2. commit: wait until every rank posted s. The first rank that sees all
+//      posts, all matching and nobody gone marks s committed; from then on the
+//      collective runs to completion on every rank (a rank never abandons a
+//      committed collective, since peers may be reading its buffers).
+//      Before commit, a timeout, a mismatch, a departed peer or destruction
+//      fails the collective, and the failing rank marks itself gone under the
+//      same lock so that nobody can commit with it afterwards.
+//   3. compute: rank r reads its peers' posted buffers and writes its part.
+//   4. done: wait until every rank finished step 3 of s (peers read our
+//      buffers and write our recv). This wait needs no deadline: every rank
+//      is past commit and only copies memory.
+// A rank cannot post s+1 before all ranks are done with s, so one slot per
+// rank is enough.
+class LocalHub {
+ public:
+  explicit LocalHub(int world_size) : slots_(world_size) {}
+
+  absl::Status Run(int rank, const CollectiveArgs& args, absl::Time deadline,
+                   absl::Duration timeout, const std::string& prefix) {
+    const uint64_t seq = args.seq;
+    const int world = static_cast<int>(slots_.size());
+    std::unique_lock<std::mutex> lock(mu_);
+    slots_[rank].posted = args;
+    cv_.notify_all();
+    const auto chrono_deadline = absl::ToChronoTime(deadline);
+    while (committed_seq_ < seq) {
+      absl::Status failure = CheckBeforeCommit(rank, args, timeout, prefix);
+      if (failure.ok() && committed_seq_ < seq && absl::Now() >= deadline) {
+        failure = TimeoutError(rank, args, timeout, prefix);
+      }
+      if (!failure.ok()) {
+        MarkGoneLocked(rank, std::string(failure.message()));
+        return failure;
+      }
+      if (committed_seq_ >= seq) break;
+      cv_.wait_until(lock, chrono_deadline);
+    }
+    // Step 3: the posted slots of seq stay untouched until everyone is done.
+    std::vector<CollectiveArgs> posts(world);
+    for (int p = 0; p < world; ++p) posts[p] = slots_[p].posted;
+    lock.unlock();
+    Compute(rank, posts);
+    lock.lock();
+    slots_[rank].done_seq = seq;
+    cv_.notify_all();
+    cv_.wait(lock, [&] {
+      return std::all_of(slots_.begin(), slots_.end(),
+                         [&](const Slot& slot) { return slot.done_seq >= seq; });
+    });
+    return absl::OkStatus();
+  }
+
+  // Marks `rank` as having left the group: collectives not yet committed fail
+  // at once on every rank instead of waiting out their timeout.
+  void MarkGone(int rank, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MarkGoneLocked(rank, reason);
+  }
+
+  // The communicator of `rank` is being destroyed: its waiting collective
+  // (if not committed) fails now.
+  void Abort(int rank) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[rank].aborted = true;
+    cv_.notify_all();
+  }
+
+ private:
+  struct Slot {
+    CollectiveArgs posted;  // posted.seq == 0: nothing posted yet.
+    uint64_t done_seq = 0;
+    bool gone = false;
+    std::string gone_reason;
+    bool aborted = false;
+  };
+
+  void MarkGoneLocked(int rank, const std::string& reason) {
+    if (slots_[rank].gone) return;
+    slots_[rank].gone = true;
+    slots_[rank].gone_reason = reason;
+    cv_.notify_all();
+  }
+
+  std::vector<int> MissingRanks(uint64_t seq) const {
+    std::vector<int> missing;
+    for (int p = 0; p < static_cast<int>(slots_.size()); ++p) {
+      if (slots_[p].posted.seq < seq) missing.push_back(p);
+    }
+    return missing;
+  }
+
+  // Returns an error when the collective must fail now, OK when it must keep
+  // waiting, and marks it committed (OK) when every rank is ready.
+  absl::Status CheckBeforeCommit(int rank, const CollectiveArgs& args, absl::Duration timeout,
+                                 const std::string& prefix) {
+    const std::string what = DescribeCollective(args);
+    const std::vector<int> missing = MissingRanks(args.seq);
+    if (missing.empty()) {
+      // Everyone posted: a mismatch is the same verdict on every rank.
+      for (int p = 0; p < static_cast<int>(slots_.size()); ++p) {
+        const std::string diff = DescribeMismatch(args, slots_[p].posted);
+        if (!diff.empty()) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "%s: %s does not match rank %d's collective #%d, %s (%s); every rank must issue "
+              "the same collectives in the same order",
+              prefix, what, p, args.seq, DescribeCollective(slots_[p].posted), diff));
+        }
+      }
+    }
+    for (int p = 0; p < static_cast<int>(slots_.size()); ++p) {
+      if (!slots_[p].gone) continue;
+      std::string still_missing;
+      if (!missing.empty()) {
+        still_missing =
+            absl::StrFormat("; rank(s) %s had not issued it yet", absl::StrJoin(missing, ", "));
+      }
+      if (p == rank) {
+        return absl::AbortedError(
+            absl::StrFormat("%s: %s failed: this rank already left the group (%s)", prefix, what,
+                            slots_[p].gone_reason));
+      }
+      return absl::AbortedError(
+          absl::StrFormat("%s: %s failed: rank %d left the group (its error: %s)%s", prefix, what,
+                          p, slots_[p].gone_reason, still_missing));
+    }
+    if (missing.empty()) {
+      committed_seq_ = args.seq;
+      cv_.notify_all();
+      return absl::OkStatus();
+    }
+    if (slots_[rank].aborted) {
+      return absl::CancelledError(absl::StrFormat(
+          "%s: %s failed: the communicator was destroyed while waiting for rank(s) %s", prefix,
+          what, absl::StrJoin(missing, ", ")));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TimeoutError(int rank, const CollectiveArgs& args, absl::Duration timeout,
+                            const std::string& prefix) const {
+    const std::vector<int> missing = MissingRanks(args.seq);
+    std::vector<std::string> last;
+    for (int p : missing) {
+      const uint64_t reached = slots_[p].posted.seq;
+      last.push_back(reached == 0
+                         ? absl::StrFormat("rank %d has not run any collective", p)
+                         : absl::StrFormat("rank %d's last collective was #%d", p, reached));
+    }
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "%s: timed out after %s in %s waiting for rank(s) %s; %s never issued this collective "
+        "(%s)",
+        prefix, absl::FormatDuration(timeout), DescribeCollective(args),
+        absl::StrJoin(missing, ", "), missing.size() == 1 ? "that rank" : "those ranks",
+        absl::StrJoin(last, ", ")));
+  }
+
+  // Step 3 for `rank`: every rank computes a disjoint part of the outputs.
+  static void Compute(int rank, const std::vector<CollectiveArgs>& posts) {
+    const CollectiveArgs& mine = posts[rank];
+    const int world = static_cast<int>(posts.size());
+    const size_t element_bytes = DTypeSize(mine.dtype);
+    const int64_t count = mine.count;
+    if (count == 0) return;
+    std::vector<const void*> inputs(world);
+    std::vector<void*> outputs(world);
+    switch (mine.kind) {
+      case CollectiveKind::kAllReduce: {
+        // Rank r reduces piece r of everyone's send and writes it into
+        // everyone's recv. Only rank r touches piece r of any buffer, so in
+        // place is safe (SumInRankOrder reads a block before writing it).
+        int64_t offset, length;
+        PieceRange(count, world, rank, &offset, &length);
+        if (length == 0) return;
+        for (int p = 0; p < world; ++p) {
+          inputs[p] = static_cast<const char*>(posts[p].send) + offset * element_bytes;
+          outputs[p] = static_cast<char*>(posts[p].recv) + offset * element_bytes;
+        }
+        SumInRankOrder(inputs.data(), world, outputs.data(), world, length, mine.dtype);
+        return;
+      }
+      case CollectiveKind::kReduceScatter: {
+        // Block r of every send is read only by rank r, so recv may alias it.
+        for (int p = 0; p < world; ++p) {
+          inputs[p] = static_cast<const char*>(posts[p].send) + rank * count * element_bytes;
+        }
+        void* out = mine.recv;
+        SumInRankOrder(inputs.data(), world, &out, 1, count, mine.dtype);
+        return;
+      }
+      case CollectiveKind::kAllGather: {
+        // Peers read only our send (block rank() of recv when in place), and
+        // we write only the other blocks of our recv.
+        for (int p = 0; p < world; ++p) {
+          char* dst = static_cast<char*>(mine.recv) + p * count * element_bytes;
+          if (dst != posts[p].send || p != rank) {
+            std::memcpy(dst, posts[p].send, count * element_bytes);
+          }
+        }
+        return;
+      }
+      case CollectiveKind::kBroadcast:
+        if (rank != mine.root) {
+          std::memcpy(mine.recv, posts[mine.root].send, count * element_bytes);
+        }
+        return;
+      case CollectiveKind::kBarrier:
+        return;
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  uint64_t committed_seq_ = 0;
+};
+
+class LocalCommunicator final : public AsyncCommunicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalHub> hub, int rank, int size, CommOptions options)
+      : AsyncCommunicator(rank, size, options), hub_(std::move(hub)) {
+    StartProgressThread();
+  }
+
+  ~LocalCommunicator() override {
+    Shutdown();
+    hub_->MarkGone(rank(), "its communicator was destroyed");
+  }
+
+  std::string backend() const override { return "local"; }
+
+  LocalHub& hub() { return *hub_; }
+
+ protected:
+  absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override {
+    return hub_->Run(rank(), args, deadline, options().timeout, ErrorPrefix());
+  }
+  void OnPoisoned(const absl::Status& error) override {
+    hub_->MarkGone(rank(), std::string(error.message()));
+  }
+  void RequestAbort() override { hub_->Abort(rank()); }
+
+ private:
+  std::shared_ptr<LocalHub> hub_;
+};
+
+}  // namespace
+}  // namespace internal
+
+absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(int world_size,
+                                                                            CommOptions options) {
+  constexpr int kMaxLocalRanks = 1024;
+  if (world_size < 1 || world_size > kMaxLocalRanks) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CreateLocalGroup: world size %d is out of range; use 1..%d (one thread per rank)",
+        world_size, kMaxLocalRanks));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CreateLocalGroup: timeout %s must be positive", absl::FormatDuration(options.timeout)));
+  }
+  auto hub = std::make_shared<internal::LocalHub>(world_size);
+  std::vector<std::unique_ptr<Communicator>> group;
+  group.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    group.push_back(std::make_unique<internal::LocalCommunicator>(hub, r, world_size, options));
+  }
+  return group;
+}
+
+absl::Status RunLocalRanks(int world_size,
+                           const std::function<absl::Status(int rank, Communicator& comm)>& fn,
+                           CommOptions options) {
+  auto group_or = CreateLocalGroup(world_size, options);
+  if (!group_or.ok()) return group_or.status();
+  std::vector<std::unique_ptr<Communicator>> group = std::move(group_or).value();
+
+  std::mutex mu;
+  absl::Status first_error;  // In time order: later errors are usually echoes.
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      absl::Status status = fn(r, *group[r]);
+      if (status.ok()) return;
+      auto& comm = static_cast<internal::LocalCommunicator&>(*group[r]);
+      comm.hub().MarkGone(r, std::string(status.message()));
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_error.ok()) {
+        first_error =
+            absl::Status(status.code(), absl::StrFormat("rank %d: %s", r, status.message()));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  group.clear();
+  return first_error;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,580 @@
+// The `mpi` backend: one rank per process over a dup of MPI_COMM_WORLD.
+//
+// Every collective is built from nonblocking point-to-point messages polled
+// against the deadline, so a timeout can say which peers' messages never
+// came. Each collective starts with a small all-to-all of descriptors (kind,
+// count, dtype, root, sequence number): it checks that all ranks issued the
+// same collective and doubles as the barrier. All MPI calls are made from the
+// progress thread (or before it starts / after it stops), so MPI needs only
+// MPI_THREAD_SERIALIZED; with less than MULTIPLE a process-wide mutex keeps
+// several communicators from calling MPI at the same time.
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "engine/src/comm/async_communicator.h"
+#include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/reduce.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace internal {
+namespace {
+
+// Reduce-scatter moves at most this many bytes per peer per round, which
+// bounds the scratch memory to (size() - 1) * kChunkBytes.
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
+// MPI counts are int: larger transfers go as several messages with the same
+// tag, which MPI delivers in order.
+constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
+
+std::mutex g_init_mu;
+bool g_we_initialized = false;
+// Communicators created so far by this process. Creation is collective, so
+// every rank numbers its communicators alike.
+uint64_t g_instances_created = 0;
+int g_thread_level = MPI_THREAD_SINGLE;
+// Serialises MPI calls across communicators when MPI is not MULTIPLE.
+std::mutex g_call_mu;
+
+class MpiCallLock {
+ public:
+  MpiCallLock() {
+    if (g_thread_level < MPI_THREAD_MULTIPLE) lock_ = std::unique_lock<std::mutex>(g_call_mu);
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+std::string MpiErrorString(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
+    return absl::StrFormat("MPI error code %d", code);
+  }
+  return std::string(text, length);
+}
+
+absl::Status MpiError(const std::string& where, const char* call, int code) {
+  return absl::InternalError(
+      absl::StrFormat("%s: %s failed: %s (MPI error %d)", where, call, MpiErrorString(code), code));
+}
+
+const char* ThreadLevelName(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown";
+}
+
+absl::Status EnsureMpiInitialized() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return absl::FailedPreconditionError(
+        "CreateMpiCommunicator: MPI was already finalized; create communicators before "
+        "FinalizeMpi()");
+  }
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) return MpiError("CreateMpiCommunicator", "MPI_Init_thread", rc);
+    g_we_initialized = true;
+  } else {
+    const int rc = MPI_Query_thread(&provided);
+    if (rc != MPI_SUCCESS) return MpiError("CreateMpiCommunicator", "MPI_Query_thread", rc);
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "CreateMpiCommunicator: MPI provides %s but the communicator calls MPI from its own "
+        "thread and needs at least MPI_THREAD_SERIALIZED; initialise MPI with "
+        "MPI_Init_thread(MPI_THREAD_MULTIPLE) or let CreateMpiCommunicator do it",
+        ThreadLevelName(provided)));
+  }
+  g_thread_level = provided;
+  return absl::OkStatus();
+}
+
+// The descriptor every rank sends to every peer at the start of a collective.
+struct Descriptor {
+  int64_t kind;
+  int64_t count;
+  int64_t dtype;
+  int64_t root;
+  int64_t seq;
+  int64_t instance;
+};
+
+Descriptor ToDescriptor(const CollectiveArgs& args, uint64_t instance) {
+  return Descriptor{static_cast<int64_t>(args.kind),  args.count,
+                    static_cast<int64_t>(args.dtype), args.root,
+                    static_cast<int64_t>(args.seq),   static_cast<int64_t>(instance)};
+}
+
+CollectiveArgs FromDescriptor(const Descriptor& d) {
+  CollectiveArgs args;
+  args.kind = static_cast<CollectiveKind>(d.kind);
+  args.count = d.count;
+  args.dtype = static_cast<DType>(d.dtype);
+  args.root = static_cast<int>(d.root);
+  args.seq = static_cast<uint64_t>(d.seq);
+  return args;
+}
+
+// Which part of a collective a set of requests belongs to (for errors).
+enum class Phase { kDescriptors, kData };
+
+class MpiCommunicator final : public AsyncCommunicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int rank, int size, int64_t tag_space, uint64_t instance,
+                  CommOptions options)
+      : AsyncCommunicator(rank, size, options), comm_(comm), instance_(instance) {
+    int tag_bits = 0;
+    while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
+    seq_bits_ = std::min(tag_bits, 20);
+    instance_bits_ = tag_bits - seq_bits_;
+    StartProgressThread();
+  }
+
+  ~MpiCommunicator() override {
+    Shutdown();
+    MpiCallLock lock;
+    MPI_Comm_free(&comm_);
+  }
+
+  std::string backend() const override { return "mpi"; }
+
+ protected:
+  absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
+  void RequestAbort() override { abort_.store(true); }
+
+ private:
+  // Outstanding nonblocking requests of one step, with their peer.
+  struct Requests {
+    std::vector<MPI_Request> handles;
+    std::vector<int> peers;
+    std::vector<bool> is_recv;
+  };
+
+  // The low bits of a tag are the collective's sequence number, the high bits
+  // (when MPI allows tags that large) the communicator instance. After a
+  // timeout, messages of the abandoned communicator may still arrive and MPI
+  // may give its context id to the next communicator; distinct tags keep them
+  // from ever matching that communicator's receives.
+  int Tag(const CollectiveArgs& args) const {
+    const uint64_t seq_part = args.seq & ((uint64_t{1} << seq_bits_) - 1);
+    const uint64_t instance_part = instance_ & ((uint64_t{1} << instance_bits_) - 1);
+    return static_cast<int>((instance_part << seq_bits_) | seq_part);
+  }
+  std::string Where(const CollectiveArgs& args) const {
+    return absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));
+  }
+
+  absl::Status PostSend(Requests& requests, const void* data, int64_t bytes, int peer, int tag,
+                        const CollectiveArgs& args);
+  absl::Status PostRecv(Requests& requests, void* data, int64_t bytes, int peer, int tag,
+                        const CollectiveArgs& args);
+  // Polls until every request completed, the deadline passed or the
+  // communicator is being destroyed. On failure cancels what is left.
+  absl::Status Complete(Requests& requests, const CollectiveArgs& args, absl::Time deadline,
+                        Phase phase);
+  static void Abandon(Requests& requests);
+
+  absl::Status ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline);
+  // Reduce-scatter over blocks: block p is [offset(p), offset(p)+length(p))
+  // elements of `send`; the sum of block rank() goes to `out`.
+  absl::Status ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
+                                   const std::vector<int64_t>& offsets,
+                                   const std::vector<int64_t>& lengths, char* out,
+                                   absl::Time deadline);
+  // All-gather over blocks: `mine` (length(rank()) elements) goes to block
+  // rank() of `recv` on every rank.
+  absl::Status AllGatherBlocks(const CollectiveArgs& args, const char* mine, char* recv,
+                               const std::vector<int64_t>& offsets,
+                               const std::vector<int64_t>& lengths, absl::Time deadline);
+
+  MPI_Comm comm_;
+  const uint64_t instance_;
+  int seq_bits_ = 0;
+  int instance_bits_ = 0;
+  std::atomic<bool> abort_{false};
+  std::vector<char> scratch_;
+};
+
+absl::Status MpiCommunicator::PostSend(Requests& requests, const void* data, int64_t bytes,
+                                       int peer, int tag, const CollectiveArgs& args) {
+  const char* p = static_cast<const char*>(data);
+  int64_t done = 0;
+  do {
+    const int64_t n = std::min(bytes - done, kMaxMessageBytes);
+    MPI_Request request;
+    int rc;
+    {
+      MpiCallLock lock;
+      rc = MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request);
+    }
+    if (rc != MPI_SUCCESS) return MpiError(Where(args), "MPI_Isend", rc);
+    requests.handles.push_back(request);
+    requests.peers.push_back(peer);
+    requests.is_recv.push_back(false);
+    done += n;
+  } while (done < bytes);
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::PostRecv(Requests& requests, void* data, int64_t bytes, int peer,
+                                       int tag, const CollectiveArgs& args) {
+  char* p = static_cast<char*>(data);
+  int64_t done = 0;
+  do {
+    const int64_t n = std::min(bytes - done, kMaxMessageBytes);
+    MPI_Request request;
+    int rc;
+    {
+      MpiCallLock lock;
+      rc = MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request);
+    }
+    if (rc != MPI_SUCCESS) return MpiError(Where(args), "MPI_Irecv", rc);
+    requests.handles.push_back(request);
+    requests.peers.push_back(peer);
+    requests.is_recv.push_back(true);
+    done += n;
+  } while (done < bytes);
+  return absl::OkStatus();
+}
+
+void MpiCommunicator::Abandon(Requests& requests) {
+  MpiCallLock lock;
+  for (size_t i = 0; i < requests.handles.size(); ++i) {
+    MPI_Request& request = requests.handles[i];
+    if (request == MPI_REQUEST_NULL) continue;
+    if (requests.is_recv[i]) {
+      // A cancelled receive completes at once; its buffer is then free.
+      MPI_Cancel(&request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+    } else {
+      // Sends cannot be cancelled reliably: let MPI finish or drop them. The
+      // communicator is poisoned after this, so nothing else uses the tag.
+      MPI_Request_free(&request);
+    }
+  }
+}
+
+absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs& args,
+                                       absl::Time deadline, Phase phase) {
+  const int n = static_cast<int>(requests.handles.size());
+  std::vector<int> indices(n);
+  int remaining = n;
+  int idle_polls = 0;
+  while (remaining > 0) {
+    int completed = 0;
+    int rc;
+    {
+      MpiCallLock lock;
+      rc =
+          MPI_Testsome(n, requests.handles.data(), &completed, indices.data(), MPI_STATUSES_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) {
+      Abandon(requests);
+      return MpiError(Where(args), "MPI_Testsome", rc);
+    }
+    if (completed == MPI_UNDEFINED) break;  // No active request left.
+    if (completed > 0) {
+      remaining -= completed;
+      idle_polls = 0;
+      continue;
+    }
+    const bool aborted = abort_.load();
+    if (aborted || absl::Now() >= deadline) {
+      std::set<int> missing_from;
+      std::set<int> not_taken_by;
+      for (int i = 0; i < n; ++i) {
+        if (requests.handles[i] == MPI_REQUEST_NULL) continue;
+        (requests.is_recv[i] ? missing_from : not_taken_by).insert(requests.peers[i]);
+      }
+      Abandon(requests);
+      const std::string waiting_for =
+          absl::StrJoin(missing_from.empty() ? not_taken_by : missing_from, ", ");
+      if (aborted) {
+        return absl::CancelledError(absl::StrFormat(
+            "%s failed: the communicator was destroyed while waiting for rank(s) %s", Where(args),
+            waiting_for));
+      }
+      std::string why;
+      if (phase == Phase::kDescriptors && !missing_from.empty()) {
+        why = absl::StrFormat("%s never issued this collective (or is stuck before it)",
+                              missing_from.size() == 1 ? "that rank" : "those ranks");
+      } else if (!missing_from.empty()) {
+        why =
+            "they issued this collective but their data never arrived (a peer died or is "
+            "stuck)";
+      } else {
+        why = "they never received our data (a peer died or is stuck)";
+      }
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "%s: timed out after %s in %s waiting for rank(s) %s; %s", ErrorPrefix(),
+          absl::FormatDuration(options().timeout), DescribeCollective(args), waiting_for, why));
+    }
+    // Spin politely first (MPI progresses only inside our Test calls), then
+    // back off so a rank that waits for a late peer does not burn a core.
+    if (++idle_polls < 2000) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline) {
+  const int world = size();
+  const Descriptor mine = ToDescriptor(args, instance_);
+  std::vector<Descriptor> theirs(world);
+  Requests requests;
+  const int tag = Tag(args);
+  for (int p = 0; p < world; ++p) {
+    if (p == rank()) continue;
+    ZS_RETURN_IF_ERROR(PostRecv(requests, &theirs[p], sizeof(Descriptor), p, tag, args));
+  }
+  for (int p = 0; p < world; ++p) {
+    if (p == rank()) continue;
+    absl::Status posted = PostSend(requests, &mine, sizeof(Descriptor), p, tag, args);
+    if (!posted.ok()) {
+      Abandon(requests);
+      return posted;
+    }
+  }
+  ZS_RETURN_IF_ERROR(Complete(requests, args, deadline, Phase::kDescriptors));
+  for (int p = 0; p < world; ++p) {
+    if (p == rank()) continue;
+    if (static_cast<uint64_t>(theirs[p].instance) != instance_) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: rank %d answered from its communicator #%d but this is communicator #%d; every "
+          "rank must create (and use) its MPI communicators in the same order",
+          Where(args), p, theirs[p].instance, instance_));
+    }
+    const CollectiveArgs other = FromDescriptor(theirs[p]);
+    std::string diff = DescribeMismatch(args, other);
+    if (diff.empty() && other.seq != args.seq) {
+      diff = absl::StrFormat("sequence number %d vs %d", args.seq, other.seq);
+    }
+    if (!diff.empty()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: %s does not match rank %d's collective #%d, %s (%s); every rank must issue the "
+          "same collectives in the same order",
+          ErrorPrefix(), DescribeCollective(args), p, other.seq, DescribeCollective(other), diff));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
+                                                  const std::vector<int64_t>& offsets,
+                                                  const std::vector<int64_t>& lengths, char* out,
+                                                  absl::Time deadline) {
+  const int world = size();
+  const int me = rank();
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / element_bytes);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t slot_elements = std::min(chunk, longest);
+  const size_t scratch_bytes = static_cast<size_t>(world) * slot_elements * element_bytes;
+  if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);
+  const int tag = Tag(args);
+  std::vector<const void*> inputs(world);
+  for (int64_t begin = 0; begin < longest; begin += chunk) {
+    Requests requests;
+    const int64_t my_n = std::max<int64_t>(0, std::min(chunk, lengths[me] - begin));
+    for (int p = 0; p < world; ++p) {
+      char* slot = scratch_.data() + static_cast<size_t>(p) * slot_elements * element_bytes;
+      inputs[p] = p == me ? send + (offsets[me] + begin) * element_bytes : slot;
+      if (p == me || my_n == 0) continue;
+      ZS_RETURN_IF_ERROR(PostRecv(requests, slot, my_n * element_bytes, p, tag, args));
+    }
+    for (int p = 0; p < world; ++p) {
+      const int64_t n = std::max<int64_t>(0, std::min(chunk, lengths[p] - begin));
+      if (p == me || n == 0) continue;
+      absl::Status posted = PostSend(requests, send + (offsets[p] + begin) * element_bytes,
+                                     n * element_bytes, p, tag, args);
+      if (!posted.ok()) {
+        Abandon(requests);
+        return posted;
+      }
+    }
+    ZS_RETURN_IF_ERROR(Complete(requests, args, deadline, Phase::kData));
+    // Our own block may be `out` itself (in place): SumInRankOrder reads
+    // each block of elements before writing it.
+    void* destination = out + begin * element_bytes;
+    SumInRankOrder(inputs.data(), world, &destination, 1, my_n, args.dtype);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::AllGatherBlocks(const CollectiveArgs& args, const char* mine,
+                                              char* recv, const std::vector<int64_t>& offsets,
+                                              const std::vector<int64_t>& lengths,
+                                              absl::Time deadline) {
+  const int world = size();
+  const int me = rank();
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int tag = Tag(args);
+  Requests requests;
+  for (int p = 0; p < world; ++p) {
+    if (p == me || lengths[p] == 0) continue;
+    ZS_RETURN_IF_ERROR(PostRecv(requests, recv + offsets[p] * element_bytes,
+                                lengths[p] * element_bytes, p, tag, args));
+  }
+  if (lengths[me] > 0) {
+    for (int p = 0; p < world; ++p) {
+      if (p == me) continue;
+      absl::Status posted = PostSend(requests, mine, lengths[me] * element_bytes, p, tag, args);
+      if (!posted.ok()) {
+        Abandon(requests);
+        return posted;
+      }
+    }
+    char* own = recv + offsets[me] * element_bytes;
+    if (own != mine) std::memcpy(own, mine, lengths[me] * element_bytes);
+  }
+  return Complete(requests, args, deadline, Phase::kData);
+}
+
+absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Time deadline) {
+  ZS_RETURN_IF_ERROR(ExchangeDescriptors(args, deadline));
+  const int world = size();
+  std::vector<int64_t> offsets(world);
+  std::vector<int64_t> lengths(world);
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(args.dtype));
+  switch (args.kind) {
+    case CollectiveKind::kBarrier:
+      return absl::OkStatus();  // The descriptor all-to-all is the barrier.
+    case CollectiveKind::kAllReduce: {
+      if (args.count == 0) return absl::OkStatus();
+      // Reduce-scatter into nearly equal pieces, then all-gather the pieces;
+      // each piece is summed by one rank in rank order, exactly like
+      // ReduceScatter, so both give the same bits for the same element.
+      for (int p = 0; p < world; ++p) PieceRange(args.count, world, p, &offsets[p], &lengths[p]);
+      char* recv = static_cast<char*>(args.recv);
+      char* my_piece = recv + offsets[rank()] * element_bytes;
+      ZS_RETURN_IF_ERROR(ReduceScatterBlocks(args, static_cast<const char*>(args.send), offsets,
+                                             lengths, my_piece, deadline));
+      return AllGatherBlocks(args, my_piece, recv, offsets, lengths, deadline);
+    }
+    case CollectiveKind::kReduceScatter: {
+      if (args.count == 0) return absl::OkStatus();
+      for (int p = 0; p < world; ++p) {
+        offsets[p] = p * args.count;
+        lengths[p] = args.count;
+      }
+      return ReduceScatterBlocks(args, static_cast<const char*>(args.send), offsets, lengths,
+                                 static_cast<char*>(args.recv), deadline);
+    }
+    case CollectiveKind::kAllGather: {
+      if (args.count == 0) return absl::OkStatus();
+      for (int p = 0; p < world; ++p) {
+        offsets[p] = p * args.count;
+        lengths[p] = args.count;
+      }
+      return AllGatherBlocks(args, static_cast<const char*>(args.send),
+                             static_cast<char*>(args.recv), offsets, lengths, deadline);
+    }
+    case CollectiveKind::kBroadcast: {
+      if (args.count == 0 || world == 1) return absl::OkStatus();
+      Requests requests;
+      const int64_t bytes = args.count * element_bytes;
+      if (rank() == args.root) {
+        for (int p = 0; p < world; ++p) {
+          if (p == rank()) continue;
+          absl::Status posted = PostSend(requests, args.send, bytes, p, Tag(args), args);
+          if (!posted.ok()) {
+            Abandon(requests);
+            return posted;
+          }
+        }
+      } else {
+        ZS_RETURN_IF_ERROR(PostRecv(requests, args.recv, bytes, args.root, Tag(args), args));
+      }
+      return Complete(requests, args, deadline, Phase::kData);
+    }
+  }
+  return absl::InternalError(absl::StrFormat("%s: unknown collective kind", Where(args)));
+}
+
+}  // namespace
+}  // namespace internal
+
+bool HaveMpi() { return true; }
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CreateMpiCommunicator: timeout %s must be positive",
+                        absl::FormatDuration(options.timeout)));
+  }
+  ZS_RETURN_IF_ERROR(internal::EnsureMpiInitialized());
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 0;
+  int64_t tag_space = 32768;  // MPI guarantees tags up to at least 32767.
+  {
+    internal::MpiCallLock lock;
+    // MPI_Comm_dup is collective: every rank must create its communicator.
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    if (rc != MPI_SUCCESS) {
+      return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_dup(MPI_COMM_WORLD)", rc);
+    }
+    rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm, &rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&comm);
+      return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_set_errhandler/rank/size", rc);
+    }
+    void* tag_ub = nullptr;
+    int found = 0;
+    if (MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found) {
+      tag_space = static_cast<int64_t>(*static_cast<int*>(tag_ub)) + 1;
+    }
+  }
+  uint64_t instance;
+  {
+    std::lock_guard<std::mutex> lock(internal::g_init_mu);
+    instance = internal::g_instances_created++;
+  }
+  return std::unique_ptr<Communicator>(
+      std::make_unique<internal::MpiCommunicator>(comm, rank, size, tag_space, instance, options));
+}
+
+void FinalizeMpi() {
+  std::lock_guard<std::mutex> lock(internal::g_init_mu);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (internal::g_we_initialized && !finalized) MPI_Finalize();
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,34 @@
+// The one reduction every backend uses, so that all of them produce the same
+// bits: element i = ((x_0[i] + x_1[i]) + x_2[i]) + ... in rank order,
+// accumulated in fp32 for fp32/bf16/fp16 (16-bit types rounded once, to
+// nearest even, at the end), in double for fp64 and in int64 for int64.
+#ifndef ZEROSHARD_ENGINE_SRC_COMM_REDUCE_H_
+#define ZEROSHARD_ENGINE_SRC_COMM_REDUCE_H_
+
+#include <cstdint>
+
+#include "zeroshard/dtype.h"
+
+namespace zeroshard {
+namespace internal {
+
+// IEEE binary16 <-> fp32. Rounding is to nearest, ties to even; overflow
+// gives infinity; NaN stays NaN (quiet).
+uint16_t Fp32ToFp16(float x);
+float Fp16ToFp32(uint16_t h);
+
+// True for the dtypes a sum is defined for (all but kUInt8).
+bool IsSummable(DType dtype);
+
+// Sums `num_inputs` arrays of `count` elements in input order (input k is
+// rank k's contribution) and stores the result into each of the
+// `num_outputs` arrays. Works in small blocks that are read completely before
+// they are written, so an output may be identical to an input (in place);
+// other partial overlaps are not allowed. `dtype` must be summable.
+void SumInRankOrder(const void* const* inputs, int num_inputs, void* const* outputs,
+                    int num_outputs, int64_t count, DType dtype);
+
+}  // namespace internal
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_ENGINE_SRC_COMM_REDUCE_H_

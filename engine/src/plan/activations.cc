@@ -1,0 +1,115 @@
+#include "engine/src/plan/activations.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace zeroshard {
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--recompute: '%s' is not one of none, selective, full", name));
+}
+
+namespace {
+
+// Per-layer activations in units of sbh, split by what tensor parallelism
+// without sequence parallelism leaves replicated.
+struct LayerTerms {
+  double replicated_values = 0;  // 16/32-bit tensors (x sbh)
+  double replicated_masks = 0;   // 1-byte dropout masks (x sbh)
+  double split_values = 0;       // divided by t
+  double split_masks = 0;
+  double score_values = 0;  // attention scores, x as^2 b (always divided by t)
+  double score_masks = 0;
+};
+
+LayerTerms CountLayer(const TransformerShape& m) {
+  const double h = static_cast<double>(m.hidden);
+  const double q = static_cast<double>(m.heads * m.head_dim) / h;      // 1 for MHA with a*d = h
+  const double kv = static_cast<double>(m.kv_heads * m.head_dim) / h;  // < 1 with grouped queries
+  const double f = static_cast<double>(m.intermediate) / h;
+  const double dropout = m.dropout ? 1.0 : 0.0;
+  LayerTerms t;
+  // Inputs of the two norms, of the QKV projection and of the first MLP
+  // projection are full-size on every tensor-parallel rank (Korthikanti's
+  // 10 sbh = 4 + 2 + 2 + 1 + 1 with the two dropout masks).
+  t.replicated_values = 2 + 1 + 1;
+  t.replicated_masks = 2 * dropout;
+  // Q and K for Q K^T, V for the weighted sum, the context for the output
+  // projection.
+  t.split_values = q + kv + kv + q;
+  // MLP: GELU keeps its input and output (the second projection's input);
+  // SwiGLU keeps the gate and up outputs, silu(gate) and their product.
+  t.split_values += m.gated_mlp ? 4 * f : 2 * f;
+  // Scores: softmax output; with dropout also its mask and output.
+  t.score_values = 1 + dropout;
+  t.score_masks = dropout;
+  return t;
+}
+
+int64_t ToBytes(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
+
+}  // namespace
+
+int64_t LayerActivationBytes(const TransformerShape& model, const ActivationShape& shape) {
+  const double sbh = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch) *
+                     static_cast<double>(model.hidden);
+  const double t = static_cast<double>(shape.tp);
+  const double value_bytes = static_cast<double>(shape.activation_bytes);
+  if (shape.recompute == Recompute::kFull) {
+    return ToBytes(sbh * value_bytes / (shape.sequence_parallel ? t : 1.0));
+  }
+  const LayerTerms terms = CountLayer(model);
+  const double replicated = terms.replicated_values * value_bytes + terms.replicated_masks;
+  const double split = terms.split_values * value_bytes + terms.split_masks;
+  double bytes =
+      sbh * (shape.sequence_parallel ? (replicated + split) / t : replicated + split / t);
+  if (shape.recompute == Recompute::kNone) {
+    // a s^2 b = sbh * (a s / h); scores are split over heads.
+    const double scores = sbh * static_cast<double>(model.heads) * static_cast<double>(shape.seq) /
+                          static_cast<double>(model.hidden);
+    bytes += scores * (terms.score_values * value_bytes + terms.score_masks) / t;
+  }
+  return ToBytes(bytes);
+}
+
+int64_t RecomputeWorkingBytes(const TransformerShape& model, const ActivationShape& shape) {
+  if (shape.recompute != Recompute::kFull) return 0;
+  ActivationShape full = shape;
+  full.recompute = Recompute::kNone;
+  return LayerActivationBytes(model, full);
+}
+
+int64_t EmbeddingActivationBytes(const TransformerShape& model, const ActivationShape& shape) {
+  if (!model.dropout) return 0;
+  const double sbh = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch) *
+                     static_cast<double>(model.hidden);
+  return ToBytes(sbh / (shape.sequence_parallel ? shape.tp : 1));
+}
+
+int64_t OutputActivationBytes(const TransformerShape& model, const ActivationShape& shape) {
+  const double sb = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch);
+  const double t = static_cast<double>(shape.tp);
+  const double values =
+      2.0 * sb * static_cast<double>(model.hidden) * static_cast<double>(shape.activation_bytes);
+  const double logits = 4.0 * sb * static_cast<double>(model.vocab);
+  return ToBytes((values + logits) / t);
+}
+
+}  // namespace zeroshard

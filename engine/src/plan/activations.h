@@ -1,0 +1,60 @@
+// Activation memory of a transformer layer, after Korthikanti et al. 2022,
+// "Reducing Activation Recomputation in Large Transformer Models" (Section
+// 4): with 16-bit activations and 1-byte dropout masks, one GPT layer keeps
+//   sbh (34 + 5as/h)                     no parallelism, no recomputation
+//   sbh (10 + 24/t + 5as/(ht))           tensor parallel (t)
+//   sbh/t (34 + 5as/h)                   tensor + sequence parallel
+//   sbh (10 + 24/t), 34 sbh/t            the same with selective recomputation
+//   2 sbh (/t with sequence parallelism) full recomputation (the layer input)
+// The terms are counted tensor by tensor so that grouped-query attention,
+// gated (SwiGLU) MLPs of any width, models without dropout and fp32
+// activations get their own exact count; for a GPT layer (MHA, 4h GELU MLP,
+// dropout, 2-byte activations) the sums are the formulas above.
+#ifndef ZEROSHARD_PLAN_ACTIVATIONS_H_
+#define ZEROSHARD_PLAN_ACTIVATIONS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/src/plan/model_description.h"
+
+namespace zeroshard {
+
+enum class Recompute {
+  kNone,       // keep every activation the backward needs
+  kSelective,  // recompute the attention scores (s^2 terms): what flash attention does
+  kFull,       // keep only each layer's input; recompute the layer in the backward
+};
+const char* RecomputeName(Recompute r);  // "none", "selective", "full"
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view name);
+
+struct ActivationShape {
+  int64_t seq = 0;          // s
+  int64_t micro_batch = 1;  // b
+  int tp = 1;               // t
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  int64_t activation_bytes = 2;  // 2 for bf16/fp16 activations, 4 for fp32
+};
+
+// Bytes one layer keeps between its forward and its backward, for one
+// micro-batch (with kFull: only the stored layer input).
+int64_t LayerActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+
+// With kFull, the layer being recomputed needs its full set once (as kNone);
+// 0 otherwise.
+int64_t RecomputeWorkingBytes(const TransformerShape& model, const ActivationShape& shape);
+
+// First pipeline stage, per micro-batch in flight: the embedding dropout mask
+// (sbh bytes when the model has dropout; /t with sequence parallelism).
+int64_t EmbeddingActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+
+// Last pipeline stage: final norm input, head input (2 sbh activations) and
+// fp32 logits for the cross entropy (4 sbV bytes), /t: Korthikanti's
+// 4sbh/t (1 + V/h) for 2-byte activations.
+int64_t OutputActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_ACTIVATIONS_H_

@@ -1,0 +1,36 @@
+// Byte sizes as people write them ("80GiB", "1TiB", "40GB", "512MiB") and as
+// the estimator prints them. GiB = 2^30 bytes; GB = 10^9 bytes (the ZeRO
+// paper's unit).
+#ifndef ZEROSHARD_PLAN_BYTE_UNITS_H_
+#define ZEROSHARD_PLAN_BYTE_UNITS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace zeroshard {
+
+inline constexpr int64_t kKiB = int64_t{1} << 10;
+inline constexpr int64_t kMiB = int64_t{1} << 20;
+inline constexpr int64_t kGiB = int64_t{1} << 30;
+inline constexpr int64_t kTiB = int64_t{1} << 40;
+
+// Parses a positive byte count: a decimal number followed by B, KiB, MiB,
+// GiB, TiB (powers of 2), KB, MB, GB, TB (powers of 10), or no suffix
+// (bytes). Case-insensitive; "80G" means 80 GiB. InvalidArgument, naming
+// `what` (e.g. "--gpu-mem"), for anything else, for zero or negative sizes
+// and for sizes above 2^62 bytes.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view what);
+
+// Parses a positive count such as "7.5e9", "7500000000", "7.5B", "175B",
+// "350M" (K, M, B/G, T as powers of 10). The result must be an integer.
+absl::StatusOr<int64_t> ParseCount(absl::string_view text, absl::string_view what);
+
+// bytes / 2^30 with one decimal, e.g. "94.1".
+std::string FormatGiB(int64_t bytes);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_BYTE_UNITS_H_

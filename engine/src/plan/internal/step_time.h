@@ -1,0 +1,32 @@
+// Alpha-beta model of one optimizer step (docs/memory_model.md, "Time").
+#ifndef ZEROSHARD_PLAN_INTERNAL_STEP_TIME_H_
+#define ZEROSHARD_PLAN_INTERNAL_STEP_TIME_H_
+
+#include <cstdint>
+
+#include "engine/src/plan/internal/rank_memory.h"
+#include "engine/src/plan/model_description.h"
+#include "engine/src/plan/planner.h"
+
+namespace zeroshard {
+namespace internal {
+
+// Model FLOPs of one step over `global_batch` sequences of options.seq
+// tokens: 6 N per token plus 12 s (a d) L per token for attention
+// (forward + backward, no recomputation).
+double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
+                         int64_t global_batch);
+
+// Ring reduce-scatter or all-gather over n ranks of a buffer of `bytes`
+// (the full buffer, per rank): (n - 1) alpha + (n - 1) / n * bytes / beta.
+// An all-reduce costs twice this.
+double RingSeconds(int n, double bytes, double gbps, double latency_us);
+
+StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& cluster,
+                          const PlanOptions& options, int64_t global_batch, const Candidate& c,
+                          const RankSizes& sizes);
+
+}  // namespace internal
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_INTERNAL_STEP_TIME_H_

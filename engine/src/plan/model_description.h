@@ -1,0 +1,57 @@
+// ModelDescription: a ModelSpec plus what the planner needs beyond the params
+// themselves (transformer shape for activations and tensor parallelism,
+// which units are layers for pipeline stages).
+#ifndef ZEROSHARD_PLAN_MODEL_DESCRIPTION_H_
+#define ZEROSHARD_PLAN_MODEL_DESCRIPTION_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zeroshard/model_spec.h"
+
+namespace zeroshard {
+
+// A decoder-only transformer as a Hugging Face config.json describes it.
+struct TransformerShape {
+  std::string architecture;  // e.g. "LlamaForCausalLM", "GPT2LMHeadModel"
+  int64_t hidden = 0;        // h
+  int64_t layers = 0;        // L
+  int64_t heads = 0;         // a (attention heads)
+  int64_t kv_heads = 0;      // key/value heads (grouped-query attention); == heads for MHA
+  int64_t head_dim = 0;      // usually hidden / heads
+  int64_t intermediate = 0;  // MLP width f
+  int64_t vocab = 0;         // V
+  int64_t max_positions = 0;
+  bool gated_mlp = false;          // SwiGLU: gate, up and down projections (Llama family)
+  bool tied_embeddings = false;    // the LM head reuses the token embedding
+  bool qkv_bias = false;           // biases on q/k/v (GPT-2, Qwen2)
+  bool attn_out_bias = false;      // bias on the attention output projection (GPT-2)
+  bool mlp_bias = false;           // biases on the MLP projections (GPT-2)
+  bool layer_norm_bias = false;    // LayerNorm (weight and bias) rather than RMSNorm
+  bool learned_positions = false;  // a position-embedding table (GPT-2)
+  bool dropout = false;            // stores dropout masks (GPT-2); Llama-family configs use none
+};
+
+struct ModelDescription {
+  std::string name;  // preset name, file name, or "params"
+  ModelSpec spec;
+  std::optional<TransformerShape> transformer;
+  // The units that are transformer layers: [first_layer_unit,
+  // first_layer_unit + num_layer_units). Pipeline stages split these; units
+  // before go to the first stage, units after to the last.
+  int first_layer_unit = 0;
+  int num_layer_units = 0;
+  // Per unit, per param: the dimension that tensor parallelism splits, or -1
+  // when the param is replicated across the tensor-parallel group. Empty
+  // when the model does not support tensor parallelism (custom specs).
+  std::vector<std::vector<int>> tp_split_dim;
+  // Custom specs only: activation bytes one sample keeps per unit (0 when
+  // not given). Transformers use the Korthikanti et al. formulas instead.
+  std::vector<int64_t> activation_bytes_per_sample;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_MODEL_DESCRIPTION_H_

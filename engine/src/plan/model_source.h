@@ -1,0 +1,55 @@
+// Where a ModelDescription comes from: a JSON spec, a Hugging Face
+// config.json, a built-in preset, or a bare parameter count. Every error
+// names the source (file or preset) and the field, and says what to do.
+#ifndef ZEROSHARD_PLAN_MODEL_SOURCE_H_
+#define ZEROSHARD_PLAN_MODEL_SOURCE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/src/plan/model_description.h"
+
+namespace zeroshard {
+
+// A JSON spec:
+//   {"name": "my-model",                          (optional)
+//    "units": [{"name": "block.0",
+//               "activation_bytes_per_sample": 1048576,   (optional, default 0)
+//               "params": [{"name": "w", "shape": [512, 128], "no_decay": false}, ...]},
+//              ...]}
+// InvalidArgument for malformed JSON, missing or mistyped fields, or a spec
+// that fails ModelSpec::Validate. `source` names the file in errors.
+absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
+                                                   absl::string_view source);
+
+// The shape fields of a Hugging Face config.json for LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel (picked by
+// "architectures", else "model_type"). Honours num_key_value_heads,
+// head_dim, tie_word_embeddings, attention_bias, mlp_bias and the dropout
+// probabilities. InvalidArgument for other architectures, malformed JSON,
+// missing or non-integer fields.
+absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
+                                               absl::string_view source);
+
+// ParseHfConfig, then BuildTransformerModel.
+absl::StatusOr<ModelDescription> ModelFromHfConfig(absl::string_view json_text,
+                                                   absl::string_view source);
+
+// A built-in preset (see PresetNames()). NotFound, listing the presets,
+// for an unknown name.
+absl::StatusOr<ModelDescription> ModelFromPreset(absl::string_view name);
+std::vector<std::string> PresetNames();
+
+// `num_params` elements in one unit "params" with one param "flat": what the
+// ZeRO paper's formulas count. No activations (there is no architecture).
+absl::StatusOr<ModelDescription> ModelFromParamCount(int64_t num_params);
+
+// Whole file as text. NotFound / InvalidArgument naming the path.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_MODEL_SOURCE_H_

@@ -1,0 +1,202 @@
+// Planner: decides how a model is split across GPUs before anything is
+// allocated, and says what every rank will hold.
+//
+// Pure: sizes only, no Device, no Communicator. For every configuration the
+// engine runs today (ZeRO stages 0-2, fp32 or bf16 mixed, no offload,
+// tp = pp = 1) a candidate's `buffers` are PlanBuffers() verbatim, so the
+// plan equals the engine's ledger by construction. Stage 3, offload, fp16
+// and tensor/pipeline splits are derived from the same list analytically
+// (docs/memory_model.md gives every formula).
+#ifndef ZEROSHARD_PLAN_PLANNER_H_
+#define ZEROSHARD_PLAN_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/src/plan/activations.h"
+#include "engine/src/plan/buffer_plan.h"
+#include "engine/src/plan/model_description.h"
+#include "zeroshard/train_spec.h"
+
+namespace zeroshard {
+
+// Training precision as the planner sees it (the engine runs fp32 and bf16
+// today; fp16 has the same sizes as bf16).
+enum class PlanPrecision { kFp32, kBf16, kFp16 };
+const char* PlanPrecisionName(PlanPrecision p);  // "fp32", "bf16", "fp16"
+absl::StatusOr<PlanPrecision> ParsePlanPrecision(absl::string_view name);
+
+// Where the optimizer step and the fp32 states live.
+enum class Offload {
+  kNone,
+  kOptimizer,           // grads shard, fp32 master, m, v on the host; CPU Adam (ZeRO-Offload)
+  kOptimizerAndParams,  // also the params shard (stage 3 only; ZeRO-Infinity to CPU)
+};
+const char* OffloadName(Offload o);  // "none", "optimizer", "optimizer+params"
+absl::StatusOr<Offload> ParseOffload(absl::string_view name);
+
+enum class Placement { kDevice, kHost };
+
+// The machines. Bandwidths are per GPU, in GB/s (10^9 bytes/s), as a ring
+// collective sees them (bus bandwidth); defaults describe H100 SXM nodes
+// with NVLink 4 and one 400 Gb/s NIC per GPU.
+struct ClusterSpec {
+  int gpus = 8;
+  int gpus_per_node = 8;
+  int64_t gpu_mem_bytes = int64_t{80} << 30;
+  int64_t host_mem_bytes = int64_t{1} << 40;  // per node
+  double intra_node_gbps = 300.0;
+  double inter_node_gbps = 45.0;
+  double pcie_gbps = 25.0;
+  double intra_node_latency_us = 5.0;
+  double inter_node_latency_us = 15.0;
+  double peak_tflops = 989.0;           // dense bf16/fp16 per GPU
+  double peak_tflops_fp32 = 494.0;      // dense TF32 per GPU (fp32 training)
+  double mfu = 0.40;                    // fraction of peak the kernels reach
+  double comm_overlap = 0.8;            // fraction of data-parallel traffic hidden behind compute
+  double cpu_adam_gparams_per_s = 1.0;  // host Adam throughput per GPU's share of cores
+  int64_t reserve_bytes = int64_t{1} << 30;      // per process: CUDA context, allocator slack
+  int64_t workspace_bytes = int64_t{256} << 20;  // cuBLASLt and kernel workspaces
+};
+
+struct PlanOptions {
+  PlanPrecision precision = PlanPrecision::kBf16;
+  int64_t seq = 0;  // 0: the model's max positions capped at 4096; 2048 without one
+  int64_t micro_batch = 1;
+  // Micro-batches per data-parallel rank per step with tp = pp = 1; the
+  // global batch (gpus x micro_batch x grad_accum_steps sequences) is the
+  // same for every candidate, so a tp x pp candidate runs
+  // grad_accum_steps x tp x pp micro-batches per step.
+  int grad_accum_steps = 1;
+  int num_grad_buffers = 2;  // TrainSpec::num_grad_buffers
+  int prefetch_depth = 2;    // stage 3: units gathered ahead (gather buffers)
+  Recompute recompute = Recompute::kSelective;
+  bool sequence_parallel = true;  // with tp > 1
+  // Forced choices; -1 / nullopt / 0 mean "automatic".
+  int stage = -1;
+  std::optional<Offload> offload;
+  int tp = 0;
+  int pp = 0;
+  // Cost report (0: not given).
+  double price_per_gpu_hour = 0.0;
+  double dataset_tokens = 0.0;
+};
+
+struct PlacedBuffer {
+  PlannedBuffer buffer;
+  Placement placement = Placement::kDevice;
+};
+
+// Bytes by what they hold; one GPU (or one rank's share of host memory).
+struct MemoryBreakdown {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t master = 0;
+  int64_t optimizer = 0;
+  int64_t buffers = 0;  // communication buffers: reduce buckets, gather buffers
+  int64_t activations = 0;
+  int64_t workspace = 0;
+  int64_t reserve = 0;
+
+  int64_t model_states() const { return params + grads + master + optimizer; }
+  int64_t total() const {
+    return params + grads + master + optimizer + buffers + activations + workspace + reserve;
+  }
+};
+
+// Seconds per optimizer step, by cause.
+struct StepTime {
+  double compute = 0;  // forward + backward (+ recomputation) at mfu
+  double bubble = 0;   // pipeline fill and drain: compute x (p - 1) / m
+  double dp_comm = 0;  // data-parallel collectives, exposed part
+  double tp_comm = 0;  // tensor-parallel all-reduces (not overlapped)
+  double pp_comm = 0;  // pipeline sends
+  double offload = 0;  // PCIe transfers and CPU Adam
+  double total = 0;
+};
+
+struct Candidate {
+  int stage = 0;
+  Offload offload = Offload::kNone;
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int micro_batches = 1;   // per data-parallel rank per step
+  int worst_pp_stage = 0;  // the pipeline stage whose GPU needs the most memory
+  // True when this configuration runs on today's engine and `buffers` is
+  // PlanBuffers() verbatim.
+  bool engine_supported = false;
+  // One rank of the worst pipeline stage: every buffer it allocates.
+  std::vector<PlacedBuffer> buffers;
+  MemoryBreakdown per_gpu;
+  MemoryBreakdown per_rank_host;    // this rank's host buffers
+  int64_t per_node_host_bytes = 0;  // gpus_per_node ranks' host buffers
+  bool fits = false;
+  std::string verdict;  // "fits" or why not: "94.1 GiB per GPU > 80.0 GiB"
+  StepTime time;
+  double tokens_per_s = 0;
+  // Filled when a price or a dataset size is given (else NaN / 0).
+  double epoch_s = 0;
+  double epoch_cost = 0;
+  double scaling_efficiency = 0;  // per-GPU throughput vs the smallest GPU count that fits
+
+  // "stage 2", "stage 3 + offload optimizer", "tp 4 x pp 2, stage 1".
+  std::string Label() const;
+  // 1: sharding only, 2: offload, 3: tensor/pipeline split.
+  int Tier() const;
+};
+
+// The automatic choice at another GPU count (the cost report's sweep).
+struct ScalePoint {
+  int gpus = 0;
+  bool fits = false;
+  std::string label;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double epoch_s = 0;
+  double epoch_cost = 0;
+  double scaling_efficiency = 0;
+};
+
+struct Plan {
+  std::string model_name;
+  int64_t params = 0;
+  int num_units = 0;
+  ClusterSpec cluster;
+  PlanOptions options;                // with seq resolved
+  int64_t global_batch = 0;           // sequences per optimizer step
+  std::vector<Candidate> candidates;  // in preference order
+  int chosen = -1;                    // index into candidates; -1 when nothing fits
+  std::string why;                    // one paragraph: why the chosen plan won
+  std::vector<std::string> rejected;  // "stage 2: 94.1 GiB per GPU > 80.0 GiB", cheaper first
+  std::vector<ScalePoint> scaling;    // filled with a price or a dataset size
+  int min_fitting_gpus = 0;           // 0 when unknown or none
+
+  const Candidate* chosen_candidate() const { return chosen >= 0 ? &candidates[chosen] : nullptr; }
+};
+
+class Planner {
+ public:
+  // Every candidate the options allow, each with its per-rank buffers,
+  // memory and step time, and the automatic choice: the first that fits of
+  // stage 0, 1, 2, 3; then stage 2 and 3 with offload; then, among tensor
+  // (within a node, dividing attention and key/value heads) x pipeline
+  // (dividing the layers) splits, the fastest that fits. InvalidArgument for
+  // impossible inputs (sizes, a forced tp or pp that does not divide, an
+  // offload without the stage it needs).
+  static absl::StatusOr<zeroshard::Plan> Plan(const ModelDescription& model,
+                                              const ClusterSpec& cluster,
+                                              const PlanOptions& options);
+
+  // The TrainSpec the engine gets for `stage` (capped at 2) under `options`
+  // with `micro_batches` per step: what PlanBuffers sees.
+  static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches);
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_PLANNER_H_

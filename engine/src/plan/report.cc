@@ -1,0 +1,274 @@
+#include "engine/src/plan/report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/src/plan/byte_units.h"
+#include "nlohmann/json.hpp"
+
+namespace zeroshard {
+namespace {
+
+using nlohmann::json;
+
+std::string WithCommas(int64_t n) {
+  std::string digits = absl::StrCat(n);
+  std::string out;
+  const int len = static_cast<int>(digits.size());
+  for (int i = 0; i < len; ++i) {
+    out.push_back(digits[i]);
+    if (digits[i] != '-' && (len - 1 - i) % 3 == 0 && i != len - 1) out.push_back(',');
+  }
+  return out;
+}
+
+std::string Billions(int64_t n) { return absl::StrFormat("%.2f B", static_cast<double>(n) / 1e9); }
+
+const char* PrecisionText(PlanPrecision p) {
+  switch (p) {
+    case PlanPrecision::kFp32:
+      return "fp32 (params are the master copy)";
+    case PlanPrecision::kBf16:
+      return "bf16 mixed (fp32 master and moments)";
+    case PlanPrecision::kFp16:
+      return "fp16 mixed (fp32 master and moments)";
+  }
+  return "?";
+}
+
+bool HasCosts(const Plan& plan) {
+  return plan.options.price_per_gpu_hour > 0 || plan.options.dataset_tokens > 0;
+}
+
+json Breakdown(const MemoryBreakdown& m) {
+  return json{
+      {"params", m.params},       {"grads", m.grads},     {"master", m.master},
+      {"optimizer", m.optimizer}, {"buffers", m.buffers}, {"activations", m.activations},
+      {"workspace", m.workspace}, {"reserve", m.reserve}, {"model_states", m.model_states()},
+      {"total", m.total()}};
+}
+
+}  // namespace
+
+std::vector<int> ShownCandidates(const Plan& plan, bool all) {
+  std::vector<int> shown;
+  const int n = static_cast<int>(plan.candidates.size());
+  if (all) {
+    for (int i = 0; i < n; ++i) shown.push_back(i);
+    return shown;
+  }
+  const int chosen_tier = plan.chosen >= 0 ? plan.candidates[plan.chosen].Tier() : 4;
+  std::vector<int> splits;
+  for (int i = 0; i < n; ++i) {
+    const int tier = plan.candidates[i].Tier();
+    if (tier == 1 || (tier == 2 && chosen_tier >= 2)) shown.push_back(i);
+    if (tier == 3 && chosen_tier >= 3) splits.push_back(i);
+  }
+  const bool any_split_fits =
+      std::any_of(splits.begin(), splits.end(), [&](int i) { return plan.candidates[i].fits; });
+  if (any_split_fits) {
+    splits.erase(std::remove_if(splits.begin(), splits.end(),
+                                [&](int i) { return !plan.candidates[i].fits; }),
+                 splits.end());
+    std::stable_sort(splits.begin(), splits.end(), [&](int a, int b) {
+      return plan.candidates[a].time.total < plan.candidates[b].time.total;
+    });
+    if (splits.size() > 8) splits.resize(8);
+  } else {
+    std::stable_sort(splits.begin(), splits.end(), [&](int a, int b) {
+      return plan.candidates[a].per_gpu.total() < plan.candidates[b].per_gpu.total();
+    });
+    if (splits.size() > 5) splits.resize(5);
+  }
+  shown.insert(shown.end(), splits.begin(), splits.end());
+  return shown;
+}
+
+std::string FormatTable(const Plan& plan, bool all) {
+  const ClusterSpec& cl = plan.cluster;
+  const PlanOptions& o = plan.options;
+  std::string out;
+  absl::StrAppendFormat(&out, "model     %s: %s params (%s), %d units\n", plan.model_name,
+                        WithCommas(plan.params), Billions(plan.params), plan.num_units);
+  absl::StrAppendFormat(&out, "cluster   %d GPUs (%d per node) x %s GiB, host %s GiB per node\n",
+                        cl.gpus, cl.gpus_per_node, FormatGiB(cl.gpu_mem_bytes),
+                        FormatGiB(cl.host_mem_bytes));
+  absl::StrAppendFormat(&out,
+                        "training  %s, AdamW; seq %d, micro-batch %d, grad accum %d, recompute "
+                        "%s; global batch %d sequences\n",
+                        PrecisionText(o.precision), o.seq, o.micro_batch, o.grad_accum_steps,
+                        RecomputeName(o.recompute), plan.global_batch);
+  absl::StrAppend(&out,
+                  "memory    GiB (2^30 bytes) per GPU; other = workspace + per-process reserve; "
+                  "host = host memory per node\n\n");
+  const bool costs = HasCosts(plan);
+  std::string header =
+      absl::StrFormat("  %-38s %3s %3s %4s %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8s",
+                      "candidate", "tp", "pp", "dp", "params", "grads", "master", "optim",
+                      "buffers", "activ", "other", "GPU", "host", "fits", "step s");
+  if (costs) absl::StrAppendFormat(&header, " %9s %10s %6s", "epoch h", "epoch $", "eff");
+  absl::StrAppend(&out, header, "\n");
+  const std::vector<int> shown = ShownCandidates(plan, all);
+  for (int i : shown) {
+    const Candidate& c = plan.candidates[i];
+    const MemoryBreakdown& m = c.per_gpu;
+    std::string row = absl::StrFormat(
+        "%s %-38s %3d %3d %4d %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8.3f",
+        i == plan.chosen ? "*" : " ", c.Label(), c.tp, c.pp, c.dp, FormatGiB(m.params),
+        FormatGiB(m.grads), FormatGiB(m.master), FormatGiB(m.optimizer), FormatGiB(m.buffers),
+        FormatGiB(m.activations), FormatGiB(m.workspace + m.reserve), FormatGiB(m.total()),
+        FormatGiB(c.per_node_host_bytes), c.fits ? "yes" : "no", c.time.total);
+    if (costs) {
+      absl::StrAppendFormat(&row, " %9.1f %10.0f %6.2f", c.epoch_s / 3600.0, c.epoch_cost,
+                            c.scaling_efficiency);
+    }
+    absl::StrAppend(&out, row, "\n");
+  }
+  const int hidden = static_cast<int>(plan.candidates.size() - shown.size());
+  if (hidden > 0) {
+    absl::StrAppendFormat(&out, "  (%d more candidates not shown; --all lists every one)\n",
+                          hidden);
+  }
+  absl::StrAppend(&out, "\n", plan.chosen >= 0 ? "chosen:   " : "no fit:   ", plan.why, "\n");
+  for (const std::string& r : plan.rejected) absl::StrAppend(&out, "rejected: ", r, "\n");
+  if (plan.chosen >= 0) {
+    const Candidate& c = plan.candidates[plan.chosen];
+    absl::StrAppendFormat(&out,
+                          "step:     %.3f s = compute %.3f + bubble %.3f + data-parallel %.3f + "
+                          "tensor-parallel %.3f + pipeline %.3f + offload %.3f; %s tokens/s\n",
+                          c.time.total, c.time.compute, c.time.bubble, c.time.dp_comm,
+                          c.time.tp_comm, c.time.pp_comm, c.time.offload,
+                          WithCommas(static_cast<int64_t>(std::llround(c.tokens_per_s))));
+    if (!c.engine_supported) {
+      absl::StrAppend(&out,
+                      "note:     today's engine runs stages 0-2 (fp32, bf16) without offload or "
+                      "tp/pp; this plan's buffers are computed analytically\n");
+    }
+  }
+  if (costs) {
+    absl::StrAppendFormat(&out,
+                          "\ncost:     %s tokens per epoch at $%.2f per GPU-hour; efficiency = "
+                          "tokens/s per GPU relative to the smallest GPU count that fits (%d)\n",
+                          WithCommas(static_cast<int64_t>(o.dataset_tokens)), o.price_per_gpu_hour,
+                          plan.min_fitting_gpus);
+    absl::StrAppendFormat(&out, "  %5s  %-38s %8s %12s %9s %10s %6s\n", "gpus", "automatic plan",
+                          "step s", "tokens/s", "epoch h", "epoch $", "eff");
+    for (const ScalePoint& p : plan.scaling) {
+      if (!p.fits) {
+        absl::StrAppendFormat(&out, "  %5d  %-38s\n", p.gpus, "(nothing fits)");
+        continue;
+      }
+      absl::StrAppendFormat(&out, "  %5d  %-38s %8.3f %12s %9.1f %10.0f %6.2f\n", p.gpus, p.label,
+                            p.step_s,
+                            WithCommas(static_cast<int64_t>(std::llround(p.tokens_per_s))),
+                            p.epoch_s / 3600.0, p.epoch_cost, p.scaling_efficiency);
+    }
+  }
+  return out;
+}
+
+std::string FormatJson(const Plan& plan, bool all) {
+  const ClusterSpec& cl = plan.cluster;
+  const PlanOptions& o = plan.options;
+  const std::vector<int> shown = ShownCandidates(plan, all);
+  json doc;
+  doc["schema"] = "zeroshard.estimate.v1";
+  doc["units"] = {{"memory", "bytes"}, {"time", "seconds"}};
+  doc["model"] = plan.model_name;
+  doc["params"] = plan.params;
+  doc["num_units"] = plan.num_units;
+  doc["cluster"] = {
+      {"gpus", cl.gpus},
+      {"gpus_per_node", cl.gpus_per_node},
+      {"gpu_mem_bytes", cl.gpu_mem_bytes},
+      {"host_mem_bytes", cl.host_mem_bytes},
+      {"intra_node_gbps", cl.intra_node_gbps},
+      {"inter_node_gbps", cl.inter_node_gbps},
+      {"pcie_gbps", cl.pcie_gbps},
+      {"intra_node_latency_us", cl.intra_node_latency_us},
+      {"inter_node_latency_us", cl.inter_node_latency_us},
+      {"peak_tflops", o.precision == PlanPrecision::kFp32 ? cl.peak_tflops_fp32 : cl.peak_tflops},
+      {"mfu", cl.mfu},
+      {"reserve_bytes", cl.reserve_bytes},
+      {"workspace_bytes", cl.workspace_bytes}};
+  doc["training"] = {{"precision", PlanPrecisionName(o.precision)},
+                     {"seq", o.seq},
+                     {"micro_batch", o.micro_batch},
+                     {"grad_accum_steps", o.grad_accum_steps},
+                     {"recompute", RecomputeName(o.recompute)},
+                     {"sequence_parallel", o.sequence_parallel},
+                     {"global_batch", plan.global_batch}};
+  doc["chosen"] = plan.chosen >= 0 ? json(plan.chosen) : json(nullptr);
+  doc["why"] = plan.why;
+  doc["rejected"] = plan.rejected;
+  json candidates = json::array();
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const Candidate& c = plan.candidates[i];
+    json buffers = json::array();
+    for (const PlacedBuffer& p : c.buffers) {
+      buffers.push_back({{"name", p.buffer.name},
+                         {"category", MemoryCategoryName(p.buffer.category)},
+                         {"dtype", DTypeName(p.buffer.dtype)},
+                         {"numel", p.buffer.numel},
+                         {"bytes", p.buffer.bytes()},
+                         {"placement", p.placement == Placement::kDevice ? "device" : "host"}});
+    }
+    json entry = {
+        {"index", i},
+        {"label", c.Label()},
+        {"stage", c.stage},
+        {"offload", OffloadName(c.offload)},
+        {"tp", c.tp},
+        {"pp", c.pp},
+        {"dp", c.dp},
+        {"micro_batches", c.micro_batches},
+        {"worst_pp_stage", c.worst_pp_stage},
+        {"engine_supported", c.engine_supported},
+        {"fits", c.fits},
+        {"verdict", c.verdict},
+        {"chosen", static_cast<int>(i) == plan.chosen},
+        {"shown", std::find(shown.begin(), shown.end(), static_cast<int>(i)) != shown.end()},
+        {"per_gpu_bytes", Breakdown(c.per_gpu)},
+        {"per_rank_host_bytes", Breakdown(c.per_rank_host)},
+        {"per_node_host_bytes", c.per_node_host_bytes},
+        {"step_time_s",
+         {{"compute", c.time.compute},
+          {"bubble", c.time.bubble},
+          {"dp_comm", c.time.dp_comm},
+          {"tp_comm", c.time.tp_comm},
+          {"pp_comm", c.time.pp_comm},
+          {"offload", c.time.offload},
+          {"total", c.time.total}}},
+        {"tokens_per_s", c.tokens_per_s},
+        {"buffers", buffers}};
+    if (HasCosts(plan)) {
+      entry["epoch_s"] = c.epoch_s;
+      entry["epoch_cost"] = c.epoch_cost;
+      entry["scaling_efficiency"] = c.scaling_efficiency;
+    }
+    candidates.push_back(std::move(entry));
+  }
+  doc["candidates"] = std::move(candidates);
+  if (HasCosts(plan)) {
+    doc["price_per_gpu_hour"] = o.price_per_gpu_hour;
+    doc["dataset_tokens"] = o.dataset_tokens;
+    doc["min_fitting_gpus"] = plan.min_fitting_gpus;
+    json scaling = json::array();
+    for (const ScalePoint& p : plan.scaling) {
+      scaling.push_back({{"gpus", p.gpus},
+                         {"fits", p.fits},
+                         {"label", p.label},
+                         {"step_s", p.step_s},
+                         {"tokens_per_s", p.tokens_per_s},
+                         {"epoch_s", p.epoch_s},
+                         {"epoch_cost", p.epoch_cost},
+                         {"scaling_efficiency", p.scaling_efficiency}});
+    }
+    doc["scaling"] = std::move(scaling);
+  }
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,147 @@
+#include "engine/src/plan/transformer_spec.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace zeroshard {
+namespace {
+
+// Collects one unit's params and their tensor-parallel split dimensions.
+class UnitBuilder {
+ public:
+  explicit UnitBuilder(std::string name) { unit_.name = std::move(name); }
+
+  // `split_dim`: the dimension tensor parallelism splits, -1 if replicated.
+  void Add(std::string name, std::vector<int64_t> shape, int split_dim, bool no_decay = false) {
+    ParamSpec p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.no_decay = no_decay;
+    unit_.params.push_back(std::move(p));
+    split_.push_back(split_dim);
+  }
+
+  void AppendTo(ModelDescription& model) {
+    model.spec.units.push_back(std::move(unit_));
+    model.tp_split_dim.push_back(std::move(split_));
+  }
+
+ private:
+  UnitSpec unit_;
+  std::vector<int> split_;
+};
+
+constexpr int kReplicated = -1;
+
+void AddNorm(UnitBuilder& unit, const std::string& prefix, const TransformerShape& s) {
+  unit.Add(prefix + ".weight", {s.hidden}, kReplicated, /*no_decay=*/true);
+  if (s.layer_norm_bias) unit.Add(prefix + ".bias", {s.hidden}, kReplicated, /*no_decay=*/true);
+}
+
+// GPT-2 names and Conv1D shapes ([in, out]); column-parallel layers split
+// their output dimension (1), row-parallel layers their input dimension (0).
+void AddGpt2Layer(UnitBuilder& unit, const TransformerShape& s) {
+  const int64_t h = s.hidden;
+  const int64_t qkv = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const int64_t attn = s.heads * s.head_dim;
+  AddNorm(unit, "ln_1", s);
+  unit.Add("attn.c_attn.weight", {h, qkv}, 1);
+  if (s.qkv_bias) unit.Add("attn.c_attn.bias", {qkv}, 0, true);
+  unit.Add("attn.c_proj.weight", {attn, h}, 0);
+  if (s.attn_out_bias) unit.Add("attn.c_proj.bias", {h}, kReplicated, true);
+  AddNorm(unit, "ln_2", s);
+  unit.Add("mlp.c_fc.weight", {h, s.intermediate}, 1);
+  if (s.mlp_bias) unit.Add("mlp.c_fc.bias", {s.intermediate}, 0, true);
+  unit.Add("mlp.c_proj.weight", {s.intermediate, h}, 0);
+  if (s.mlp_bias) unit.Add("mlp.c_proj.bias", {h}, kReplicated, true);
+}
+
+// Llama-family names and nn.Linear shapes ([out, in]): column-parallel
+// layers split dimension 0, row-parallel layers dimension 1.
+void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
+  const int64_t h = s.hidden;
+  const int64_t q = s.heads * s.head_dim;
+  const int64_t kv = s.kv_heads * s.head_dim;
+  AddNorm(unit, "input_layernorm", s);
+  unit.Add("self_attn.q_proj.weight", {q, h}, 0);
+  if (s.qkv_bias) unit.Add("self_attn.q_proj.bias", {q}, 0, true);
+  unit.Add("self_attn.k_proj.weight", {kv, h}, 0);
+  if (s.qkv_bias) unit.Add("self_attn.k_proj.bias", {kv}, 0, true);
+  unit.Add("self_attn.v_proj.weight", {kv, h}, 0);
+  if (s.qkv_bias) unit.Add("self_attn.v_proj.bias", {kv}, 0, true);
+  unit.Add("self_attn.o_proj.weight", {h, q}, 1);
+  if (s.attn_out_bias) unit.Add("self_attn.o_proj.bias", {h}, kReplicated, true);
+  AddNorm(unit, "post_attention_layernorm", s);
+  if (s.gated_mlp) {
+    unit.Add("mlp.gate_proj.weight", {s.intermediate, h}, 0);
+    if (s.mlp_bias) unit.Add("mlp.gate_proj.bias", {s.intermediate}, 0, true);
+  }
+  unit.Add("mlp.up_proj.weight", {s.intermediate, h}, 0);
+  if (s.mlp_bias) unit.Add("mlp.up_proj.bias", {s.intermediate}, 0, true);
+  unit.Add("mlp.down_proj.weight", {h, s.intermediate}, 1);
+  if (s.mlp_bias) unit.Add("mlp.down_proj.bias", {h}, kReplicated, true);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s,
+                                                       const std::string& name) {
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", name, "': ", what));
+  };
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"hidden size", s.hidden},      {"number of layers", s.layers},
+      {"attention heads", s.heads},   {"key/value heads", s.kv_heads},
+      {"head dimension", s.head_dim}, {"intermediate size", s.intermediate},
+      {"vocabulary size", s.vocab},
+  };
+  for (const auto& [what, value] : sizes) {
+    if (value <= 0) return bad(absl::StrFormat("%s is %d; it must be positive", what, value));
+  }
+  if (s.heads % s.kv_heads != 0) {
+    return bad(absl::StrFormat("%d key/value heads do not divide %d attention heads", s.kv_heads,
+                               s.heads));
+  }
+  if (s.learned_positions && s.max_positions <= 0) {
+    return bad("learned position embeddings need a positive max_position_embeddings (n_positions)");
+  }
+  const bool gpt2_names = s.architecture == "GPT2LMHeadModel";
+  ModelDescription model;
+  model.name = name;
+  model.transformer = s;
+
+  UnitBuilder embed("embed");
+  // Token embeddings are vocabulary-parallel (Megatron splits dimension 0).
+  embed.Add(gpt2_names ? "wte.weight" : "embed_tokens.weight", {s.vocab, s.hidden}, 0);
+  if (s.learned_positions) {
+    embed.Add(gpt2_names ? "wpe.weight" : "embed_positions.weight", {s.max_positions, s.hidden},
+              kReplicated);
+  }
+  embed.AppendTo(model);
+
+  model.first_layer_unit = 1;
+  model.num_layer_units = static_cast<int>(s.layers);
+  for (int64_t i = 0; i < s.layers; ++i) {
+    UnitBuilder layer(absl::StrCat(gpt2_names ? "h." : "layers.", i));
+    if (gpt2_names) {
+      AddGpt2Layer(layer, s);
+    } else {
+      AddLlamaLayer(layer, s);
+    }
+    layer.AppendTo(model);
+  }
+
+  UnitBuilder final_norm("final_norm");
+  AddNorm(final_norm, gpt2_names ? "ln_f" : "norm", s);
+  final_norm.AppendTo(model);
+  if (!s.tied_embeddings) {
+    UnitBuilder head("lm_head");
+    head.Add("lm_head.weight", {s.vocab, s.hidden}, 0);
+    head.AppendTo(model);
+  }
+  return model;
+}
+
+}  // namespace zeroshard

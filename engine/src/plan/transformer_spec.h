@@ -1,0 +1,28 @@
+// Builds the ModelSpec of a decoder-only transformer: one unit for the
+// embeddings, one per layer, one for the final norm and one for the LM head
+// (absent when the embeddings are tied), with the Hugging Face param names
+// and shapes, so the count is exact.
+#ifndef ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_
+#define ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/src/plan/model_description.h"
+
+namespace zeroshard {
+
+// Units: "embed", "layers.<i>" (GPT-2: "h.<i>"), "final_norm", "lm_head".
+// Llama family (RMSNorm, SwiGLU, grouped-query k/v): q_proj [a*d, h],
+// k_proj and v_proj [kv*d, h], o_proj [h, a*d], gate_proj and up_proj [f, h],
+// down_proj [h, f]. GPT-2 (Conv1D, [in, out]): c_attn [h, 3h], c_proj [h, h],
+// c_fc [h, f], mlp.c_proj [f, h], all with biases, LayerNorms with biases,
+// learned position embeddings. Norm weights and biases are no_decay.
+// InvalidArgument when a size is not positive or kv_heads does not divide
+// heads.
+absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& shape,
+                                                       const std::string& name);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_

@@ -1,0 +1,150 @@
+#include "examples/mlp/demo_options.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+absl::Status BadValue(const std::string& flag, const std::string& value, const char* expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --", flag, ": bad value '", value, "', expected ", expected));
+}
+
+template <typename T>
+absl::Status ParseIntAtLeast(const std::string& flag, const std::string& value, T min, T* out) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < static_cast<int64_t>(min) || v > (int64_t{1} << 30)) {
+    return BadValue(flag, value, absl::StrCat("an integer >= ", min).c_str());
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ParseNonNegative(const std::string& flag, const std::string& value, double* out) {
+  double v = 0.0;
+  if (!absl::SimpleAtod(value, &v) || !(v >= 0.0) || v > 1e30) {
+    return BadValue(flag, value, "a non-negative number");
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void PrintUsage(std::FILE* out) {
+  const DemoOptions d;
+  std::fprintf(
+      out,
+      "usage: mlp_demo [flags]\n"
+      "Trains a residual MLP on N ranks with a ZeRO stage and the one-rank baseline\n"
+      "(stage 0, accumulating the same micro-batches), then compares them.\n\n"
+      "  --ranks N          local ranks (threads) (default %d; ignored with --backend mpi)\n"
+      "  --stage S          ZeRO stage 0, 1 or 2 (default %d)\n"
+      "  --steps N          optimizer steps (default %lld)\n"
+      "  --precision P      fp32 or bf16 (default %s)\n"
+      "  --accum A          micro-batches per rank per step (default %d)\n"
+      "  --hidden H         hidden size (default %lld)\n"
+      "  --blocks B         residual blocks (default %d)\n"
+      "  --micro-batch M    samples per micro-batch (default %d)\n"
+      "  --lr LR            peak learning rate (default %g)\n"
+      "  --weight-decay WD  AdamW weight decay, not on biases (default %g)\n"
+      "  --clip C           max global gradient norm, 0 = off (default %g)\n"
+      "  --backend B        local (threads) or mpi (one process per rank under mpirun;\n"
+      "                     rank 0 prints) (default local)\n"
+      "  --help             this text\n",
+      d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
+      static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
+      d.weight_decay, d.clip);
+}
+
+TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
+  TrainSpec train;
+  train.zero_stage = stage;
+  train.precision = opts.precision;
+  train.optimizer.kind = OptimizerKind::kAdamW;
+  train.optimizer.lr = opts.lr;
+  train.optimizer.weight_decay = opts.weight_decay;
+  train.schedule.kind = LrSchedule::Kind::kWarmupCosine;
+  train.schedule.warmup_steps = std::max<int64_t>(1, opts.steps / 20);
+  train.schedule.total_steps = opts.steps;
+  train.schedule.min_lr_ratio = 0.1;
+  train.max_grad_norm = opts.clip;
+  train.grad_accum_steps = accum;
+  return train;
+}
+
+absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
+  DemoOptions opts;
+  *help = false;
+  using Setter = std::function<absl::Status(const std::string& flag, const std::string& value)>;
+  const std::map<std::string, Setter> setters = {
+      {"ranks", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.ranks); }},
+      {"stage", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 0, &opts.stage); }},
+      {"steps", [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.steps); }},
+      {"accum", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.accum); }},
+      {"hidden",
+       [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.model.hidden); }},
+      {"blocks", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.model.blocks); }},
+      {"micro-batch",
+       [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.model.micro_batch); }},
+      {"lr", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.lr); }},
+      {"weight-decay",
+       [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.weight_decay); }},
+      {"clip", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.clip); }},
+      {"precision",
+       [&](auto& f, auto& v) -> absl::Status {
+         absl::StatusOr<Precision> p = ParsePrecision(v);
+         if (!p.ok()) return BadValue(f, v, "fp32 or bf16");
+         opts.precision = *p;
+         return absl::OkStatus();
+       }},
+      {"backend",
+       [&](auto& f, auto& v) -> absl::Status {
+         if (v != "local" && v != "mpi") return BadValue(f, v, "local or mpi");
+         opts.backend_mpi = v == "mpi";
+         return absl::OkStatus();
+       }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      return DemoOptions{};
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    arg = arg.substr(2);
+    std::string value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", arg, " needs a value"));
+    }
+    const auto it = setters.find(arg);
+    if (it == setters.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", arg));
+    }
+    ZS_RETURN_IF_ERROR(it->second(arg, value));
+  }
+  ZS_RETURN_IF_ERROR(opts.model.Validate());
+  // Range checks of the engine's own spec (e.g. the supported stages), so a
+  // bad flag is refused before anything runs.
+  ZS_RETURN_IF_ERROR(MakeTrainSpec(opts, opts.stage, opts.accum).Validate());
+  return opts;
+}
+
+}  // namespace mlp
+}  // namespace zeroshard

@@ -1,0 +1,179 @@
+#include "examples/mlp/demo_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_format.h"
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+const char* const kParamNames[kNumBlockParams] = {"w1", "b1", "w2", "b2"};
+
+std::string ParamName(int index) {
+  return absl::StrFormat("block.%d %s", index / kNumBlockParams,
+                         kParamNames[index % kNumBlockParams]);
+}
+
+std::string WithCommas(int64_t n) {
+  std::string digits = absl::StrFormat("%d", n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
+// Steps (1-based) at which the loss table has a row.
+std::vector<int64_t> LossTableSteps(int64_t steps) {
+  std::vector<int64_t> rows = {1, steps / 10, steps / 4, steps / 2, 3 * steps / 4, steps};
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](int64_t s) { return s < 1; }),
+             rows.end());
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+void PrintLoss(const DemoResults& r, std::FILE* out) {
+  std::fprintf(out, "\nloss (MSE to the teacher, mean over the global batch)\n");
+  std::fprintf(out, "  %6s  %12s  %12s  %10s\n", "step", "distributed", "baseline", "|diff|");
+  const size_t n = std::min(r.distributed.losses.size(), r.baseline.losses.size());
+  for (int64_t s : LossTableSteps(static_cast<int64_t>(n))) {
+    const double d = r.distributed.losses[s - 1];
+    const double b = r.baseline.losses[s - 1];
+    std::fprintf(out, "  %6d  %12.6f  %12.6f  %10.3g\n", static_cast<int>(s), d, b,
+                 std::fabs(d - b));
+  }
+}
+
+void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
+  const WeightComparison c = CompareWeights(r.distributed.params, r.baseline.params);
+  std::fprintf(out, "\nfinal weights vs baseline (fp32 master, %zu params, %s values)\n",
+               r.baseline.params.size(), WithCommas(c.values).c_str());
+  std::fprintf(out,
+               "  max |diff| %.3g (%s); max relative diff %.3g (max|diff| / max|w| per param)\n",
+               c.max_abs, ParamName(c.max_abs_param).c_str(), c.max_rel);
+  const bool expect_bitwise = opts.precision == Precision::kFp32 && opts.accum == 1;
+  std::fprintf(out, "  bitwise identical: %s%s\n", c.bitwise_identical ? "yes" : "no",
+               expect_bitwise
+                   ? (c.bitwise_identical ? " (as expected: fp32, one micro-batch per rank)"
+                                          : "  <-- UNEXPECTED: fp32 with one micro-batch per "
+                                            "rank must match bit for bit")
+                   : " (not expected: with accumulation or bf16 the summation order or "
+                     "rounding differs)");
+}
+
+void PrintMemory(const DemoResults& r, std::FILE* out) {
+  // Columns: every category that holds bytes in either run.
+  std::vector<int> cats;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    bool used = false;
+    for (const RunResult* run : {&r.distributed, &r.stage0}) {
+      for (const LedgerRow& row : run->ledger) used = used || row[c] != 0;
+    }
+    if (used) cats.push_back(c);
+  }
+  std::fprintf(out, "\nmemory per rank (device ledger, current MiB = 2^20 bytes)\n  %-10s", "");
+  for (int c : cats) std::fprintf(out, " %10s", MemoryCategoryName(static_cast<MemoryCategory>(c)));
+  std::fprintf(out, " %13s %11s\n", "model states", "vs stage 0");
+  auto print_row = [&](const std::string& label, const LedgerRow& row, const LedgerRow* ref) {
+    std::fprintf(out, "  %-10s", label.c_str());
+    for (int c : cats) std::fprintf(out, " %10.3f", row[c] / kMiB);
+    const int64_t states = row[kNumMemoryCategories];
+    std::fprintf(out, " %13.3f", states / kMiB);
+    if (ref != nullptr && (*ref)[kNumMemoryCategories] > 0) {
+      std::fprintf(out, " %10.3fx", static_cast<double>(states) / (*ref)[kNumMemoryCategories]);
+    }
+    std::fprintf(out, "\n");
+  };
+  for (size_t i = 0; i < r.distributed.ledger.size(); ++i) {
+    const LedgerRow* ref = i < r.stage0.ledger.size() ? &r.stage0.ledger[i] : nullptr;
+    print_row(absl::StrFormat("rank %d", i), r.distributed.ledger[i], ref);
+  }
+  for (size_t i = 0; i < r.stage0.ledger.size(); ++i) {
+    print_row(absl::StrFormat("stage0 r%d", i), r.stage0.ledger[i], nullptr);
+  }
+}
+
+void PrintTimes(const DemoResults& r, std::FILE* out) {
+  std::fprintf(out, "\ntime per step (ms; Engine::Stats().totals / steps)\n");
+  std::fprintf(out, "  %-10s %9s %13s %10s %11s %12s %9s\n", "", "compute", "exposed comm",
+               "optimizer", "input wait", "engine other", "total");
+  auto print_row = [&](const std::string& label, const std::vector<double>& ms) {
+    if (ms.size() < kNumTimeColumns) return;
+    std::fprintf(out, "  %-10s %9.2f %13.2f %10.2f %11.2f %12.2f %9.2f\n", label.c_str(),
+                 ms[kComputeMs], ms[kExposedCommMs], ms[kOptimizerMs], ms[kInputWaitMs],
+                 ms[kEngineOtherMs], ms[kTotalMs]);
+  };
+  for (size_t i = 0; i < r.distributed.step_ms.size(); ++i) {
+    print_row(absl::StrFormat("rank %d", i), r.distributed.step_ms[i]);
+  }
+  if (!r.baseline.step_ms.empty()) print_row("baseline", r.baseline.step_ms[0]);
+}
+
+}  // namespace
+
+WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
+                                const std::vector<std::vector<float>>& b) {
+  WeightComparison c;
+  if (a.size() != b.size()) c.bitwise_identical = false;
+  for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) {
+    if (a[t].size() != b[t].size()) {
+      c.bitwise_identical = false;
+      continue;
+    }
+    double param_max_abs = 0.0, param_scale = 0.0;
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      const double diff = std::fabs(static_cast<double>(a[t][i]) - b[t][i]);
+      param_max_abs = std::max(param_max_abs, diff);
+      param_scale = std::max(param_scale, std::fabs(static_cast<double>(b[t][i])));
+    }
+    if (param_max_abs > c.max_abs) {
+      c.max_abs = param_max_abs;
+      c.max_abs_param = static_cast<int>(t);
+    }
+    if (param_scale > 0) c.max_rel = std::max(c.max_rel, param_max_abs / param_scale);
+    c.values += static_cast<int64_t>(a[t].size());
+    // memcmp, not ==: -0.0 vs 0.0 and NaN payloads count as differences.
+    if (std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(float)) != 0) {
+      c.bitwise_identical = false;
+    }
+  }
+  return c;
+}
+
+void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
+  const MlpConfig& m = opts.model;
+  const int64_t params = BuildModelSpec(m).NumParams();
+  const int64_t global_batch = static_cast<int64_t>(r.world) * opts.accum * m.micro_batch;
+  std::fprintf(out,
+               "mlp_demo: residual MLP, %d blocks x hidden %d (%s params), exact-erf GELU,\n"
+               "          micro-batch %d, global batch %d samples per step\n",
+               m.blocks, static_cast<int>(m.hidden), WithCommas(params).c_str(), m.micro_batch,
+               static_cast<int>(global_batch));
+  const std::string distributed =
+      absl::StrFormat("%d ranks (%s), ZeRO stage %d, %s, accum %d", r.world,
+                      opts.backend_mpi ? "mpi" : "local threads", opts.stage,
+                      PrecisionName(opts.precision), opts.accum);
+  const std::string baseline = absl::StrFormat("1 rank, ZeRO stage 0, %s, accum %d",
+                                               PrecisionName(opts.precision), r.world * opts.accum);
+  std::fprintf(out, "  distributed: %-52s %6.1f s\n", distributed.c_str(),
+               r.distributed.wall_seconds);
+  std::fprintf(out, "  baseline:    %-52s %6.1f s\n", baseline.c_str(), r.baseline.wall_seconds);
+  std::fprintf(out,
+               "  AdamW lr %g (warmup + cosine to 10%%), weight decay %g, clip %g: clipped steps "
+               "%d vs %d, skipped %d vs %d\n",
+               opts.lr, opts.weight_decay, opts.clip, static_cast<int>(r.distributed.clipped_steps),
+               static_cast<int>(r.baseline.clipped_steps),
+               static_cast<int>(r.distributed.skipped_steps),
+               static_cast<int>(r.baseline.skipped_steps));
+  PrintLoss(r, out);
+  PrintWeights(opts, r, out);
+  PrintMemory(r, out);
+  PrintTimes(r, out);
+  std::fprintf(out, "\ntotal wall time: %.1f s\n", absl::ToDoubleSeconds(absl::Now() - r.start));
+}
+
+}  // namespace mlp
+}  // namespace zeroshard

@@ -1,0 +1,70 @@
+// What mlp_demo measures in its runs, and the report it prints.
+#ifndef ZEROSHARD_EXAMPLES_MLP_DEMO_REPORT_H_
+#define ZEROSHARD_EXAMPLES_MLP_DEMO_REPORT_H_
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "examples/mlp/demo_options.h"
+#include "zeroshard/device.h"
+
+namespace zeroshard {
+namespace mlp {
+
+// Columns of the per-step time split (ms per step, Engine::Stats().totals /
+// steps).
+enum TimeColumn : int {
+  kComputeMs = 0,
+  kExposedCommMs,
+  kOptimizerMs,
+  kInputWaitMs,
+  kEngineOtherMs,
+  kTotalMs,
+  kNumTimeColumns
+};
+
+// One rank's ledger: current bytes per MemoryCategory, then the ledger's
+// current_model_states().
+using LedgerRow = std::array<int64_t, kNumMemoryCategories + 1>;
+
+// One run, as seen by its rank 0 (per-rank rows gathered from every rank).
+struct RunResult {
+  std::vector<double> losses;                // global mean loss of each step
+  std::vector<std::vector<float>> params;    // final fp32 weights, [unit * 4 + param]
+  std::vector<LedgerRow> ledger;             // per rank, after training
+  std::vector<std::vector<double>> step_ms;  // per rank, TimeColumn order
+  int64_t clipped_steps = 0;
+  int64_t skipped_steps = 0;
+  double wall_seconds = 0.0;
+};
+
+struct DemoResults {
+  int world = 1;
+  RunResult distributed;  // N ranks, the requested stage
+  RunResult baseline;     // 1 rank, stage 0, accum N*A
+  RunResult stage0;       // N ranks, stage 0: ledger only, no training
+  absl::Time start = absl::Now();
+};
+
+// Largest differences between two runs' final weights.
+struct WeightComparison {
+  double max_abs = 0.0;
+  int max_abs_param = 0;  // index [unit * 4 + param] where max_abs occurs
+  // Largest over params of max|a - b| / max|b| (the param's own scale).
+  double max_rel = 0.0;
+  int64_t values = 0;
+  bool bitwise_identical = true;
+};
+WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
+                                const std::vector<std::vector<float>>& b);
+
+// Prints the report (the caller is rank 0).
+void PrintReport(const DemoOptions& opts, const DemoResults& results, std::FILE* out);
+
+}  // namespace mlp
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_EXAMPLES_MLP_DEMO_REPORT_H_

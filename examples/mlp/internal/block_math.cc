@@ -1,0 +1,118 @@
+#include "examples/mlp/internal/block_math.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace zeroshard {
+namespace mlp {
+namespace internal {
+namespace {
+
+// Adds bias[j] to every row of m [rows, cols].
+void AddBias(const float* bias, int64_t rows, int64_t cols, float* m) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = m + r * cols;
+    for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+// grad[j] = sum over rows of m[r, j], rows summed in order (fixed, so the
+// result does not depend on who computes it).
+void SumRows(const float* m, int64_t rows, int64_t cols, float* grad) {
+  for (int64_t c = 0; c < cols; ++c) grad[c] = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = m + r * cols;
+    for (int64_t c = 0; c < cols; ++c) grad[c] += row[c];
+  }
+}
+
+}  // namespace
+
+void ForwardState::Resize(int blocks, int64_t batch, int64_t hidden) {
+  const size_t io = static_cast<size_t>(batch * hidden);
+  const size_t inner = static_cast<size_t>(batch * InnerSize(hidden));
+  inputs.assign(blocks + 1, std::vector<float>(io));
+  pre.assign(blocks, std::vector<float>(inner));
+  act.assign(blocks, std::vector<float>(inner));
+}
+
+void UseSingleThreadedBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+float Gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+
+float GeluGrad(float x) {
+  const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
+                  float* act, float* y) {
+  const int64_t inner = InnerSize(hidden);
+  // pre [B,4h] = x [B,h] * W1^T.
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, inner, hidden, 1.0f, x, hidden, w.w1,
+              hidden, 0.0f, pre, inner);
+  AddBias(w.b1, batch, inner, pre);
+  for (int64_t i = 0; i < batch * inner; ++i) act[i] = Gelu(pre[i]);
+  // y [B,h] = act [B,4h] * W2^T, then + b2 + x (the residual).
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, hidden, inner, 1.0f, act, inner, w.w2,
+              inner, 0.0f, y, hidden);
+  AddBias(w.b2, batch, hidden, y);
+  for (int64_t i = 0; i < batch * hidden; ++i) y[i] += x[i];
+}
+
+void BlockBackward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x,
+                   const float* pre, const float* act, const float* dy, float* scratch, float* dx,
+                   const BlockGradients& grads) {
+  const int64_t inner = InnerSize(hidden);
+  // dW2 [h,4h] = dy^T [h,B] * act [B,4h]; db2 = column sums of dy.
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hidden, inner, batch, 1.0f, dy, hidden, act,
+              inner, 0.0f, grads.w2, inner);
+  SumRows(dy, batch, hidden, grads.b2);
+  // dpre [B,4h] = (dy [B,h] * W2 [h,4h]) * gelu'(pre).
+  float* dpre = scratch;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, inner, hidden, 1.0f, dy, hidden,
+              w.w2, inner, 0.0f, dpre, inner);
+  for (int64_t i = 0; i < batch * inner; ++i) dpre[i] *= GeluGrad(pre[i]);
+  // dW1 [4h,h] = dpre^T [4h,B] * x [B,h]; db1 = column sums of dpre.
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, inner, hidden, batch, 1.0f, dpre, inner, x,
+              hidden, 0.0f, grads.w1, hidden);
+  SumRows(dpre, batch, inner, grads.b1);
+  if (dx == nullptr) return;
+  // dx [B,h] = dy (the residual path) + dpre [B,4h] * W1 [4h,h].
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, hidden, inner, 1.0f, dpre, inner,
+              w.w1, hidden, 0.0f, dx, hidden);
+  for (int64_t i = 0; i < batch * hidden; ++i) dx[i] += dy[i];
+}
+
+void NetworkForward(const std::vector<BlockWeights>& blocks, int64_t batch, int64_t hidden,
+                    const float* x, ForwardState* state) {
+  std::copy(x, x + batch * hidden, state->inputs[0].begin());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    BlockForward(blocks[i], batch, hidden, state->inputs[i].data(), state->pre[i].data(),
+                 state->act[i].data(), state->inputs[i + 1].data());
+  }
+}
+
+double MseLoss(const float* out, const float* target, int64_t n, float* dout) {
+  double sum = 0.0;
+  const float scale = 2.0f / static_cast<float>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float diff = out[i] - target[i];
+    sum += static_cast<double>(diff) * diff;
+    dout[i] = scale * diff;
+  }
+  return sum / static_cast<double>(n);
+}
+
+}  // namespace internal
+}  // namespace mlp
+}  // namespace zeroshard

@@ -1,0 +1,88 @@
+// The residual-MLP math on raw fp32 arrays, apart from the engine so that it
+// can be tested against a double-precision reference.
+//
+// One block on a row-major micro-batch x [batch, hidden]:
+//   pre = x W1^T + b1          [batch, 4*hidden]
+//   act = gelu(pre)            exact GELU: 0.5 * pre * (1 + erf(pre / sqrt(2)))
+//   y   = x + act W2^T + b2    [batch, hidden]
+// with W1 [4*hidden, hidden], b1 [4*hidden], W2 [hidden, 4*hidden], b2 [hidden].
+//
+// Every result depends only on its inputs and sizes (single-threaded BLAS,
+// bias sums in a fixed order), never on which rank computes it: that is what
+// makes a distributed run match the one-rank baseline bit for bit.
+#ifndef ZEROSHARD_EXAMPLES_MLP_INTERNAL_BLOCK_MATH_H_
+#define ZEROSHARD_EXAMPLES_MLP_INTERNAL_BLOCK_MATH_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace zeroshard {
+namespace mlp {
+namespace internal {
+
+// Inner (expanded) width of a block.
+inline int64_t InnerSize(int64_t hidden) { return 4 * hidden; }
+
+// Pointers to one block's fp32 weights (not owned).
+struct BlockWeights {
+  const float* w1 = nullptr;  // [4h, h]
+  const float* b1 = nullptr;  // [4h]
+  const float* w2 = nullptr;  // [h, 4h]
+  const float* b2 = nullptr;  // [h]
+};
+
+// Where one block's fp32 gradients go (not owned); every element is
+// overwritten, never accumulated into.
+struct BlockGradients {
+  float* w1 = nullptr;
+  float* b1 = nullptr;
+  float* w2 = nullptr;
+  float* b2 = nullptr;
+};
+
+// Forward activations of a whole network for one micro-batch, kept for the
+// backward pass. inputs[i] is the input of block i (inputs[blocks] is the
+// network output); pre[i] and act[i] are block i's pre-activation and GELU.
+struct ForwardState {
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<float>> pre;
+  std::vector<std::vector<float>> act;
+
+  // Sizes every array for `blocks` blocks of a [batch, hidden] micro-batch.
+  void Resize(int blocks, int64_t batch, int64_t hidden);
+  const std::vector<float>& output() const { return inputs.back(); }
+};
+
+// Makes OpenBLAS single-threaded (once per process): determinism, and several
+// ranks-as-threads on few cores.
+void UseSingleThreadedBlas();
+
+float Gelu(float x);
+// d gelu(x) / dx.
+float GeluGrad(float x);
+
+// One block forward: reads x, writes pre, act and y (y must not alias x).
+void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
+                  float* act, float* y);
+
+// One block backward. Given the saved x, pre, act and dL/dy, writes dL/dx
+// (must not alias dy; may be null when not needed, as for the first block)
+// and the four parameter gradients. `scratch` holds batch*4h floats.
+void BlockBackward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x,
+                   const float* pre, const float* act, const float* dy, float* scratch, float* dx,
+                   const BlockGradients& grads);
+
+// Whole network forward: blocks applied in order to x, activations saved in
+// `state` (which must be Resize()d for these sizes).
+void NetworkForward(const std::vector<BlockWeights>& blocks, int64_t batch, int64_t hidden,
+                    const float* x, ForwardState* state);
+
+// Mean squared error over n elements, (1/n) sum (out - target)^2, summed in
+// double in index order. Writes dL/dout = 2 (out - target) / n.
+double MseLoss(const float* out, const float* target, int64_t n, float* dout);
+
+}  // namespace internal
+}  // namespace mlp
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_EXAMPLES_MLP_INTERNAL_BLOCK_MATH_H_

@@ -1,0 +1,219 @@
+// mlp_demo: trains the residual MLP on N ranks with a ZeRO stage, and the
+// one-rank baseline that accumulates the same micro-batches, then reports
+// loss, weight agreement, per-rank model-state memory and step time.
+//
+//   build/examples/mlp/mlp_demo [--ranks 4] [--stage 2] [--steps 200] ...
+//   mpirun -n 4 build/examples/mlp/mlp_demo --backend mpi
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "examples/mlp/demo_options.h"
+#include "examples/mlp/demo_report.h"
+#include "examples/mlp/mlp.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+// Redraws one progress line on stderr (rank 0 only): in place on a terminal,
+// a line per quarter otherwise so logs stay readable.
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, int64_t total)
+      : label_(std::move(label)), total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
+
+  void Update(int64_t done, double loss) {
+    const absl::Time now = absl::Now();
+    const bool last = done == total_;
+    if (tty_) {
+      if (!last && now - last_draw_ < absl::Milliseconds(100)) return;
+    } else if (!last && (done * 4 / total_) == ((done - 1) * 4 / total_)) {
+      return;
+    }
+    last_draw_ = now;
+    const double seconds = absl::ToDoubleSeconds(now - start_);
+    const int width = 24;
+    const int filled = static_cast<int>(width * done / total_);
+    std::fprintf(stderr, "%s%-26s [%s%s] %4lld/%lld  loss %.5f  %5.1f step/s%s", tty_ ? "\r" : "",
+                 label_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total_), loss, seconds > 0 ? done / seconds : 0.0,
+                 (last || !tty_) ? "\n" : "");
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  int64_t total_;
+  bool tty_;
+  absl::Time start_ = absl::Now();
+  absl::Time last_draw_ = absl::InfinitePast();
+};
+
+// Collects a per-rank row of `n` values on every rank (rank order).
+absl::StatusOr<std::vector<int64_t>> GatherInt64(Communicator& comm, const int64_t* row, int n) {
+  std::vector<int64_t> all(static_cast<size_t>(n) * comm.size());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(row, all.data(), n, DType::kInt64));
+  return all;
+}
+
+absl::Status GatherLedger(Communicator& comm, const Device& device, RunResult* out) {
+  LedgerRow row;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    row[c] = device.ledger().current(static_cast<MemoryCategory>(c));
+  }
+  row[kNumMemoryCategories] = device.ledger().current_model_states();
+  const int n = static_cast<int>(row.size());
+  ZS_ASSIGN_OR_RETURN(std::vector<int64_t> all, GatherInt64(comm, row.data(), n));
+  if (comm.rank() != 0) return absl::OkStatus();
+  out->ledger.assign(comm.size(), LedgerRow{});
+  for (int r = 0; r < comm.size(); ++r) {
+    std::copy(all.begin() + r * n, all.begin() + (r + 1) * n, out->ledger[r].begin());
+  }
+  return absl::OkStatus();
+}
+
+// One rank of a training run; rank 0 fills `out`.
+absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std::string& label,
+                       Communicator& comm, RunResult* out) {
+  const absl::Time start = absl::Now();
+  const bool lead = comm.rank() == 0;
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(BuildModelSpec(opts.model), MakeTrainSpec(opts, stage, accum), *device, comm));
+  ZS_RETURN_IF_ERROR(InitEngineParams(*engine, opts.model));
+  ZS_RETURN_IF_ERROR(engine->Start());
+  MlpTrainer trainer(opts.model, *engine, comm);
+  ProgressBar bar(label, opts.steps);
+  for (int64_t s = 0; s < opts.steps; ++s) {
+    ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
+    if (!lead) continue;
+    out->losses.push_back(loss);
+    if (trainer.last_step().clip_coef < 1.0) ++out->clipped_steps;
+    if (trainer.last_step().skipped) ++out->skipped_steps;
+    bar.Update(s + 1, loss);
+  }
+  if (lead) out->wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  // Every rank takes part in GetParam (it gathers shards); rank 0 keeps them.
+  for (int u = 0; u < opts.model.blocks; ++u) {
+    for (int p = 0; p < kNumBlockParams; ++p) {
+      ZS_ASSIGN_OR_RETURN(std::vector<float> values, engine->GetParam(u, p));
+      if (lead) out->params.push_back(std::move(values));
+    }
+  }
+  ZS_RETURN_IF_ERROR(GatherLedger(comm, *device, out));
+
+  const EngineStats stats = engine->Stats();
+  const double steps = std::max<int64_t>(1, stats.steps);
+  const double row[kNumTimeColumns] = {
+      absl::ToDoubleMilliseconds(stats.totals.compute) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.exposed_comm) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.optimizer) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.input_wait) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.total) / steps};
+  std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(row, all.data(), kNumTimeColumns, DType::kFloat64));
+  if (lead) {
+    for (int r = 0; r < comm.size(); ++r) {
+      out->step_ms.emplace_back(all.begin() + r * kNumTimeColumns,
+                                all.begin() + (r + 1) * kNumTimeColumns);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A stage-0 engine on the same ranks, created only to read what it allocates.
+absl::Status Stage0LedgerRank(const DemoOptions& opts, Communicator& comm, RunResult* out) {
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::Create(BuildModelSpec(opts.model),
+                                     MakeTrainSpec(opts, /*stage=*/0, opts.accum), *device, comm));
+  return GatherLedger(comm, *device, out);
+}
+
+// Everything one rank of the distributed side does: train, then the stage-0
+// memory reference.
+absl::Status DistributedRank(const DemoOptions& opts, Communicator& comm, DemoResults* results) {
+  const std::string label = absl::StrFormat("stage %d, %d ranks", opts.stage, comm.size());
+  ZS_RETURN_IF_ERROR(TrainRank(opts, opts.stage, opts.accum, label, comm, &results->distributed));
+  return Stage0LedgerRank(opts, comm, &results->stage0);
+}
+
+absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) {
+  return RunLocalRanks(1, [&](int, Communicator& comm) {
+    return TrainRank(opts, /*stage=*/0, world * opts.accum, "baseline, 1 rank", comm,
+                     &results->baseline);
+  });
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "mlp_demo: run failed: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int RunLocal(const DemoOptions& opts) {
+  DemoResults results;
+  results.world = opts.ranks;
+  absl::Status status = RunLocalRanks(
+      opts.ranks, [&](int, Communicator& comm) { return DistributedRank(opts, comm, &results); });
+  if (!status.ok()) return Fail(status);
+  status = Baseline(opts, opts.ranks, &results);
+  if (!status.ok()) return Fail(status);
+  PrintReport(opts, results, stdout);
+  return 0;
+}
+
+int RunMpi(const DemoOptions& opts) {
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
+  if (!comm.ok()) return Fail(comm.status());
+  const bool lead = (*comm)->rank() == 0;
+  DemoResults results;
+  results.world = (*comm)->size();
+  absl::Status status = DistributedRank(opts, **comm, &results);
+  // The baseline is one rank: rank 0 runs it alone, the others are done.
+  if (status.ok() && lead) status = Baseline(opts, results.world, &results);
+  int code = 0;
+  if (!status.ok()) {
+    code = Fail(absl::Status(status.code(),
+                             absl::StrFormat("rank %d: %s", (*comm)->rank(), status.message())));
+  } else if (lead) {
+    PrintReport(opts, results, stdout);
+  }
+  comm->reset();
+  FinalizeMpi();
+  return code;
+}
+
+}  // namespace
+}  // namespace mlp
+}  // namespace zeroshard
+
+int main(int argc, char** argv) {
+  using zeroshard::mlp::DemoOptions;
+  bool help = false;
+  absl::StatusOr<DemoOptions> opts = zeroshard::mlp::ParseDemoFlags(argc, argv, &help);
+  if (help) {
+    zeroshard::mlp::PrintUsage(stdout);
+    return 0;
+  }
+  if (!opts.ok()) {
+    std::fprintf(stderr, "mlp_demo: %s (see --help)\n",
+                 std::string(opts.status().message()).c_str());
+    return 2;
+  }
+  return opts->backend_mpi ? zeroshard::mlp::RunMpi(*opts) : zeroshard::mlp::RunLocal(*opts);
+}

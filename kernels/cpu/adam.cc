@@ -1,0 +1,144 @@
+// Adam constants, the scalar path and the dispatching entry points.
+#include "kernels/cpu/adam.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/internal/adam_body.h"
+#include "kernels/cpu/internal/check.h"
+#include "kernels/cpu/internal/paths.h"
+
+namespace zeroshard::kernels {
+
+AdamConstants MakeAdamConstants(const AdamStepParams& p) {
+  // Derived in double and rounded once to fp32, so every rank and every path
+  // starts from the same fp32 constants. step < 1 has no bias correction
+  // defined (division by zero); callers count steps from 1.
+  const double step = static_cast<double>(p.step);
+  const double bias_correction1 = 1.0 - std::pow(p.beta1, step);
+  const double bias_correction2 = 1.0 - std::pow(p.beta2, step);
+  const bool adamw = p.mode == AdamMode::kAdamW;
+  AdamConstants c;
+  c.mode = p.mode;
+  c.beta1 = static_cast<float>(p.beta1);
+  c.one_minus_beta1 = static_cast<float>(1.0 - p.beta1);
+  c.beta2 = static_cast<float>(p.beta2);
+  c.one_minus_beta2 = static_cast<float>(1.0 - p.beta2);
+  c.eps = static_cast<float>(p.eps);
+  c.step_size = static_cast<float>(p.lr / bias_correction1);
+  c.inv_sqrt_bias_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  c.decay_factor = adamw ? static_cast<float>(1.0 - p.lr * p.weight_decay) : 1.0f;
+  c.l2 = adamw ? 0.0f : static_cast<float>(p.weight_decay);
+  c.grad_scale = static_cast<float>(p.grad_scale);
+  return c;
+}
+
+namespace internal {
+namespace {
+
+// The scalar path is the shared loop with one-lane "vectors".
+struct ScalarVec {
+  using Reg = float;
+  static constexpr size_t kWidth = 1;
+  static Reg Set1(float x) { return x; }
+  static Reg Load(const float* p) { return *p; }
+  static void Store(float* p, Reg x) { *p = x; }
+  static Reg LoadGrad(const float* p) { return *p; }
+  static Reg LoadGrad(const uint16_t* p) { return Bf16ToFp32(*p); }
+  static void StoreBf16(uint16_t* p, Reg x) { *p = Fp32ToBf16Rne(x); }
+  static Reg Add(Reg a, Reg b) { return a + b; }
+  static Reg Sub(Reg a, Reg b) { return a - b; }
+  static Reg Mul(Reg a, Reg b) { return a * b; }
+  static Reg Div(Reg a, Reg b) { return a / b; }
+  static Reg Sqrt(Reg a) { return std::sqrt(a); }
+};
+
+}  // namespace
+
+void AdamFp32Scalar(float* param, const float* grad, float* m, float* v, size_t n,
+                    const AdamConstants& c) {
+  AdamFp32With<ScalarVec>(param, grad, m, v, n, c);
+}
+void AdamMixedBf16Scalar(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
+                         size_t n, const AdamConstants& c) {
+  AdamMixedBf16With<ScalarVec>(master, param_out, grad, m, v, n, c);
+}
+void AdamMixedBf16GradBf16Scalar(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
+                                 float* v, size_t n, const AdamConstants& c) {
+  AdamMixedBf16With<ScalarVec>(master, param_out, grad, m, v, n, c);
+}
+
+}  // namespace internal
+
+void AdamFp32On(Isa isa, float* param, const float* grad, float* m, float* v, size_t n,
+                const AdamConstants& c) {
+  internal::CheckIsaSupported(isa, "AdamFp32On");
+  switch (isa) {
+#if defined(ZS_KERNELS_X86_PATHS)
+    case Isa::kAvx512:
+      return internal::AdamFp32Avx512(param, grad, m, v, n, c);
+    case Isa::kAvx2:
+      return internal::AdamFp32Avx2(param, grad, m, v, n, c);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+#endif
+    case Isa::kScalar:
+      break;
+  }
+  internal::AdamFp32Scalar(param, grad, m, v, n, c);
+}
+
+void AdamMixedBf16On(Isa isa, float* master, uint16_t* param_out, const float* grad, float* m,
+                     float* v, size_t n, const AdamConstants& c) {
+  internal::CheckIsaSupported(isa, "AdamMixedBf16On");
+  switch (isa) {
+#if defined(ZS_KERNELS_X86_PATHS)
+    case Isa::kAvx512:
+      return internal::AdamMixedBf16Avx512(master, param_out, grad, m, v, n, c);
+    case Isa::kAvx2:
+      return internal::AdamMixedBf16Avx2(master, param_out, grad, m, v, n, c);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+#endif
+    case Isa::kScalar:
+      break;
+  }
+  internal::AdamMixedBf16Scalar(master, param_out, grad, m, v, n, c);
+}
+
+void AdamMixedBf16GradBf16On(Isa isa, float* master, uint16_t* param_out, const uint16_t* grad,
+                             float* m, float* v, size_t n, const AdamConstants& c) {
+  internal::CheckIsaSupported(isa, "AdamMixedBf16GradBf16On");
+  switch (isa) {
+#if defined(ZS_KERNELS_X86_PATHS)
+    case Isa::kAvx512:
+      return internal::AdamMixedBf16GradBf16Avx512(master, param_out, grad, m, v, n, c);
+    case Isa::kAvx2:
+      return internal::AdamMixedBf16GradBf16Avx2(master, param_out, grad, m, v, n, c);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+#endif
+    case Isa::kScalar:
+      break;
+  }
+  internal::AdamMixedBf16GradBf16Scalar(master, param_out, grad, m, v, n, c);
+}
+
+void AdamFp32(float* param, const float* grad, float* m, float* v, size_t n,
+              const AdamConstants& c) {
+  AdamFp32On(ActiveIsa(), param, grad, m, v, n, c);
+}
+void AdamMixedBf16(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
+                   size_t n, const AdamConstants& c) {
+  AdamMixedBf16On(ActiveIsa(), master, param_out, grad, m, v, n, c);
+}
+void AdamMixedBf16GradBf16(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
+                           float* v, size_t n, const AdamConstants& c) {
+  AdamMixedBf16GradBf16On(ActiveIsa(), master, param_out, grad, m, v, n, c);
+}
+
+}  // namespace zeroshard::kernels

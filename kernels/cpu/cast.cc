@@ -1,0 +1,50 @@
+// bf16 <-> fp32 casts: the scalar path and the dispatching entry points.
+#include "kernels/cpu/cast.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/internal/bf16.h"
+#include "kernels/cpu/internal/check.h"
+#include "kernels/cpu/internal/paths.h"
+
+namespace zeroshard::kernels {
+namespace internal {
+
+void CastFp32ToBf16Scalar(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Fp32ToBf16Rne(in[i]);
+}
+
+void CastBf16ToFp32Scalar(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(in[i]);
+}
+
+}  // namespace internal
+
+void CastFp32ToBf16On(Isa isa, const float* in, uint16_t* out, size_t n) {
+  internal::CheckIsaSupported(isa, "CastFp32ToBf16On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::CastFp32ToBf16Avx512(in, out, n);
+  if (isa == Isa::kAvx2) return internal::CastFp32ToBf16Avx2(in, out, n);
+#endif
+  internal::CastFp32ToBf16Scalar(in, out, n);
+}
+
+void CastBf16ToFp32On(Isa isa, const uint16_t* in, float* out, size_t n) {
+  internal::CheckIsaSupported(isa, "CastBf16ToFp32On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::CastBf16ToFp32Avx512(in, out, n);
+  if (isa == Isa::kAvx2) return internal::CastBf16ToFp32Avx2(in, out, n);
+#endif
+  internal::CastBf16ToFp32Scalar(in, out, n);
+}
+
+void CastFp32ToBf16(const float* in, uint16_t* out, size_t n) {
+  CastFp32ToBf16On(ActiveIsa(), in, out, n);
+}
+
+void CastBf16ToFp32(const uint16_t* in, float* out, size_t n) {
+  CastBf16ToFp32On(ActiveIsa(), in, out, n);
+}
+
+}  // namespace zeroshard::kernels

@@ -1,0 +1,112 @@
+// The one Adam/AdamW element rule and the loop that applies it, shared by
+// every ISA path so that they cannot drift apart.
+//
+// A path supplies a vector traits type V (see adam_avx2.cc) with:
+//   using Reg; static constexpr size_t kWidth;
+//   Reg Set1(float); Reg Load(const float*); void Store(float*, Reg);
+//   Reg LoadGrad(const float*); Reg LoadGrad(const uint16_t*);   (bf16 -> fp32)
+//   void StoreBf16(uint16_t*, Reg);                               (round to nearest even)
+//   Reg Add, Sub, Mul, Div, Sqrt   (IEEE, correctly rounded; never FMA)
+// Each operation below is one fp32 operation in the order of the contract in
+// adam.h, on every lane and in the scalar tail, so all paths give the same bits.
+// V must be defined in an anonymous namespace of the including file so that
+// the instantiations of AdamLoop stay local to that file and its ISA flags.
+#ifndef ZEROSHARD_KERNELS_CPU_INTERNAL_ADAM_BODY_H_
+#define ZEROSHARD_KERNELS_CPU_INTERNAL_ADAM_BODY_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/internal/bf16.h"
+
+namespace zeroshard::kernels::internal {
+
+ZS_KERNEL_INLINE float GradToFp32(float g) { return g; }
+ZS_KERNEL_INLINE float GradToFp32(uint16_t g) { return Bf16ToFp32(g); }
+
+// One element, scalar fp32. `p` is the fp32 master.
+template <AdamMode kMode>
+ZS_KERNEL_INLINE void AdamElement(const AdamConstants& c, float grad, float& p, float& m,
+                                  float& v) {
+  float g = grad * c.grad_scale;
+  if constexpr (kMode == AdamMode::kAdamL2) g = g + c.l2 * p;
+  m = c.beta1 * m + c.one_minus_beta1 * g;
+  v = c.beta2 * v + c.one_minus_beta2 * (g * g);
+  const float denom = std::sqrt(v) * c.inv_sqrt_bias_correction2 + c.eps;
+  if constexpr (kMode == AdamMode::kAdamW) p = p * c.decay_factor;
+  p = p - c.step_size * (m / denom);
+}
+
+// Applies the update to n elements. GradT is float or uint16_t (bf16);
+// kBf16Out writes the rounded bf16 copy of the new master to param_out.
+template <class V, AdamMode kMode, class GradT, bool kBf16Out>
+ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const GradT* grad, float* m, float* v,
+                               size_t n, const AdamConstants& c) {
+  using Reg = typename V::Reg;
+  constexpr size_t kW = V::kWidth;
+  const Reg grad_scale = V::Set1(c.grad_scale);
+  const Reg l2 = V::Set1(c.l2);
+  const Reg beta1 = V::Set1(c.beta1);
+  const Reg one_minus_beta1 = V::Set1(c.one_minus_beta1);
+  const Reg beta2 = V::Set1(c.beta2);
+  const Reg one_minus_beta2 = V::Set1(c.one_minus_beta2);
+  const Reg inv_sqrt_bc2 = V::Set1(c.inv_sqrt_bias_correction2);
+  const Reg eps = V::Set1(c.eps);
+  const Reg decay = V::Set1(c.decay_factor);
+  const Reg step_size = V::Set1(c.step_size);
+
+  auto update = [&](size_t i) __attribute__((always_inline)) {
+    Reg g = V::Mul(V::LoadGrad(grad + i), grad_scale);
+    Reg pi = V::Load(p + i);
+    if constexpr (kMode == AdamMode::kAdamL2) g = V::Add(g, V::Mul(l2, pi));
+    const Reg mi = V::Add(V::Mul(beta1, V::Load(m + i)), V::Mul(one_minus_beta1, g));
+    const Reg vi = V::Add(V::Mul(beta2, V::Load(v + i)), V::Mul(one_minus_beta2, V::Mul(g, g)));
+    const Reg denom = V::Add(V::Mul(V::Sqrt(vi), inv_sqrt_bc2), eps);
+    if constexpr (kMode == AdamMode::kAdamW) pi = V::Mul(pi, decay);
+    pi = V::Sub(pi, V::Mul(step_size, V::Div(mi, denom)));
+    V::Store(m + i, mi);
+    V::Store(v + i, vi);
+    V::Store(p + i, pi);
+    if constexpr (kBf16Out) V::StoreBf16(param_out + i, pi);
+  };
+
+  // Two vectors per iteration: the loop is bound by memory, and the second
+  // independent chain hides the sqrt/div latency behind the loads.
+  size_t i = 0;
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    update(i);
+    update(i + kW);
+  }
+  for (; i + kW <= n; i += kW) update(i);
+  for (; i < n; ++i) {
+    AdamElement<kMode>(c, GradToFp32(grad[i]), p[i], m[i], v[i]);
+    if constexpr (kBf16Out) param_out[i] = Fp32ToBf16Rne(p[i]);
+  }
+}
+
+// The three public variants for one traits type and a run-time mode.
+template <class V>
+void AdamFp32With(float* p, const float* g, float* m, float* v, size_t n, const AdamConstants& c) {
+  if (c.mode == AdamMode::kAdamW) {
+    AdamLoop<V, AdamMode::kAdamW, float, false>(p, nullptr, g, m, v, n, c);
+  } else {
+    AdamLoop<V, AdamMode::kAdamL2, float, false>(p, nullptr, g, m, v, n, c);
+  }
+}
+
+template <class V, class GradT>
+void AdamMixedBf16With(float* master, uint16_t* param_out, const GradT* g, float* m, float* v,
+                       size_t n, const AdamConstants& c) {
+  if (c.mode == AdamMode::kAdamW) {
+    AdamLoop<V, AdamMode::kAdamW, GradT, true>(master, param_out, g, m, v, n, c);
+  } else {
+    AdamLoop<V, AdamMode::kAdamL2, GradT, true>(master, param_out, g, m, v, n, c);
+  }
+}
+
+}  // namespace zeroshard::kernels::internal
+
+#endif  // ZEROSHARD_KERNELS_CPU_INTERNAL_ADAM_BODY_H_

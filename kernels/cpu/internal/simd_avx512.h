@@ -1,0 +1,58 @@
+// AVX-512 vector traits for the shared kernel bodies (16 fp32 lanes). Include
+// only from files compiled with -mavx512f -mavx512bw -mavx512dq (see
+// adam_body.h for why the traits must stay local to the file).
+#ifndef ZEROSHARD_KERNELS_CPU_INTERNAL_SIMD_AVX512_H_
+#define ZEROSHARD_KERNELS_CPU_INTERNAL_SIMD_AVX512_H_
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/internal/bf16.h"
+
+namespace zeroshard::kernels::internal {
+namespace {
+
+ZS_KERNEL_INLINE __m512 Bf16x16ToFp32(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// The same integer recipe as Fp32ToBf16Rne. (The AVX512-BF16 instruction
+// vcvtneps2bf16 is not used: it flushes subnormal inputs to zero.)
+ZS_KERNEL_INLINE __m256i Fp32x16ToBf16(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i r = _mm512_mask_blend_epi32(is_nan, rounded, quiet_nan);
+  return _mm512_cvtepi32_epi16(r);  // truncating narrow; every lane is below 2^16
+}
+
+struct Avx512Vec {
+  using Reg = __m512;
+  static constexpr size_t kWidth = 16;
+  static ZS_KERNEL_INLINE Reg Set1(float x) { return _mm512_set1_ps(x); }
+  static ZS_KERNEL_INLINE Reg Load(const float* p) { return _mm512_loadu_ps(p); }
+  static ZS_KERNEL_INLINE void Store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
+  static ZS_KERNEL_INLINE Reg LoadGrad(const float* p) { return _mm512_loadu_ps(p); }
+  static ZS_KERNEL_INLINE Reg LoadGrad(const uint16_t* p) {
+    return Bf16x16ToFp32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static ZS_KERNEL_INLINE void StoreBf16(uint16_t* p, Reg x) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), Fp32x16ToBf16(x));
+  }
+  static ZS_KERNEL_INLINE Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static ZS_KERNEL_INLINE Reg Sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
+  static ZS_KERNEL_INLINE Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static ZS_KERNEL_INLINE Reg Div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
+  static ZS_KERNEL_INLINE Reg Sqrt(Reg a) { return _mm512_sqrt_ps(a); }
+};
+
+}  // namespace
+}  // namespace zeroshard::kernels::internal
+
+#endif  // ZEROSHARD_KERNELS_CPU_INTERNAL_SIMD_AVX512_H_

@@ -1,0 +1,71 @@
+// Block sums of squares: the scalar path and the dispatching entry points.
+#include "kernels/cpu/norm.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/internal/check.h"
+#include "kernels/cpu/internal/norm_body.h"
+#include "kernels/cpu/internal/paths.h"
+
+namespace zeroshard::kernels {
+namespace internal {
+namespace {
+
+struct ScalarNorm {
+  struct Acc {
+    double lane[kNormLanes];
+  };
+  static Acc Zero() { return Acc{}; }
+  template <class T>
+  static Acc Accumulate(Acc acc, const T* x) {
+    for (size_t j = 0; j < kNormLanes; ++j) {
+      const double xj = ElementToDouble(x[j]);
+      acc.lane[j] += xj * xj;
+    }
+    return acc;
+  }
+  static void Store(const Acc& acc, double* lane) {
+    for (size_t j = 0; j < kNormLanes; ++j) lane[j] = acc.lane[j];
+  }
+};
+
+}  // namespace
+
+void BlockSumSquaresFp32Scalar(const float* x, size_t n, double* out) {
+  BlockSumSquaresWith<ScalarNorm>(x, n, out);
+}
+
+void BlockSumSquaresBf16Scalar(const uint16_t* x, size_t n, double* out) {
+  BlockSumSquaresWith<ScalarNorm>(x, n, out);
+}
+
+}  // namespace internal
+
+void BlockSumSquaresFp32On(Isa isa, const float* x, size_t n, double* out) {
+  internal::CheckIsaSupported(isa, "BlockSumSquaresFp32On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::BlockSumSquaresFp32Avx512(x, n, out);
+  if (isa == Isa::kAvx2) return internal::BlockSumSquaresFp32Avx2(x, n, out);
+#endif
+  internal::BlockSumSquaresFp32Scalar(x, n, out);
+}
+
+void BlockSumSquaresBf16On(Isa isa, const uint16_t* x, size_t n, double* out) {
+  internal::CheckIsaSupported(isa, "BlockSumSquaresBf16On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::BlockSumSquaresBf16Avx512(x, n, out);
+  if (isa == Isa::kAvx2) return internal::BlockSumSquaresBf16Avx2(x, n, out);
+#endif
+  internal::BlockSumSquaresBf16Scalar(x, n, out);
+}
+
+void BlockSumSquaresFp32(const float* x, size_t n, double* out) {
+  BlockSumSquaresFp32On(ActiveIsa(), x, n, out);
+}
+
+void BlockSumSquaresBf16(const uint16_t* x, size_t n, double* out) {
+  BlockSumSquaresBf16On(ActiveIsa(), x, n, out);
+}
+
+}  // namespace zeroshard::kernels

@@ -1,0 +1,168 @@
+// The communicator suite on the local backend (world sizes 1..5 in one
+// process), plus what only the local backend has: RunLocalRanks and group
+// teardown.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "tests/comm/comm_suite.h"
+
+namespace zeroshard {
+namespace testing_comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+class LocalWorld : public TestWorld {
+ public:
+  explicit LocalWorld(int size) : size_(size) {}
+  int size() const override { return size_; }
+  void Run(const CommOptions& options,
+           const std::function<void(Communicator& comm)>& body) override {
+    const absl::Status status = RunLocalRanks(
+        size_,
+        [&](int rank, Communicator& comm) -> absl::Status {
+          body(comm);
+          // A rank whose assertions failed leaves, so its peers fail fast.
+          if (::testing::Test::HasFatalFailure()) {
+            return absl::AbortedError("a fatal test assertion failed on this rank");
+          }
+          return absl::OkStatus();
+        },
+        options);
+    EXPECT_TRUE(status.ok()) << status;
+  }
+
+ private:
+  int size_;
+};
+
+}  // namespace
+
+std::unique_ptr<TestWorld> MakeWorld(const WorldParam& param) {
+  return std::make_unique<LocalWorld>(param.size);
+}
+
+uint64_t BaseSeed() {
+  static const uint64_t seed = [] {
+    uint64_t value;
+    if (const char* env = std::getenv("ZS_TEST_SEED")) {
+      value = std::strtoull(env, nullptr, 0);
+    } else {
+      std::random_device device;
+      value = (static_cast<uint64_t>(device()) << 32) ^ device();
+    }
+    std::printf("comm_local_test: seed 0x%016llx (set ZS_TEST_SEED=0x%016llx to reproduce)\n",
+                static_cast<unsigned long long>(value), static_cast<unsigned long long>(value));
+    return value;
+  }();
+  return seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Local, CommSuite,
+                         ::testing::Values(WorldParam{"local", 1}, WorldParam{"local", 2},
+                                           WorldParam{"local", 3}, WorldParam{"local", 4},
+                                           WorldParam{"local", 5}),
+                         WorldName);
+
+namespace {
+
+CommOptions Timeout(absl::Duration timeout) {
+  CommOptions options;
+  options.timeout = timeout;
+  return options;
+}
+
+TEST(LocalGroup, RejectsBadWorldSize) {
+  EXPECT_EQ(CreateLocalGroup(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunLocalRanks(-1, [](int, Communicator&) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LocalGroup, RanksAndBackend) {
+  auto group = CreateLocalGroup(3);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_EQ(group->size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ((*group)[r]->rank(), r);
+    EXPECT_EQ((*group)[r]->size(), 3);
+    EXPECT_EQ((*group)[r]->backend(), "local");
+  }
+}
+
+TEST(LocalGroup, FailingRankMakesPeersFailFast) {
+  std::atomic<int> peers_named_rank{0};
+  const absl::Time start = absl::Now();
+  const absl::Status status = RunLocalRanks(
+      3,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          return absl::InternalError("boom");
+        }
+        std::vector<float> buf(4, 1.0f);
+        const absl::Status s = comm.AllReduceSync(buf.data(), buf.data(), 4, DType::kFloat32);
+        EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+        EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 left the group (its error: boom)"));
+        if (!s.ok()) ++peers_named_rank;
+        return absl::OkStatus();
+      },
+      Timeout(absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "peers waited for the timeout";
+  EXPECT_EQ(peers_named_rank.load(), 2);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 1: boom"));
+}
+
+TEST(LocalGroup, DestroyingTheGroupFailsPendingCollectives) {
+  auto group = CreateLocalGroup(2, Timeout(absl::Seconds(60)));
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<float> buf(4, 1.0f);
+  CommHandle pending = (*group)[0]->AllReduce(buf.data(), buf.data(), 4, DType::kFloat32);
+  CommHandle queued = (*group)[0]->Barrier();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(pending.Ready());
+  const absl::Time start = absl::Now();
+  group->clear();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "destruction waited for the timeout";
+  const absl::Status first = pending.Wait();
+  EXPECT_EQ(first.code(), absl::StatusCode::kCancelled) << first;
+  EXPECT_THAT(std::string(first.message()), HasSubstr("destroyed"));
+  EXPECT_FALSE(queued.Wait().ok());
+}
+
+TEST(CommHandle, DefaultIsCompleteAndWaitIsIdempotent) {
+  CommHandle none;
+  EXPECT_FALSE(none.valid());
+  EXPECT_TRUE(none.Ready());
+  EXPECT_TRUE(none.Wait().ok());
+
+  auto group = CreateLocalGroup(1);
+  ASSERT_TRUE(group.ok());
+  CommHandle bad = (*group)[0]->AllReduce(nullptr, nullptr, -5, DType::kFloat32);
+  EXPECT_TRUE(bad.valid());
+  const absl::Status first = bad.Wait();
+  EXPECT_EQ(first.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(bad.valid());
+  EXPECT_TRUE(bad.Ready());
+  EXPECT_EQ(bad.Wait(), first);
+}
+
+TEST(MpiBackend, StubSaysBuiltWithoutMpi) {
+  if (HaveMpi()) GTEST_SKIP() << "this build has MPI; comm_mpi_test covers it under mpirun";
+  const auto comm = CreateMpiCommunicator();
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(comm.status().message()), HasSubstr("built without MPI"));
+}
+
+}  // namespace
+}  // namespace testing_comm
+}  // namespace zeroshard

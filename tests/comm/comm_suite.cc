@@ -1,0 +1,458 @@
+// The communicator test bodies, run on every rank of every TestWorld.
+#include "tests/comm/comm_suite.h"
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+
+namespace zeroshard {
+namespace testing_comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Sizes that exercise empty, single-element, odd and non-divisible paths.
+constexpr int64_t kSizes[] = {0, 1, 7, 131, 1009};
+
+CommOptions Timeout(absl::Duration timeout) {
+  CommOptions options;
+  options.timeout = timeout;
+  return options;
+}
+
+// Normal tests: generous, so a loaded 2-core machine does not fail them.
+const CommOptions kRelaxed = Timeout(absl::Seconds(60));
+
+std::string Label(const Communicator& comm, const char* what, DType dtype, int64_t count,
+                  bool in_place) {
+  return absl::StrFormat("%s rank %d/%d %s %s count %d%s", comm.backend(), comm.rank(), comm.size(),
+                         what, DTypeName(dtype), count, in_place ? " in place" : "");
+}
+
+uint8_t* Block(std::vector<uint8_t>& buffer, DType dtype, int64_t count, int index) {
+  return buffer.data() + static_cast<size_t>(index) * count * DTypeSize(dtype);
+}
+
+TEST_P(CommSuite, AllReduceMatchesRankOrderSum) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    struct Case {
+      TestData data;
+      int64_t count;
+      bool in_place;
+      uint64_t salt;
+      std::vector<uint8_t> send, recv;
+      CommHandle handle;
+    };
+    std::vector<Case> cases;
+    uint64_t salt = 0;
+    for (DType dtype :
+         {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt64}) {
+      for (int64_t count : kSizes) {
+        for (bool in_place : {false, true}) {
+          TestData data(seed(), dtype);
+          Case c{data, count, in_place, ++salt, data.Make(salt, comm.rank(), count), {}, {}};
+          if (!in_place) c.recv.assign(c.send.size(), 0xab);
+          cases.push_back(std::move(c));
+        }
+      }
+    }
+    // Everything in flight before the first wait.
+    for (Case& c : cases) {
+      void* recv = c.in_place ? c.send.data() : c.recv.data();
+      c.handle = comm.AllReduce(c.send.data(), recv, c.count, c.data.dtype());
+    }
+    for (Case& c : cases) {
+      const std::string what = Label(comm, "AllReduce", c.data.dtype(), c.count, c.in_place);
+      const absl::Status status = c.handle.Wait();
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      const void* result = c.in_place ? c.send.data() : c.recv.data();
+      EXPECT_EQ(CheckSum(c.data, c.salt, comm.size(), result, c.count, 0, what), 0) << what;
+    }
+  });
+}
+
+TEST_P(CommSuite, ReduceScatterMatchesReferenceAndAllReduceBits) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    const int world_size = comm.size();
+    uint64_t salt = 100;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const TestData data(seed(), dtype);
+      for (int64_t count : kSizes) {
+        for (bool in_place : {false, true}) {
+          ++salt;
+          const std::string what = Label(comm, "ReduceScatter", dtype, count, in_place);
+          std::vector<uint8_t> send = data.Make(salt, comm.rank(), count * world_size);
+          std::vector<uint8_t> all_reduce_in = send;
+          std::vector<uint8_t> all_reduce_out(send.size(), 0xcd);
+          std::vector<uint8_t> recv(count * DTypeSize(dtype), 0xab);
+          void* recv_ptr = in_place ? Block(send, dtype, count, comm.rank()) : recv.data();
+          CommHandle scatter = comm.ReduceScatter(send.data(), recv_ptr, count, dtype);
+          CommHandle reduce = comm.AllReduce(all_reduce_in.data(), all_reduce_out.data(),
+                                             count * world_size, dtype);
+          ASSERT_TRUE(scatter.Wait().ok()) << what << ": " << scatter.Wait();
+          ASSERT_TRUE(reduce.Wait().ok()) << what << ": " << reduce.Wait();
+          EXPECT_EQ(CheckSum(data, salt, world_size, recv_ptr, count, comm.rank() * count, what),
+                    0);
+          // The engine needs both collectives to give the same bits.
+          EXPECT_EQ(std::memcmp(recv_ptr, Block(all_reduce_out, dtype, count, comm.rank()),
+                                count * DTypeSize(dtype)),
+                    0)
+              << what << ": differs from the AllReduce of the same input";
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CommSuite, AllGatherCollectsBlocksInRankOrder) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    const int world_size = comm.size();
+    uint64_t salt = 200;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kUInt8}) {
+      const TestData data(seed(), dtype);
+      for (int64_t count : kSizes) {
+        for (bool in_place : {false, true}) {
+          ++salt;
+          const std::string what = Label(comm, "AllGather", dtype, count, in_place);
+          std::vector<uint8_t> mine = data.Make(salt, comm.rank(), count);
+          std::vector<uint8_t> recv(count * world_size * DTypeSize(dtype), 0xab);
+          const void* send = mine.data();
+          if (in_place) {
+            uint8_t* own = Block(recv, dtype, count, comm.rank());
+            if (!mine.empty()) std::memcpy(own, mine.data(), mine.size());
+            send = own;
+          }
+          const absl::Status status = comm.AllGather(send, recv.data(), count, dtype).Wait();
+          ASSERT_TRUE(status.ok()) << what << ": " << status;
+          for (int p = 0; p < world_size; ++p) {
+            EXPECT_EQ(CheckCopy(data, salt, p, Block(recv, dtype, count, p), count, 0, what), 0)
+                << what << ": block " << p;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CommSuite, BroadcastFromEveryRoot) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    struct Case {
+      TestData data;
+      int root;
+      int64_t count;
+      uint64_t salt;
+      std::vector<uint8_t> buf;
+      CommHandle handle;
+    };
+    std::vector<Case> cases;
+    uint64_t salt = 300;
+    for (int root = 0; root < comm.size(); ++root) {
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+        for (int64_t count : kSizes) {
+          TestData data(seed(), dtype);
+          ++salt;
+          std::vector<uint8_t> buf = comm.rank() == root
+                                         ? data.Make(salt, root, count)
+                                         : std::vector<uint8_t>(count * DTypeSize(dtype), 0xab);
+          cases.push_back(Case{data, root, count, salt, std::move(buf), {}});
+        }
+      }
+    }
+    for (Case& c : cases) {
+      c.handle = comm.Broadcast(c.buf.data(), c.count, c.data.dtype(), c.root);
+    }
+    for (Case& c : cases) {
+      const std::string what = Label(comm, "Broadcast", c.data.dtype(), c.count, false) +
+                               absl::StrFormat(" root %d", c.root);
+      const absl::Status status = c.handle.Wait();
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      EXPECT_EQ(CheckCopy(c.data, c.salt, c.root, c.buf.data(), c.count, 0, what), 0);
+    }
+  });
+}
+
+TEST_P(CommSuite, BarrierWaitsForTheSlowestRank) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    std::vector<CommHandle> barriers;
+    for (int i = 0; i < 16; ++i) barriers.push_back(comm.Barrier());
+    for (CommHandle& handle : barriers) ASSERT_TRUE(handle.Wait().ok());
+
+    constexpr auto kDelay = std::chrono::milliseconds(300);
+    if (comm.rank() == 0) std::this_thread::sleep_for(kDelay);
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status status = comm.Barrier().Wait();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    ASSERT_TRUE(status.ok()) << status;
+    if (comm.rank() != 0) {
+      EXPECT_GE(waited, kDelay - std::chrono::milliseconds(50))
+          << "rank " << comm.rank() << " left the barrier before rank 0 entered it";
+    }
+  });
+}
+
+TEST_P(CommSuite, ManyMixedCollectivesInFlight) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    const int world_size = comm.size();
+    struct Op {
+      int kind;
+      TestData data;
+      int64_t count;
+      uint64_t salt;
+      std::vector<uint8_t> send, recv;
+      CommHandle handle;
+    };
+    std::vector<Op> ops;
+    for (int j = 0; j < 60; ++j) {
+      const int kind = j % 5;
+      const DType dtype = j % 2 == 0 ? DType::kFloat32 : DType::kBFloat16;
+      const int64_t count = kSizes[(j / 5) % 5];
+      const uint64_t salt = 400 + j;
+      TestData data(seed(), dtype);
+      Op op{kind, data, count, salt, {}, {}, {}};
+      const size_t bytes = count * DTypeSize(dtype);
+      switch (kind) {
+        case 0:  // AllReduce
+          op.send = data.Make(salt, comm.rank(), count);
+          op.recv.assign(bytes, 0xab);
+          break;
+        case 1:  // ReduceScatter
+          op.send = data.Make(salt, comm.rank(), count * world_size);
+          op.recv.assign(bytes, 0xab);
+          break;
+        case 2:  // AllGather
+          op.send = data.Make(salt, comm.rank(), count);
+          op.recv.assign(bytes * world_size, 0xab);
+          break;
+        case 3:  // Broadcast from a rotating root
+          op.recv = comm.rank() == j % world_size ? data.Make(salt, j % world_size, count)
+                                                  : std::vector<uint8_t>(bytes, 0xab);
+          break;
+        default:  // Barrier
+          break;
+      }
+      ops.push_back(std::move(op));
+    }
+    for (size_t j = 0; j < ops.size(); ++j) {
+      Op& op = ops[j];
+      const DType dtype = op.data.dtype();
+      switch (op.kind) {
+        case 0:
+          op.handle = comm.AllReduce(op.send.data(), op.recv.data(), op.count, dtype);
+          break;
+        case 1:
+          op.handle = comm.ReduceScatter(op.send.data(), op.recv.data(), op.count, dtype);
+          break;
+        case 2:
+          op.handle = comm.AllGather(op.send.data(), op.recv.data(), op.count, dtype);
+          break;
+        case 3:
+          op.handle = comm.Broadcast(op.recv.data(), op.count, dtype, j % world_size);
+          break;
+        default:
+          op.handle = comm.Barrier();
+          break;
+      }
+    }
+    // Waiting out of issue order must not matter.
+    for (size_t j = ops.size(); j-- > 0;) {
+      Op& op = ops[j];
+      const std::string what =
+          absl::StrFormat("%s rank %d op %d (kind %d, %s, count %d)", comm.backend(), comm.rank(),
+                          j, op.kind, DTypeName(op.data.dtype()), op.count);
+      const absl::Status status = op.handle.Wait();
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      switch (op.kind) {
+        case 0:
+          EXPECT_EQ(CheckSum(op.data, op.salt, world_size, op.recv.data(), op.count, 0, what), 0);
+          break;
+        case 1:
+          EXPECT_EQ(CheckSum(op.data, op.salt, world_size, op.recv.data(), op.count,
+                             comm.rank() * op.count, what),
+                    0);
+          break;
+        case 2:
+          for (int p = 0; p < world_size; ++p) {
+            EXPECT_EQ(CheckCopy(op.data, op.salt, p, Block(op.recv, op.data.dtype(), op.count, p),
+                                op.count, 0, what),
+                      0);
+          }
+          break;
+        case 3:
+          EXPECT_EQ(CheckCopy(op.data, op.salt, j % world_size, op.recv.data(), op.count, 0, what),
+                    0);
+          break;
+        default:
+          break;
+      }
+    }
+  });
+}
+
+// Tens of MiB per rank: crosses the MPI backend's 4 MiB chunks and the local
+// backend's piece split with counts that do not divide evenly.
+TEST_P(CommSuite, LargeMessages) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    const int world_size = comm.size();
+    const int rank = comm.rank();
+    {
+      const int64_t count = 12'000'003;
+      const TestData data(seed(), DType::kFloat32);
+      std::vector<uint8_t> buf = data.Make(1, rank, count);
+      const std::string what = Label(comm, "AllReduce", DType::kFloat32, count, true);
+      const absl::Status status = comm.AllReduceSync(buf.data(), buf.data(), count, data.dtype());
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      EXPECT_EQ(CheckSum(data, 1, world_size, buf.data(), count, 0, what), 0);
+    }
+    {
+      const int64_t count = 6'000'001;
+      const TestData data(seed(), DType::kBFloat16);
+      const std::vector<uint8_t> send = data.Make(2, rank, count);
+      std::vector<uint8_t> recv(send.size(), 0xab);
+      const std::string what = Label(comm, "AllReduce", DType::kBFloat16, count, false);
+      const absl::Status status = comm.AllReduceSync(send.data(), recv.data(), count, data.dtype());
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      EXPECT_EQ(CheckSum(data, 2, world_size, recv.data(), count, 0, what), 0);
+    }
+    {
+      const int64_t count = 12'000'001 / world_size;
+      const TestData data(seed(), DType::kFloat32);
+      std::vector<uint8_t> send = data.Make(3, rank, count * world_size);
+      void* recv = Block(send, DType::kFloat32, count, rank);
+      const std::string what = Label(comm, "ReduceScatter", DType::kFloat32, count, true);
+      const absl::Status status = comm.ReduceScatter(send.data(), recv, count, data.dtype()).Wait();
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      EXPECT_EQ(CheckSum(data, 3, world_size, recv, count, rank * count, what), 0);
+    }
+    {
+      const int64_t count = 12'000'001 / world_size;
+      const TestData data(seed(), DType::kFloat32);
+      const std::vector<uint8_t> send = data.Make(4, rank, count);
+      std::vector<uint8_t> recv(send.size() * world_size, 0xab);
+      const std::string what = Label(comm, "AllGather", DType::kFloat32, count, false);
+      const absl::Status status = comm.AllGatherSync(send.data(), recv.data(), count, data.dtype());
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      for (int p = 0; p < world_size; ++p) {
+        EXPECT_EQ(CheckCopy(data, 4, p, Block(recv, DType::kFloat32, count, p), count, 0, what), 0);
+      }
+    }
+  });
+}
+
+TEST_P(CommSuite, InvalidArgumentsFailOnTheHandleAndPoison) {
+  std::vector<float> buffer(8, 1.0f);
+  // Valid edge cases first: zero elements with null buffers, non-sum uint8.
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    EXPECT_TRUE(comm.AllReduce(nullptr, nullptr, 0, DType::kFloat32).Wait().ok());
+    EXPECT_TRUE(comm.Broadcast(nullptr, 0, DType::kBFloat16, comm.size() - 1).Wait().ok());
+    std::vector<uint8_t> bytes(3 * comm.size(), static_cast<uint8_t>(comm.rank()));
+    EXPECT_TRUE(
+        comm.AllGather(bytes.data() + 3 * comm.rank(), bytes.data(), 3, DType::kUInt8).Wait().ok());
+    for (int p = 0; p < comm.size(); ++p) EXPECT_EQ(bytes[3 * p], p);
+  });
+
+  struct BadCall {
+    const char* name;
+    std::function<CommHandle(Communicator&, std::vector<float>&)> issue;
+    const char* expected_text;
+  };
+  const std::vector<BadCall> bad_calls = {
+      {"negative count",
+       [](Communicator& c, std::vector<float>& b) {
+         return c.AllReduce(b.data(), b.data(), -1, DType::kFloat32);
+       },
+       "negative"},
+      {"null send",
+       [](Communicator& c, std::vector<float>& b) {
+         return c.AllReduce(nullptr, b.data(), 4, DType::kFloat32);
+       },
+       "null"},
+      {"root out of range",
+       [](Communicator& c, std::vector<float>& b) {
+         return c.Broadcast(b.data(), 4, DType::kFloat32, c.size());
+       },
+       "root"},
+      {"uint8 sum",
+       [](Communicator& c, std::vector<float>& b) {
+         return c.ReduceScatter(b.data(), b.data(), 1, DType::kUInt8);
+       },
+       "cannot be summed"},
+      {"partial overlap",
+       [](Communicator& c, std::vector<float>& b) {
+         return c.AllReduce(b.data(), b.data() + 1, 4, DType::kFloat32);
+       },
+       "overlap"},
+  };
+  for (const BadCall& bad : bad_calls) {
+    world().Run(kRelaxed, [&](Communicator& comm) {
+      std::vector<float> local_buffer(8, 1.0f);
+      const absl::Status status = bad.issue(comm, local_buffer).Wait();
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad.name << ": " << status;
+      EXPECT_THAT(std::string(status.message()), HasSubstr(bad.expected_text)) << bad.name;
+      // Poisoned: the next call fails at once with the first error.
+      const auto start = std::chrono::steady_clock::now();
+      const absl::Status next = comm.Barrier().Wait();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+      EXPECT_EQ(next.code(), absl::StatusCode::kInvalidArgument) << bad.name << ": " << next;
+      EXPECT_THAT(std::string(next.message()), HasSubstr("earlier collective failed"));
+    });
+  }
+}
+
+TEST_P(CommSuite, MissingRankTimesOutAndIsNamed) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  const absl::Duration timeout = absl::Seconds(1);
+  world().Run(Timeout(timeout), [&](Communicator& comm) {
+    const int skipper = comm.size() - 1;
+    std::vector<float> buf(7, 1.0f);
+    ASSERT_TRUE(comm.AllReduceSync(buf.data(), buf.data(), 7, DType::kFloat32).ok());
+    if (comm.rank() == skipper) return;  // Never issues collective #2.
+
+    const absl::Time start = absl::Now();
+    const absl::Status status = comm.AllReduce(buf.data(), buf.data(), 7, DType::kFloat32).Wait();
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_FALSE(status.ok()) << "rank " << comm.rank() << " finished without rank " << skipper;
+    // Either this rank timed out itself, or (local) a peer that timed out
+    // left first; both messages name the missing rank.
+    EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
+                status.code() == absl::StatusCode::kAborted)
+        << status;
+    const std::string message(status.message());
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", skipper)));
+    EXPECT_THAT(message, HasSubstr("timed out after 1s"));
+    EXPECT_THAT(message, HasSubstr("AllReduce #2"));
+    EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
+    // Poisoned: fails fast from now on.
+    const absl::Time again = absl::Now();
+    EXPECT_FALSE(comm.Barrier().Wait().ok());
+    EXPECT_LT(absl::Now() - again, absl::Milliseconds(500));
+  });
+}
+
+TEST_P(CommSuite, MismatchedCollectiveNamesBothRanks) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  world().Run(Timeout(absl::Seconds(10)), [&](Communicator& comm) {
+    const int odd_one = comm.size() - 1;
+    const int64_t count = comm.rank() == odd_one ? 8 : 7;
+    std::vector<float> buf(8, 1.0f);
+    const absl::Time start = absl::Now();
+    const absl::Status status =
+        comm.AllReduce(buf.data(), buf.data(), count, DType::kFloat32).Wait();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a mismatch must not wait for a timeout";
+    ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    const int other = comm.rank() == odd_one ? 0 : odd_one;
+    const std::string message(status.message());
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("comm rank %d:", comm.rank())));
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("rank %d's collective #1", other)));
+    EXPECT_THAT(message, HasSubstr(comm.rank() == odd_one ? "count 8 vs 7" : "count 7 vs 8"));
+  });
+}
+
+}  // namespace
+}  // namespace testing_comm
+}  // namespace zeroshard

@@ -1,0 +1,481 @@
+// Tests of the residual-MLP example that need no engine: the backward pass
+// against double-precision finite differences, the sampler's sharding, the
+// fixed teacher and the initialisation.
+#include "examples/mlp/mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "examples/mlp/internal/block_math.h"
+#include "examples/mlp/internal/counter_rng.h"
+#include "gtest/gtest.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+using internal::BlockGradients;
+using internal::BlockWeights;
+using internal::ForwardState;
+
+// All params of a network, [unit * 4 + param], fp32 and double copies.
+struct Params {
+  std::vector<std::vector<float>> f;
+  std::vector<std::vector<double>> d;
+};
+
+Params MakeParams(const MlpConfig& cfg, uint64_t seed) {
+  Params params;
+  for (int u = 0; u < cfg.blocks; ++u) {
+    for (int p = 0; p < kNumBlockParams; ++p) {
+      std::vector<float> v = RandomParam(cfg, seed, u, p);
+      // Biases of 0.02 would leave the bias paths nearly untested: make them O(0.3).
+      if (p == kB1 || p == kB2) {
+        for (float& x : v) x *= 15.0f;
+      }
+      params.d.emplace_back(v.begin(), v.end());
+      params.f.push_back(std::move(v));
+    }
+  }
+  return params;
+}
+
+std::vector<BlockWeights> Views(const Params& params, int blocks) {
+  std::vector<BlockWeights> views;
+  for (int u = 0; u < blocks; ++u) {
+    const auto* p = &params.f[static_cast<size_t>(u) * kNumBlockParams];
+    views.push_back({p[kW1].data(), p[kB1].data(), p[kW2].data(), p[kB2].data()});
+  }
+  return views;
+}
+
+std::vector<float> RandomNormal(uint64_t seed, int64_t n, double scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(scale * internal::NormalAt(seed, i));
+  return v;
+}
+
+// Double-precision forward of the whole network; returns the network output.
+std::vector<double> ReferenceForward(const MlpConfig& cfg,
+                                     const std::vector<std::vector<double>>& p,
+                                     const std::vector<float>& x) {
+  const int64_t b = cfg.micro_batch, h = cfg.hidden, inner = 4 * h;
+  std::vector<double> cur(x.begin(), x.end());
+  for (int u = 0; u < cfg.blocks; ++u) {
+    const auto* w = &p[static_cast<size_t>(u) * kNumBlockParams];
+    std::vector<double> next(cur);
+    for (int64_t r = 0; r < b; ++r) {
+      std::vector<double> act(static_cast<size_t>(inner));
+      for (int64_t i = 0; i < inner; ++i) {
+        double a = w[kB1][i];
+        for (int64_t j = 0; j < h; ++j) a += w[kW1][i * h + j] * cur[r * h + j];
+        act[i] = 0.5 * a * (1.0 + std::erf(a / std::sqrt(2.0)));
+      }
+      for (int64_t j = 0; j < h; ++j) {
+        double z = w[kB2][j];
+        for (int64_t i = 0; i < inner; ++i) z += w[kW2][j * inner + i] * act[i];
+        next[r * h + j] += z;
+      }
+    }
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+double ReferenceLoss(const MlpConfig& cfg, const std::vector<std::vector<double>>& p,
+                     const std::vector<float>& x, const std::vector<float>& target) {
+  const std::vector<double> out = ReferenceForward(cfg, p, x);
+  double sum = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) sum += (out[i] - target[i]) * (out[i] - target[i]);
+  return sum / static_cast<double>(out.size());
+}
+
+// fp32 gradients of every param through the code the trainer runs.
+std::vector<std::vector<float>> AnalyticGrads(const MlpConfig& cfg, const Params& params,
+                                              const std::vector<float>& x,
+                                              const std::vector<float>& target, double* loss) {
+  const int64_t b = cfg.micro_batch, h = cfg.hidden;
+  ForwardState state;
+  state.Resize(cfg.blocks, b, h);
+  const std::vector<BlockWeights> views = Views(params, cfg.blocks);
+  internal::NetworkForward(views, b, h, x.data(), &state);
+  std::vector<float> dy(static_cast<size_t>(b * h)), dx(dy.size()), scratch(4 * dy.size());
+  *loss = internal::MseLoss(state.output().data(), target.data(), b * h, dy.data());
+  std::vector<std::vector<float>> grads;
+  for (const auto& p : params.f)
+    grads.emplace_back(p.size(), -1.0f);  // poison: must be overwritten
+  for (int u = cfg.blocks - 1; u >= 0; --u) {
+    auto* g = &grads[static_cast<size_t>(u) * kNumBlockParams];
+    internal::BlockBackward(
+        views[u], b, h, state.inputs[u].data(), state.pre[u].data(), state.act[u].data(), dy.data(),
+        scratch.data(), dx.data(),
+        BlockGradients{g[kW1].data(), g[kB1].data(), g[kW2].data(), g[kB2].data()});
+    std::swap(dy, dx);
+  }
+  return grads;
+}
+
+TEST(MlpBlockMath, ForwardMatchesDoubleReference) {
+  MlpConfig cfg;
+  cfg.hidden = 16;
+  cfg.blocks = 3;
+  cfg.micro_batch = 5;
+  const Params params = MakeParams(cfg, 101);
+  const std::vector<float> x = RandomNormal(7, cfg.micro_batch * cfg.hidden, 1.0);
+  ForwardState state;
+  state.Resize(cfg.blocks, cfg.micro_batch, cfg.hidden);
+  internal::NetworkForward(Views(params, cfg.blocks), cfg.micro_batch, cfg.hidden, x.data(),
+                           &state);
+  const std::vector<double> ref = ReferenceForward(cfg, params.d, x);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_NEAR(state.output()[i], ref[i], 1e-5 * (1.0 + std::fabs(ref[i]))) << "element " << i;
+  }
+}
+
+TEST(MlpBlockMath, GradientsMatchDoubleFiniteDifferences) {
+  MlpConfig cfg;
+  cfg.hidden = 6;
+  cfg.blocks = 2;
+  cfg.micro_batch = 3;
+  Params params = MakeParams(cfg, 202);
+  const int64_t n = cfg.micro_batch * cfg.hidden;
+  const std::vector<float> x = RandomNormal(11, n, 1.0);
+  const std::vector<float> target = RandomNormal(13, n, 1.5);
+  double loss = 0.0;
+  const std::vector<std::vector<float>> grads = AnalyticGrads(cfg, params, x, target, &loss);
+  ASSERT_GT(loss, 0.1);  // far from a minimum: the gradients are not tiny
+  EXPECT_NEAR(loss, ReferenceLoss(cfg, params.d, x, target), 1e-5 * loss);
+
+  const double eps = 1e-6;
+  for (size_t t = 0; t < params.d.size(); ++t) {
+    for (size_t i = 0; i < params.d[t].size(); ++i) {
+      const double saved = params.d[t][i];
+      params.d[t][i] = saved + eps;
+      const double up = ReferenceLoss(cfg, params.d, x, target);
+      params.d[t][i] = saved - eps;
+      const double down = ReferenceLoss(cfg, params.d, x, target);
+      params.d[t][i] = saved;
+      const double fd = (up - down) / (2 * eps);
+      EXPECT_NEAR(grads[t][i], fd, 1e-4 + 1e-3 * std::fabs(fd))
+          << "block " << t / kNumBlockParams << " param " << t % kNumBlockParams << " element "
+          << i;
+    }
+  }
+}
+
+TEST(MlpBlockMath, GeluGradMatchesFiniteDifferences) {
+  for (double x : {-4.0, -1.3, -0.2, 0.0, 0.4, 1.7, 3.5}) {
+    const double eps = 1e-3;
+    const double fd = (internal::Gelu(static_cast<float>(x + eps)) -
+                       internal::Gelu(static_cast<float>(x - eps))) /
+                      (2 * eps);
+    EXPECT_NEAR(internal::GeluGrad(static_cast<float>(x)), fd, 1e-3) << "x = " << x;
+  }
+}
+
+TEST(MlpBlockMath, MicroBatchGradientsAreBitwiseRepeatable) {
+  MlpConfig cfg;
+  cfg.hidden = 32;
+  cfg.blocks = 2;
+  cfg.micro_batch = 8;
+  const Params params = MakeParams(cfg, 303);
+  const std::vector<float> x = RandomNormal(17, cfg.micro_batch * cfg.hidden, 1.0);
+  const std::vector<float> target = RandomNormal(19, cfg.micro_batch * cfg.hidden, 1.0);
+  double loss_a = 0.0, loss_b = 0.0;
+  const auto a = AnalyticGrads(cfg, params, x, target, &loss_a);
+  const auto b = AnalyticGrads(cfg, params, x, target, &loss_b);
+  EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof(double)), 0);
+  for (size_t t = 0; t < a.size(); ++t) {
+    EXPECT_EQ(std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(float)), 0) << t;
+  }
+}
+
+TEST(MlpModelSpec, UnitsParamsAndNoDecay) {
+  MlpConfig cfg;
+  cfg.hidden = 8;
+  cfg.blocks = 3;
+  const ModelSpec spec = BuildModelSpec(cfg);
+  ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
+  ASSERT_EQ(spec.units.size(), 3u);
+  EXPECT_EQ(spec.units[2].name, "block.2");
+  ASSERT_EQ(spec.units[0].params.size(), 4u);
+  const auto& p = spec.units[0].params;
+  EXPECT_EQ(p[kW1].name, "w1");
+  EXPECT_EQ(p[kW1].shape, (std::vector<int64_t>{32, 8}));
+  EXPECT_EQ(p[kB1].shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(p[kW2].shape, (std::vector<int64_t>{8, 32}));
+  EXPECT_EQ(p[kB2].name, "b2");
+  EXPECT_FALSE(p[kW1].no_decay);
+  EXPECT_TRUE(p[kB1].no_decay);
+  EXPECT_FALSE(p[kW2].no_decay);
+  EXPECT_TRUE(p[kB2].no_decay);
+  EXPECT_EQ(spec.NumParams(), 3 * (8 * 8 * 8 + 5 * 8));
+}
+
+TEST(MlpInit, DeterministicScaledAndNonZero) {
+  MlpConfig cfg;
+  cfg.hidden = 64;
+  cfg.blocks = 2;
+  for (int p = 0; p < kNumBlockParams; ++p) {
+    const std::vector<float> v = InitialParam(cfg, 1, p);
+    ASSERT_EQ(v, InitialParam(cfg, 1, p));
+    ASSERT_NE(v, InitialParam(cfg, 0, p));
+    ASSERT_NE(v, RandomParam(cfg, cfg.teacher_seed, 1, p));
+    double sum_sq = 0.0;
+    for (float x : v) sum_sq += static_cast<double>(x) * x;
+    const double std_dev = std::sqrt(sum_sq / v.size());
+    const double expected = p == kW1 ? 1.0 / 8 : p == kW2 ? 1.0 / 16 : 0.02;
+    EXPECT_NEAR(std_dev, expected, 0.15 * expected) << "param " << p;
+  }
+  EXPECT_TRUE(InitialParam(cfg, 2, 0).empty());
+  EXPECT_TRUE(InitialParam(cfg, 0, 4).empty());
+}
+
+TEST(MlpSampler, InputsAreStandardNormal) {
+  MlpConfig cfg;
+  cfg.hidden = 64;
+  const DistributedSampler sampler(cfg, 1, 0, 1);
+  double sum = 0.0, sum_sq = 0.0;
+  const int64_t n = 200000;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = sampler.InputAt(i / 64, i % 64);
+    sum += v;
+    sum_sq += v * v;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(sum_sq / n, 1.0, 0.02);
+}
+
+TEST(MlpSampler, RanksAreDisjointCoverTheGlobalBatchAndMatchOneRank) {
+  MlpConfig cfg;
+  cfg.hidden = 4;
+  cfg.blocks = 1;
+  cfg.micro_batch = 3;
+  const std::vector<std::pair<int, int>> cases = {{1, 1}, {2, 1}, {4, 1}, {3, 2}, {2, 4}, {4, 3}};
+  for (const auto& [world, accum] : cases) {
+    const DistributedSampler single(cfg, 1, 0, world * accum);
+    const int64_t global = static_cast<int64_t>(world) * accum * cfg.micro_batch;
+    for (int64_t step = 0; step < 3; ++step) {
+      std::set<int64_t> seen;
+      int64_t count = 0;
+      for (int r = 0; r < world; ++r) {
+        const DistributedSampler sampler(cfg, world, r, accum);
+        for (int m = 0; m < accum; ++m) {
+          const std::vector<int64_t> ids = sampler.SampleIds(step, m);
+          ASSERT_EQ(ids.size(), static_cast<size_t>(cfg.micro_batch));
+          EXPECT_EQ(ids, single.SampleIds(step, r * accum + m))
+              << "world " << world << " accum " << accum << " rank " << r << " micro " << m;
+          for (int64_t id : ids) {
+            EXPECT_TRUE(seen.insert(id).second) << "sample " << id << " given twice";
+            ++count;
+          }
+        }
+      }
+      EXPECT_EQ(count, global);
+      ASSERT_FALSE(seen.empty());
+      EXPECT_EQ(*seen.begin(), step * global) << "world " << world << " accum " << accum;
+      EXPECT_EQ(*seen.rbegin(), (step + 1) * global - 1);
+    }
+  }
+}
+
+TEST(MlpSampler, SameMicroBatchSameBitsOnEveryRank) {
+  MlpConfig cfg;
+  cfg.hidden = 16;
+  cfg.blocks = 2;
+  cfg.micro_batch = 4;
+  const int world = 3, accum = 2;
+  const DistributedSampler single(cfg, 1, 0, world * accum);
+  const size_t n = static_cast<size_t>(cfg.micro_batch * cfg.hidden);
+  std::vector<float> x(n), y(n), x1(n), y1(n);
+  for (int r = 0; r < world; ++r) {
+    const DistributedSampler sampler(cfg, world, r, accum);
+    for (int m = 0; m < accum; ++m) {
+      sampler.Fill(5, m, x.data(), y.data());
+      single.Fill(5, r * accum + m, x1.data(), y1.data());
+      EXPECT_EQ(std::memcmp(x.data(), x1.data(), n * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(y.data(), y1.data(), n * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(MlpTeacher, FixedByTeacherSeedOnly) {
+  MlpConfig cfg;
+  cfg.hidden = 16;
+  cfg.blocks = 2;
+  cfg.micro_batch = 4;
+  const size_t n = static_cast<size_t>(cfg.micro_batch * cfg.hidden);
+  std::vector<float> x(n), y(n), x2(n), y2(n);
+  const DistributedSampler sampler(cfg, 1, 0, 1);
+  sampler.Fill(0, 0, x.data(), y.data());
+
+  // The teacher does not drift between calls (it is never trained).
+  sampler.Fill(1, 0, x2.data(), y2.data());
+  sampler.Fill(0, 0, x2.data(), y2.data());
+  EXPECT_EQ(y, y2);
+
+  // The trained model's seed does not change the teacher.
+  MlpConfig other_init = cfg;
+  other_init.init_seed = 99;
+  DistributedSampler(other_init, 1, 0, 1).Fill(0, 0, x2.data(), y2.data());
+  EXPECT_EQ(x, x2);
+  EXPECT_EQ(y, y2);
+
+  // Its own seed does; and it computes a residual MLP of the inputs.
+  MlpConfig other_teacher = cfg;
+  other_teacher.teacher_seed = 98;
+  DistributedSampler(other_teacher, 1, 0, 1).Fill(0, 0, x2.data(), y2.data());
+  EXPECT_EQ(x, x2);
+  EXPECT_NE(y, y2);
+
+  std::vector<std::vector<double>> teacher;
+  for (int u = 0; u < cfg.blocks; ++u) {
+    for (int p = 0; p < kNumBlockParams; ++p) {
+      const std::vector<float> v = RandomParam(cfg, cfg.teacher_seed, u, p);
+      teacher.emplace_back(v.begin(), v.end());
+    }
+  }
+  const std::vector<double> ref = ReferenceForward(cfg, teacher, x);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], ref[i], 1e-5 * (1.0 + std::fabs(ref[i])));
+}
+
+TEST(MlpConfig, ValidateNamesTheField) {
+  MlpConfig cfg;
+  EXPECT_TRUE(cfg.Validate().ok());
+  cfg.micro_batch = 0;
+  EXPECT_EQ(cfg.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cfg.Validate().message().find("micro_batch"), std::string::npos);
+}
+
+// Trains `steps` steps on `world` local ranks and returns rank 0's losses and
+// final weights.
+struct TrainOutcome {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;
+};
+
+absl::StatusOr<TrainOutcome> Train(const MlpConfig& cfg, int world, int stage, int accum,
+                                   Precision precision, int steps) {
+  TrainOutcome outcome;
+  TrainSpec train;
+  train.zero_stage = stage;
+  train.precision = precision;
+  train.grad_accum_steps = accum;
+  train.optimizer.lr = 1e-2;
+  train.optimizer.weight_decay = 0.01;
+  train.max_grad_norm = 1.0;
+  absl::Status status = RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
+    std::unique_ptr<Device> device = CreateCpuDevice();
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                        Engine::Create(BuildModelSpec(cfg), train, *device, comm));
+    ZS_RETURN_IF_ERROR(InitEngineParams(*engine, cfg));
+    ZS_RETURN_IF_ERROR(engine->Start());
+    MlpTrainer trainer(cfg, *engine, comm);
+    for (int s = 0; s < steps; ++s) {
+      ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
+      if (rank == 0) outcome.losses.push_back(loss);
+    }
+    if (trainer.step() != steps) return absl::InternalError("trainer.step() is off");
+    for (int u = 0; u < cfg.blocks; ++u) {
+      for (int p = 0; p < kNumBlockParams; ++p) {
+        ZS_ASSIGN_OR_RETURN(std::vector<float> values, engine->GetParam(u, p));
+        if (rank == 0) outcome.params.push_back(std::move(values));
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return outcome;
+}
+
+MlpConfig SmallConfig() {
+  MlpConfig cfg;
+  cfg.hidden = 16;
+  cfg.blocks = 3;
+  cfg.micro_batch = 4;
+  return cfg;
+}
+
+TEST(MlpTrainer, LossDecreases) {
+  absl::StatusOr<TrainOutcome> run = Train(SmallConfig(), 2, 2, 1, Precision::kFp32, 30);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->losses.size(), 30u);
+  EXPECT_LT(run->losses.back(), 0.5 * run->losses.front());
+}
+
+// Invariant 2 of the architecture: one micro-batch per rank per step, fp32:
+// every stage gives the bits of the one-rank run that accumulates the same
+// micro-batches in rank order.
+TEST(MlpTrainer, EveryStageMatchesOneRankBaselineBitwise) {
+  const MlpConfig cfg = SmallConfig();
+  const int world = 3, steps = 4;
+  absl::StatusOr<TrainOutcome> baseline = Train(cfg, 1, 0, world, Precision::kFp32, steps);
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  for (int stage = 0; stage <= 2; ++stage) {
+    absl::StatusOr<TrainOutcome> run = Train(cfg, world, stage, 1, Precision::kFp32, steps);
+    ASSERT_TRUE(run.ok()) << "stage " << stage << ": " << run.status();
+    ASSERT_EQ(run->params.size(), baseline->params.size());
+    for (size_t t = 0; t < run->params.size(); ++t) {
+      ASSERT_EQ(run->params[t].size(), baseline->params[t].size());
+      EXPECT_EQ(std::memcmp(run->params[t].data(), baseline->params[t].data(),
+                            run->params[t].size() * sizeof(float)),
+                0)
+          << "stage " << stage << " block " << t / kNumBlockParams << " param "
+          << t % kNumBlockParams;
+    }
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_NEAR(run->losses[s], baseline->losses[s], 1e-12 * baseline->losses[s]) << s;
+    }
+  }
+}
+
+// With accumulation (and with bf16) the summation order or rounding differs:
+// the runs agree within tolerance only. fp32: element-wise. bf16: Adam turns
+// a rounding difference in a near-zero gradient into a full lr-sized step of
+// either sign, so compare the losses and the weights' relative L2 distance.
+TEST(MlpTrainer, AccumulationMatchesBaselineWithinTolerance) {
+  const MlpConfig cfg = SmallConfig();
+  absl::StatusOr<TrainOutcome> baseline = Train(cfg, 1, 0, 4, Precision::kFp32, 3);
+  absl::StatusOr<TrainOutcome> run = Train(cfg, 2, 2, 2, Precision::kFp32, 3);
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (size_t t = 0; t < run->params.size(); ++t) {
+    for (size_t i = 0; i < run->params[t].size(); ++i) {
+      ASSERT_NEAR(run->params[t][i], baseline->params[t][i], 1e-5)
+          << "param " << t << " element " << i;
+    }
+  }
+}
+
+TEST(MlpTrainer, Bf16MatchesBaselineWithinTolerance) {
+  const MlpConfig cfg = SmallConfig();
+  const int steps = 10;
+  absl::StatusOr<TrainOutcome> baseline = Train(cfg, 1, 0, 4, Precision::kBf16Mixed, steps);
+  absl::StatusOr<TrainOutcome> run = Train(cfg, 2, 2, 2, Precision::kBf16Mixed, steps);
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_NEAR(run->losses[s], baseline->losses[s], 1e-2 * baseline->losses[s]) << "step " << s;
+  }
+  double diff_sq = 0.0, norm_sq = 0.0;
+  for (size_t t = 0; t < run->params.size(); ++t) {
+    for (size_t i = 0; i < run->params[t].size(); ++i) {
+      const double d = static_cast<double>(run->params[t][i]) - baseline->params[t][i];
+      diff_sq += d * d;
+      norm_sq += static_cast<double>(baseline->params[t][i]) * baseline->params[t][i];
+    }
+  }
+  EXPECT_LT(std::sqrt(diff_sq / norm_sq), 1e-2);
+  EXPECT_LT(baseline->losses.back(), baseline->losses.front());
+}
+}  // namespace
+}  // namespace mlp
+}  // namespace zeroshard

@@ -1,0 +1,351 @@
+// Tests of the fused Adam / AdamW CPU kernels against the double-precision
+// reference, and of bitwise identity between every ISA path this CPU runs.
+#include "kernels/cpu/adam.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/reference/adam_reference.h"
+
+namespace zeroshard::kernels {
+namespace {
+
+// Fresh inputs every run; the seed is printed with every failure (and in the
+// XML report) so a failing run can be replayed.
+uint64_t Seed() {
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) | rd();
+  }();
+  return seed;
+}
+
+std::string SeedTrace() { return "random seed " + std::to_string(Seed()); }
+
+const size_t kSizes[] = {0, 1, 7, 127, 128, 129, 1000, 4099, 300007};
+
+enum class Variant { kFp32, kMixedFp32Grad, kMixedBf16Grad };
+
+const char* VariantName(Variant v) {
+  switch (v) {
+    case Variant::kFp32:
+      return "fp32";
+    case Variant::kMixedFp32Grad:
+      return "bf16-mixed/fp32-grad";
+    case Variant::kMixedBf16Grad:
+      return "bf16-mixed/bf16-grad";
+  }
+  return "?";
+}
+
+// Test oracle for fp32 -> bf16, written differently from the kernels' bias
+// trick: truncate, then compare the dropped half-word with one half.
+uint16_t RoundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  uint32_t upper = bits >> 16;
+  const uint32_t dropped = bits & 0xffff;
+  if (dropped > 0x8000 || (dropped == 0x8000 && (upper & 1))) ++upper;
+  return static_cast<uint16_t>(upper);
+}
+
+float Bf16Value(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// Buffers of one update, each at a deliberately odd offset from an aligned
+// allocation so that no SIMD load or store is aligned.
+struct AdamBuffers {
+  explicit AdamBuffers(size_t n, size_t misalign)
+      : n(n),
+        p_store(n + 8),
+        g_store(n + 8),
+        m_store(n + 8),
+        v_store(n + 8),
+        out_store(n + 8),
+        g16_store(n + 8),
+        offset(misalign) {}
+  float* p() { return p_store.data() + offset; }
+  float* g() { return g_store.data() + offset + 1; }
+  float* m() { return m_store.data() + offset + 2; }
+  float* v() { return v_store.data() + offset + 3; }
+  uint16_t* out() { return out_store.data() + offset + 1; }
+  uint16_t* g16() { return g16_store.data() + offset + 3; }
+
+  size_t n;
+  std::vector<float> p_store, g_store, m_store, v_store;
+  std::vector<uint16_t> out_store, g16_store;
+  size_t offset;
+};
+
+// Realistic, never-zero state: params ~ 0.05, grads over four decades, m and
+// v consistent with earlier steps of such grads.
+void FillState(std::mt19937_64& rng, AdamBuffers& b) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> decade(-4.0f, 0.0f);
+  for (size_t i = 0; i < b.n; ++i) {
+    b.p()[i] = 0.05f * normal(rng);
+    const float scale = std::pow(10.0f, decade(rng));
+    b.m()[i] = 0.1f * scale * normal(rng);
+    const float s = scale * normal(rng);
+    b.v()[i] = 1e-3f * s * s + 1e-20f;
+    b.out()[i] = RoundToBf16(b.p()[i]);
+  }
+}
+
+void FillGrads(std::mt19937_64& rng, AdamBuffers& b) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> decade(-4.0f, 0.0f);
+  for (size_t i = 0; i < b.n; ++i) {
+    b.g()[i] = std::pow(10.0f, decade(rng)) * normal(rng);
+    b.g16()[i] = RoundToBf16(b.g()[i]);
+  }
+}
+
+void RunVariant(Isa isa, Variant variant, AdamBuffers& b, const AdamConstants& c) {
+  switch (variant) {
+    case Variant::kFp32:
+      return AdamFp32On(isa, b.p(), b.g(), b.m(), b.v(), b.n, c);
+    case Variant::kMixedFp32Grad:
+      return AdamMixedBf16On(isa, b.p(), b.out(), b.g(), b.m(), b.v(), b.n, c);
+    case Variant::kMixedBf16Grad:
+      return AdamMixedBf16GradBf16On(isa, b.p(), b.out(), b.g16(), b.m(), b.v(), b.n, c);
+  }
+}
+
+struct Case {
+  AdamMode mode;
+  double weight_decay;
+  double grad_scale;
+};
+
+const Case kCases[] = {
+    {AdamMode::kAdamW, 0.0, 1.0},
+    {AdamMode::kAdamW, 0.1, 0.37},
+    {AdamMode::kAdamL2, 0.0, 1.0},
+    {AdamMode::kAdamL2, 0.05, 2.5},
+};
+
+std::string Describe(Isa isa, Variant variant, const Case& c, size_t n, int64_t step) {
+  return std::string(IsaName(isa)) + " " + VariantName(variant) +
+         (c.mode == AdamMode::kAdamW ? " adamw" : " adam-l2") +
+         " wd=" + std::to_string(c.weight_decay) + " grad_scale=" + std::to_string(c.grad_scale) +
+         " n=" + std::to_string(n) + " step=" + std::to_string(step);
+}
+
+// Tolerance. The kernel runs every operation in fp32, each rounding with a
+// relative error of at most u = 2^-24, from fp32-rounded constants (another u
+// each); the reference runs the same formulas in double (error ~2^-53,
+// negligible). Each result passes through fewer than 16 such roundings, so
+// its error is below 16u times the magnitudes of the terms that formed it:
+//   m: 16u (|beta1 m0| + (1-beta1)|g|)                  (m may cancel: absolute bound)
+//   v: 16u (beta2 v0 + (1-beta2) g^2)                   (all terms positive)
+//   p: 16u (|p0 decay| + |update|) + step_size * err(m) / denom
+//        + |update| * err(denom) / denom,  err(denom) = err(v) / (2 sqrt(v) sqrt(bc2))
+// where g includes grad_scale and the L2 term. (With L2, g = grad + wd p can
+// cancel, so m and v may carry a large *relative* error: the bounds follow
+// it through to p instead of assuming a relative error of a few u.) Each step starts the reference
+// from the kernel's own fp32 state, so errors do not compound across steps.
+constexpr double kU = 1.0 / (1 << 24);
+constexpr double kK = 16.0;
+
+void ExpectStepMatchesReference(Isa isa, Variant variant, const Case& tc, int64_t step,
+                                AdamBuffers& b, const AdamStepParams& params) {
+  const size_t n = b.n;
+  std::vector<double> p(n), g(n), m(n), v(n);
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = b.p()[i];
+    g[i] = variant == Variant::kMixedBf16Grad ? Bf16Value(b.g16()[i]) : b.g()[i];
+    m[i] = b.m()[i];
+    v[i] = b.v()[i];
+  }
+  const std::vector<double> p0 = p, m0 = m, v0 = v;
+  RunVariant(isa, variant, b, MakeAdamConstants(params));
+  reference::AdamStepReference(params, p.data(), g.data(), m.data(), v.data(), n);
+
+  const bool adamw = params.mode == AdamMode::kAdamW;
+  const double bc1 = 1.0 - std::pow(params.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(params.beta2, static_cast<double>(step));
+  const double step_size = params.lr / bc1;
+  const double decay = adamw ? 1.0 - params.lr * params.weight_decay : 1.0;
+  int failures = 0;
+  for (size_t i = 0; i < n && failures < 5; ++i) {
+    double ge = std::fabs(g[i] * params.grad_scale);
+    if (!adamw) ge += std::fabs(params.weight_decay * p0[i]);
+    const double m_err = kK * kU * (params.beta1 * std::fabs(m0[i]) + (1 - params.beta1) * ge);
+    const double v_err = kK * kU * (params.beta2 * v0[i] + (1 - params.beta2) * ge * ge);
+    const double denom = std::sqrt(v[i]) / std::sqrt(bc2) + params.eps;
+    const double update = step_size * std::fabs(m[i]) / denom;
+    const double denom_err = v_err / (2.0 * std::sqrt(v[i]) * std::sqrt(bc2));
+    const double p_err = kK * kU * (std::fabs(p0[i] * decay) + update) + step_size * m_err / denom +
+                         update * denom_err / denom;
+    const bool ok = std::fabs(b.m()[i] - m[i]) <= m_err && std::fabs(b.v()[i] - v[i]) <= v_err &&
+                    std::fabs(b.p()[i] - p[i]) <= p_err;
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << Describe(isa, variant, tc, n, step) << " element " << i << ": p " << b.p()[i]
+                    << " vs " << p[i] << " (tol " << p_err << "), m " << b.m()[i] << " vs " << m[i]
+                    << " (tol " << m_err << "), v " << b.v()[i] << " vs " << v[i] << " (tol "
+                    << v_err << ")";
+    }
+    if (variant != Variant::kFp32 && b.out()[i] != RoundToBf16(b.p()[i])) {
+      ++failures;
+      ADD_FAILURE() << Describe(isa, variant, tc, n, step) << " element " << i << ": bf16 out 0x"
+                    << std::hex << b.out()[i] << " is not round-to-nearest-even of master "
+                    << b.p()[i] << std::dec;
+    }
+  }
+}
+
+TEST(AdamTest, MatchesDoubleReferenceOverFiveSteps) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed());
+  for (Isa isa : SupportedIsas()) {
+    for (Variant variant : {Variant::kFp32, Variant::kMixedFp32Grad, Variant::kMixedBf16Grad}) {
+      for (const Case& tc : kCases) {
+        for (size_t n : kSizes) {
+          AdamBuffers b(n, n % 5);
+          FillState(rng, b);
+          for (int64_t step = 1; step <= 5; ++step) {
+            FillGrads(rng, b);
+            AdamStepParams params;
+            params.mode = tc.mode;
+            params.lr = 1e-3 * step;  // vary it too
+            params.weight_decay = tc.weight_decay;
+            params.grad_scale = tc.grad_scale;
+            params.step = step;
+            ExpectStepMatchesReference(isa, variant, tc, step, b, params);
+            if (::testing::Test::HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every path must produce the same bits (the engine's cross-rank
+// reproducibility relies on it), for ordinary and for extreme inputs.
+void ExpectPathsBitwiseEqual(bool extreme_values) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + (extreme_values ? 1 : 0));
+  const std::vector<Isa> isas = SupportedIsas();
+  for (Variant variant : {Variant::kFp32, Variant::kMixedFp32Grad, Variant::kMixedBf16Grad}) {
+    for (const Case& tc : kCases) {
+      for (size_t n : kSizes) {
+        AdamBuffers initial(n, 1);
+        FillState(rng, initial);
+        FillGrads(rng, initial);
+        if (extreme_values) {
+          const float specials[] = {INFINITY, -INFINITY, NAN,  1e30f, -1e30f,
+                                    1e-40f,   -0.0f,     0.0f, 3e38f, 1e-45f};
+          std::uniform_int_distribution<size_t> pick(0, std::size(specials) - 1);
+          for (size_t i = 0; i < n; i += 3) {
+            initial.g()[i] = specials[pick(rng)];
+            initial.g16()[i] = RoundToBf16(initial.g()[i]);
+            if (i % 7 == 0) initial.m()[i] = specials[pick(rng)];
+            if (i % 11 == 0) initial.v()[i] = std::fabs(specials[pick(rng)]);
+            if (i % 13 == 0) initial.p()[i] = specials[pick(rng)];
+          }
+        }
+        std::vector<AdamBuffers> results;
+        for (Isa isa : isas) {
+          AdamBuffers b = initial;
+          for (int64_t step = 1; step <= 3; ++step) {
+            AdamStepParams params;
+            params.mode = tc.mode;
+            params.weight_decay = tc.weight_decay;
+            params.grad_scale = tc.grad_scale;
+            params.step = step;
+            RunVariant(isa, variant, b, MakeAdamConstants(params));
+          }
+          results.push_back(std::move(b));
+        }
+        for (size_t k = 1; k < results.size(); ++k) {
+          const std::string what = std::string(IsaName(isas[k])) + " vs " + IsaName(isas[0]) + " " +
+                                   Describe(isas[k], variant, tc, n, 3);
+          const AdamBuffers& a = results[0];
+          const AdamBuffers& b = results[k];
+          EXPECT_EQ(0, std::memcmp(a.p_store.data(), b.p_store.data(), a.p_store.size() * 4))
+              << "master/param differ: " << what;
+          EXPECT_EQ(0, std::memcmp(a.m_store.data(), b.m_store.data(), a.m_store.size() * 4))
+              << "m differs: " << what;
+          EXPECT_EQ(0, std::memcmp(a.v_store.data(), b.v_store.data(), a.v_store.size() * 4))
+              << "v differs: " << what;
+          EXPECT_EQ(a.out_store, b.out_store) << "bf16 param_out differs: " << what;
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(AdamTest, AllPathsBitwiseIdentical) { ExpectPathsBitwiseEqual(false); }
+
+TEST(AdamTest, AllPathsBitwiseIdenticalOnInfNanSubnormal) { ExpectPathsBitwiseEqual(true); }
+
+TEST(AdamTest, DispatchingEntryPointsUseActivePath) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 2);
+  AdamBuffers a(4099, 1);
+  FillState(rng, a);
+  FillGrads(rng, a);
+  AdamBuffers b = a;
+  const AdamConstants c = MakeAdamConstants(AdamStepParams{});
+  AdamMixedBf16(a.p(), a.out(), a.g(), a.m(), a.v(), a.n, c);
+  AdamMixedBf16On(ActiveIsa(), b.p(), b.out(), b.g(), b.m(), b.v(), b.n, c);
+  EXPECT_EQ(0, std::memcmp(a.p_store.data(), b.p_store.data(), a.p_store.size() * 4));
+  EXPECT_EQ(a.out_store, b.out_store);
+}
+
+TEST(AdamTest, ConstantsFollowTheContract) {
+  AdamStepParams p;
+  p.lr = 0.01;
+  p.weight_decay = 0.1;
+  p.step = 3;
+  const AdamConstants w = MakeAdamConstants(p);
+  EXPECT_EQ(w.decay_factor, static_cast<float>(1.0 - 0.01 * 0.1));
+  EXPECT_EQ(w.l2, 0.0f);
+  EXPECT_EQ(w.step_size, static_cast<float>(0.01 / (1.0 - std::pow(0.9, 3.0))));
+  EXPECT_EQ(w.inv_sqrt_bias_correction2,
+            static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(0.999, 3.0))));
+  p.mode = AdamMode::kAdamL2;
+  const AdamConstants l2 = MakeAdamConstants(p);
+  EXPECT_EQ(l2.decay_factor, 1.0f);
+  EXPECT_EQ(l2.l2, 0.1f);
+}
+
+// A path this CPU cannot run is reported, never silently counted as passed.
+TEST(AdamTest, ReportsIsaPathsNotRun) {
+  std::string not_run;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    bool supported = false;
+    for (Isa s : SupportedIsas()) supported |= s == isa;
+    if (supported) continue;
+    const char* flag = isa == Isa::kAvx512 ? "avx512f/avx512bw/avx512dq" : "avx2";
+    std::printf("[  NOTE    ] %s path not tested: CPU lacks %s\n",
+                isa == Isa::kAvx512 ? "AVX-512" : "AVX2", flag);
+    not_run += std::string(not_run.empty() ? "" : ",") + IsaName(isa);
+  }
+  std::string run;
+  for (Isa s : SupportedIsas()) run += std::string(run.empty() ? "" : ",") + IsaName(s);
+  std::printf("[  NOTE    ] ISA paths tested: %s; not tested: %s\n", run.c_str(),
+              not_run.empty() ? "none" : not_run.c_str());
+  RecordProperty("isa_paths_tested", run);
+  RecordProperty("isa_paths_not_tested", not_run.empty() ? "none" : not_run);
+  RecordProperty("random_seed", std::to_string(Seed()));
+}
+
+}  // namespace
+}  // namespace zeroshard::kernels

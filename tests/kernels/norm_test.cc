@@ -1,0 +1,290 @@
+// Tests of BlockSumSquares (value, fixed order, identical bits on every path)
+// and of ExactSum (order- and split-independent bits, correct rounding).
+#include "kernels/cpu/norm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/reference/norm_reference.h"
+
+namespace zeroshard::kernels {
+namespace {
+
+uint64_t Seed() {
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) | rd();
+  }();
+  return seed;
+}
+
+std::string SeedTrace() { return "random seed " + std::to_string(Seed()); }
+
+const size_t kSizes[] = {0, 1, 7, 127, 128, 129, 1000, 4099, 300007};
+
+size_t Blocks(size_t n) { return (n + kNormBlock - 1) / kNormBlock; }
+
+uint16_t TruncateToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+double Bf16Value(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// Values over many decades (gradients are like that), including subnormals.
+std::vector<float> RandomFloats(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> decade(-12.0f, 4.0f);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = std::pow(10.0f, decade(rng)) * normal(rng);
+  if (n > 5) x[n / 2] = 1e-42f;  // subnormal
+  return x;
+}
+
+// The kernel sums in double: squares are exact, and each block result passes
+// through at most 15 additions in a lane plus 3 to combine lanes, all of
+// non-negative terms, so its relative error is below 18 * 2^-53. The
+// reference sums in long double (2^-64), which is negligible next to that.
+constexpr double kBlockRelTol = 18.0 * std::numeric_limits<double>::epsilon() / 2;
+
+TEST(BlockSumSquaresTest, MatchesReferenceOnEveryPath) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed());
+  for (Isa isa : SupportedIsas()) {
+    for (size_t n : kSizes) {
+      for (bool bf16 : {false, true}) {
+        // One extra element in front makes every vector load unaligned.
+        std::vector<float> xf = RandomFloats(rng, n + 1);
+        std::vector<uint16_t> xh(n + 1);
+        std::vector<double> xd(n);
+        for (size_t i = 0; i < n; ++i) {
+          xh[i + 1] = TruncateToBf16(xf[i + 1]);
+          xd[i] = bf16 ? Bf16Value(xh[i + 1]) : xf[i + 1];
+        }
+        std::vector<double> got(Blocks(n), -1.0), want(Blocks(n));
+        if (bf16) {
+          BlockSumSquaresBf16On(isa, xh.data() + 1, n, got.data());
+        } else {
+          BlockSumSquaresFp32On(isa, xf.data() + 1, n, got.data());
+        }
+        reference::BlockSumSquaresReference(xd.data(), n, want.data());
+        for (size_t b = 0; b < got.size(); ++b) {
+          ASSERT_LE(std::fabs(got[b] - want[b]), kBlockRelTol * want[b])
+              << IsaName(isa) << (bf16 ? " bf16" : " fp32") << " n=" << n << " block " << b << ": "
+              << got[b] << " vs " << want[b];
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockSumSquaresTest, AllPathsBitwiseIdentical) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 1);
+  const std::vector<Isa> isas = SupportedIsas();
+  for (size_t n : kSizes) {
+    std::vector<float> xf = RandomFloats(rng, n + 3);
+    if (n > 10) xf[9] = INFINITY;  // non-finite inputs give identical results too
+    std::vector<uint16_t> xh(n + 3);
+    for (size_t i = 0; i < xh.size(); ++i) xh[i] = TruncateToBf16(xf[i]);
+    std::vector<double> first_f, first_h;
+    for (Isa isa : isas) {
+      std::vector<double> f(Blocks(n)), h(Blocks(n));
+      BlockSumSquaresFp32On(isa, xf.data() + 3, n, f.data());
+      BlockSumSquaresBf16On(isa, xh.data() + 3, n, h.data());
+      if (isa == isas.front()) {
+        first_f = f;
+        first_h = h;
+        continue;
+      }
+      EXPECT_EQ(0, std::memcmp(f.data(), first_f.data(), f.size() * sizeof(double)))
+          << "fp32 block sums differ between " << IsaName(isa) << " and " << IsaName(isas[0])
+          << " for n=" << n;
+      EXPECT_EQ(0, std::memcmp(h.data(), first_h.data(), h.size() * sizeof(double)))
+          << "bf16 block sums differ between " << IsaName(isa) << " and " << IsaName(isas[0])
+          << " for n=" << n;
+    }
+  }
+}
+
+TEST(BlockSumSquaresTest, FollowsTheDocumentedLaneOrder) {
+  // Values whose sum depends on the order of additions: the kernel must
+  // reproduce the documented 8-lane order exactly.
+  std::vector<float> x(kNormBlock + 5);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? 1e8f : 1.0f + i * 1e-3f;
+  std::vector<double> want(2);
+  for (size_t b = 0; b < 2; ++b) {
+    double lane[8] = {};
+    for (size_t i = b * kNormBlock; i < std::min(x.size(), (b + 1) * kNormBlock); ++i) {
+      lane[i % 8] += static_cast<double>(x[i]) * x[i];
+    }
+    want[b] =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+  for (Isa isa : SupportedIsas()) {
+    std::vector<double> got(2);
+    BlockSumSquaresFp32On(isa, x.data(), x.size(), got.data());
+    EXPECT_EQ(got, want) << IsaName(isa);
+  }
+}
+
+// Block sums as the engine produces them: sums of squares of fp32 values.
+std::vector<double> RandomBlockSums(std::mt19937_64& rng, size_t n) {
+  std::vector<float> x = RandomFloats(rng, n * 4);
+  std::vector<double> sums(n);
+  for (size_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (size_t k = 0; k < 4; ++k) s += static_cast<double>(x[4 * i + k]) * x[4 * i + k];
+    sums[i] = s;
+  }
+  return sums;
+}
+
+uint64_t Bits(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+}
+
+TEST(ExactSumTest, SameBitsForAnyOrderAndAnySplit) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 2);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{129}, size_t{4099}, size_t{100000}}) {
+    std::vector<double> x = RandomBlockSums(rng, n);
+    ExactSum whole;
+    whole.AddBlocks(x.data(), n);
+    const uint64_t want = Bits(whole.Value());
+    for (int trial = 0; trial < 8; ++trial) {
+      std::shuffle(x.begin(), x.end(), rng);
+      // Split into up to 5 accumulators at random cut points, some fed with
+      // Add and some with AddBlocks, merged in a random order.
+      std::uniform_int_distribution<size_t> cut(0, n);
+      std::vector<size_t> cuts = {0, n, cut(rng), cut(rng), cut(rng), cut(rng)};
+      std::sort(cuts.begin(), cuts.end());
+      std::vector<ExactSum> parts(cuts.size() - 1);
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+        if (k % 2 == 0) {
+          parts[k].AddBlocks(x.data() + cuts[k], cuts[k + 1] - cuts[k]);
+        } else {
+          for (size_t i = cuts[k]; i < cuts[k + 1]; ++i) parts[k].Add(x[i]);
+        }
+      }
+      std::shuffle(parts.begin(), parts.end(), rng);
+      ExactSum merged;
+      for (const ExactSum& part : parts) merged.Merge(part);
+      EXPECT_EQ(Bits(merged.Value()), want) << "n=" << n << " trial " << trial;
+      // The same through an integer all-reduce of the limbs.
+      ExactSum reduced;
+      for (const ExactSum& part : parts) {
+        for (int l = 0; l < ExactSum::kLimbs; ++l) reduced.limbs()[l] += part.limbs()[l];
+      }
+      EXPECT_EQ(Bits(reduced.Value()), want) << "limb sum, n=" << n << " trial " << trial;
+    }
+  }
+}
+
+// Value() rounds the exact sum once, so it is within half an ulp of it; the
+// reference is a compensated long double sum (error ~2^-64 relative).
+TEST(ExactSumTest, ValueIsCorrectlyRounded) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 3);
+  for (size_t n : {size_t{1}, size_t{2}, size_t{1000}, size_t{200000}}) {
+    std::vector<double> x = RandomBlockSums(rng, n);
+    ExactSum sum;
+    sum.AddBlocks(x.data(), n);
+    const long double want = reference::CompensatedSum(x.data(), n);
+    EXPECT_LE(std::fabs(static_cast<long double>(sum.Value()) - want), 1e-15L * want)
+        << "n=" << n << ": " << sum.Value() << " vs " << static_cast<double>(want);
+  }
+  // Exactly representable cases, including an input at the bottom of the range.
+  ExactSum small;
+  small.Add(std::ldexp(1.0, -298));
+  small.Add(std::ldexp(1.0, -298));
+  EXPECT_EQ(small.Value(), std::ldexp(1.0, -297));
+  // Around 2^53 the doubles are 2 apart: check nearest and ties-to-even.
+  ExactSum tie;
+  tie.Add(std::ldexp(1.0, 53));
+  tie.Add(1.0);
+  EXPECT_EQ(tie.Value(), std::ldexp(1.0, 53));  // 2^53 + 1: tie, rounds to even
+  tie.Add(1.0);
+  EXPECT_EQ(tie.Value(), std::ldexp(1.0, 53) + 2);
+  tie.Add(0.5);
+  EXPECT_EQ(tie.Value(), std::ldexp(1.0, 53) + 2);  // 2^53 + 2.5 rounds down
+  tie.Add(0.5);
+  EXPECT_EQ(tie.Value(), std::ldexp(1.0, 53) + 4);  // 2^53 + 3: tie, rounds to even
+  ExactSum sticky;  // 2^53 + 1 + 2^-290: just above a tie that would round down
+  sticky.Add(std::ldexp(1.0, 53));
+  sticky.Add(1.0);
+  sticky.Add(std::ldexp(1.0, -290));
+  EXPECT_EQ(sticky.Value(), std::ldexp(1.0, 53) + 2);
+  ExactSum empty;
+  EXPECT_EQ(Bits(empty.Value()), Bits(0.0));
+}
+
+TEST(ExactSumTest, NonFiniteInputIsCountedAndGivesInf) {
+  ExactSum sum;
+  sum.Add(1.5);
+  sum.Add(std::numeric_limits<double>::quiet_NaN());
+  sum.Add(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(sum.non_finite(), 2);
+  EXPECT_EQ(sum.Value(), std::numeric_limits<double>::infinity());
+  ExactSum other;
+  other.Add(2.0);
+  EXPECT_EQ(other.Value(), 2.0);
+  other.Merge(sum);
+  EXPECT_EQ(other.non_finite(), 2);
+  EXPECT_EQ(other.Value(), std::numeric_limits<double>::infinity());
+  // Out of range (negative, too large, below 2^-298) is counted the same way.
+  ExactSum out_of_range;
+  out_of_range.Add(-1.0);
+  out_of_range.Add(std::ldexp(1.0, 280));
+  out_of_range.Add(std::ldexp(1.0, -299));
+  EXPECT_EQ(out_of_range.non_finite(), 3);
+  EXPECT_EQ(out_of_range.Value(), std::numeric_limits<double>::infinity());
+}
+
+TEST(ExactSumTest, ManyAddsNormalizeWithoutOverflow) {
+  // More adds than the normalization interval, of the largest allowed value.
+  ExactSum sum;
+  const double big = std::ldexp(1.0, 279);
+  const size_t n = (size_t{1} << 21) + 3;
+  for (size_t i = 0; i < n; ++i) sum.Add(big);
+  EXPECT_EQ(sum.Value(), std::ldexp(static_cast<double>(n), 279));
+}
+
+TEST(NormTest, ReportsIsaPathsNotRun) {
+  std::string run, not_run;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    bool supported = false;
+    for (Isa s : SupportedIsas()) supported |= s == isa;
+    std::string& list = supported ? run : not_run;
+    list += std::string(list.empty() ? "" : ",") + IsaName(isa);
+    if (!supported) {
+      std::printf("[  NOTE    ] %s path not tested: CPU lacks %s\n",
+                  isa == Isa::kAvx512 ? "AVX-512" : "AVX2",
+                  isa == Isa::kAvx512 ? "avx512f/avx512bw/avx512dq" : "avx2");
+    }
+  }
+  RecordProperty("isa_paths_tested", run);
+  RecordProperty("isa_paths_not_tested", not_run.empty() ? "none" : not_run);
+  RecordProperty("random_seed", std::to_string(Seed()));
+}
+
+}  // namespace
+}  // namespace zeroshard::kernels

@@ -1,0 +1,93 @@
+// Korthikanti et al. 2022, Section 4: activation bytes per layer.
+#include "engine/src/plan/activations.h"
+
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+// A GPT layer as the paper counts it: multi-head attention, 4h GELU MLP,
+// dropout, 16-bit activations.
+TransformerShape GptLayer() {
+  TransformerShape m;
+  m.architecture = "GPT2LMHeadModel";
+  m.hidden = 1600;
+  m.heads = 25;
+  m.kv_heads = 25;
+  m.head_dim = 64;
+  m.intermediate = 4 * 1600;
+  m.layers = 48;
+  m.vocab = 50257;
+  m.dropout = true;
+  return m;
+}
+
+TEST(ActivationsTest, NoParallelismNoRecomputationIsSbhTimes34Plus5AsOverH) {
+  const TransformerShape m = GptLayer();
+  for (int64_t s : {512, 1024}) {
+    for (int64_t b : {1, 4}) {
+      ActivationShape shape;
+      shape.seq = s;
+      shape.micro_batch = b;
+      const double sbh = static_cast<double>(s * b * m.hidden);
+      const double expected = sbh * (34.0 + 5.0 * m.heads * s / m.hidden);
+      EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(expected))
+          << "s " << s << " b " << b;
+    }
+  }
+}
+
+TEST(ActivationsTest, TensorSequenceParallelAndRecomputation) {
+  const TransformerShape m = GptLayer();
+  ActivationShape shape;
+  shape.seq = 1024;
+  shape.micro_batch = 4;
+  shape.tp = 5;
+  const double s = 1024, h = 1600, a = 25, t = 5, sbh = 1024.0 * 4 * 1600;
+  EXPECT_EQ(LayerActivationBytes(m, shape),
+            static_cast<int64_t>(sbh * (10 + 24 / t + 5 * a * s / (h * t))));
+  shape.sequence_parallel = true;
+  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(sbh / t * (34 + 5 * a * s / h)));
+  shape.recompute = Recompute::kSelective;
+  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(34 * sbh / t));
+  shape.sequence_parallel = false;
+  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(sbh * (10 + 24 / t)));
+  shape.recompute = Recompute::kFull;
+  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(2 * sbh));
+  shape.sequence_parallel = true;
+  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(2 * sbh / t));
+  // Full recomputation rebuilds one layer at a time.
+  ActivationShape none = shape;
+  none.recompute = Recompute::kNone;
+  EXPECT_EQ(RecomputeWorkingBytes(m, shape), LayerActivationBytes(m, none));
+  // Output layer: 4 sbh/t (1 + V/h).
+  EXPECT_EQ(OutputActivationBytes(m, shape),
+            static_cast<int64_t>(4 * sbh / t * (1 + 50257.0 / h) + 0.5));
+}
+
+TEST(ActivationsTest, GroupedQueryAttentionAndSwiGluAreCountedTensorByTensor) {
+  TransformerShape m = GptLayer();
+  m.dropout = false;
+  ActivationShape shape;
+  shape.seq = 256;
+  shape.recompute = Recompute::kSelective;
+  const int64_t mha = LayerActivationBytes(m, shape);
+  m.kv_heads = 5;  // K and V shrink to a fifth
+  const double sbh = 256.0 * 1600;
+  EXPECT_EQ(mha - LayerActivationBytes(m, shape), static_cast<int64_t>(2 * 2 * sbh * 0.8));
+  m.gated_mlp = true;  // gate, up, silu and product instead of GELU in/out
+  EXPECT_EQ(LayerActivationBytes(m, shape) - (mha - static_cast<int64_t>(2 * 2 * sbh * 0.8)),
+            static_cast<int64_t>(2 * 2 * 4 * sbh));
+  shape.activation_bytes = 4;  // fp32 doubles every value (no masks without dropout)
+  ActivationShape half = shape;
+  half.activation_bytes = 2;
+  EXPECT_EQ(LayerActivationBytes(m, shape), 2 * LayerActivationBytes(m, half));
+}
+
+TEST(ActivationsTest, ParsesNames) {
+  EXPECT_EQ(*ParseRecompute("full"), Recompute::kFull);
+  EXPECT_FALSE(ParseRecompute("some").ok());
+}
+
+}  // namespace
+}  // namespace zeroshard

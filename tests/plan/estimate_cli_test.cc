@@ -1,0 +1,164 @@
+// Runs the built `zeroshard` binary: the table, JSON that parses with the
+// documented keys, an SVG, and exit code 2 with one error line on bad input.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+  double seconds = 0;
+};
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/zs_estimate_cli_test_" + name;
+}
+
+Result RunCli(const std::string& args) {
+  const std::string err_path = TempPath("stderr.txt");
+  const std::string command = std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
+  Result r;
+  const auto begin = std::chrono::steady_clock::now();
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  r.err = text.str();
+  return r;
+}
+
+std::string TestData(const std::string& name) { return std::string(ZS_PLAN_TESTDATA) + "/" + name; }
+
+TEST(EstimateCliTest, PrintsTheTableQuickly) {
+  const Result r = RunCli("estimate --preset llama-2-7b --gpus 8 --gpu-mem 80GiB");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "6,738,415,616 params")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "* stage 1")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "rejected: stage 0: ")) << r.out;
+  EXPECT_LT(r.seconds, 1.0);
+}
+
+TEST(EstimateCliTest, JsonParsesWithTheDocumentedKeys) {
+  const Result r = RunCli("estimate --preset llama-2-70b --gpus 64 --gpu-mem 80GiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << r.out.substr(0, 400);
+  EXPECT_EQ(doc["params"].get<int64_t>(), 68976648192);
+  ASSERT_TRUE(doc["chosen"].is_number_integer());
+  ASSERT_TRUE(doc["candidates"].is_array());
+  for (const auto& c : doc["candidates"]) {
+    for (const char* key : {"stage", "offload", "tp", "pp", "dp", "per_gpu_bytes", "fits"}) {
+      EXPECT_TRUE(c.contains(key)) << key;
+    }
+    const auto& m = c["per_gpu_bytes"];
+    int64_t sum = 0;
+    for (const char* key : {"params", "grads", "master", "optimizer", "buffers", "activations"}) {
+      ASSERT_TRUE(m.contains(key)) << key;
+      sum += m[key].get<int64_t>();
+    }
+    sum += m["workspace"].get<int64_t>() + m["reserve"].get<int64_t>();
+    EXPECT_EQ(sum, m["total"].get<int64_t>());
+  }
+  const auto& chosen = doc["candidates"][doc["chosen"].get<int>()];
+  EXPECT_TRUE(chosen["fits"].get<bool>());
+  EXPECT_GT(chosen["tp"].get<int>() * chosen["pp"].get<int>(), 1);
+}
+
+TEST(EstimateCliTest, WritesAnSvgChart) {
+  const std::string path = TempPath("chart.svg");
+  std::remove(path.c_str());
+  const Result r = RunCli("estimate --preset llama-2-7b --gpus 8 --svg " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string svg = text.str();
+  EXPECT_TRUE(absl::StartsWith(svg, "<?xml")) << svg.substr(0, 100);
+  EXPECT_TRUE(absl::StrContains(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  EXPECT_TRUE(absl::StrContains(svg, "</svg>"));
+  EXPECT_TRUE(absl::StrContains(svg, "stage 1"));
+}
+
+TEST(EstimateCliTest, ReadsHfConfigsSpecsAndCounts) {
+  Result r =
+      RunCli("estimate --hf-config " + TestData("llama-3-8b-config.json") + " --gpus 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["params"].get<int64_t>(), 8030261248);
+  r = RunCli("estimate --spec " + TestData("small-spec.json") + " --gpus 2 --gpu-mem 4GiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunCli("estimate --params 7.5e9 --gpus 64 --stage 3 --tp 1 --pp 1 --offload none --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(doc["candidates"][0]["per_gpu_bytes"]["model_states"].get<double>() / 1e9, 1.9, 0.05);
+  r = RunCli("estimate --preset gpt2 --gpus 8 --price 2.5 --tokens 10B");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "epoch $")) << r.out;
+}
+
+TEST(EstimateCliTest, HelpAndNothingFits) {
+  Result r = RunCli("estimate --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "--preset"));
+  r = RunCli("estimate --preset llama-2-70b --gpus 1 --gpu-mem 24GiB");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "no fit")) << r.out;
+}
+
+TEST(EstimateCliTest, BadInputIsOneErrorLineAndExitCode2) {
+  const std::string bad_file = TestData("malformed-config.json");
+  for (const std::string& args : std::vector<std::string>{
+           std::string("estimate --preset no-such-model"),
+           "estimate --hf-config " + bad_file,
+           "estimate --spec " + bad_file,
+           "estimate --hf-config " + TestData("unsupported-config.json"),
+           "estimate --hf-config /nonexistent/config.json",
+           std::string("estimate --preset gpt2 --gpu-mem lots"),
+           std::string("estimate --preset gpt2 --gpu-mem 0GiB"),
+           std::string("estimate --preset gpt2 --host-mem 12XB"),
+           std::string("estimate --preset gpt2 --gpus 0"),
+           std::string("estimate --preset gpt2 --gpus abc"),
+           std::string("estimate --preset gpt2 --tp 5"),
+           std::string("estimate --preset llama-2-7b --gpus 12"),
+           std::string("estimate --preset gpt2 --seq 4096"),
+           std::string("estimate --preset gpt2 --stage 4"),
+           std::string("estimate --preset gpt2 --stage 0 --offload optimizer"),
+           std::string("estimate --preset gpt2 --precision fp8"),
+           std::string("estimate --preset gpt2 --params 7B"),
+           std::string("estimate"),
+           std::string("estimate --preset gpt2 --frobnicate"),
+           std::string("estimate --preset gpt2 --svg /nonexistent/dir/chart.svg"),
+           std::string("frobnicate"),
+       }) {
+    const Result r = RunCli(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_FALSE(r.err.empty()) << args;
+    if (std::string("frobnicate") != args) {
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    }
+    EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+  }
+}
+
+}  // namespace

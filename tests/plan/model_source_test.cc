@@ -1,0 +1,200 @@
+// Exact parameter counts from presets, config.json files, JSON specs and
+// bare counts; clear errors for bad input.
+#include "engine/src/plan/model_source.h"
+
+#include <chrono>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "engine/src/plan/byte_units.h"
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+std::string TestData(const std::string& name) { return std::string(ZS_PLAN_TESTDATA) + "/" + name; }
+
+int64_t PresetParams(const std::string& name) {
+  auto model = ModelFromPreset(name);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? model->spec.NumParams() : -1;
+}
+
+const ParamSpec* FindParam(const ModelSpec& spec, const std::string& unit,
+                           const std::string& param) {
+  for (const UnitSpec& u : spec.units) {
+    if (u.name != unit) continue;
+    for (const ParamSpec& p : u.params) {
+      if (p.name == param) return &p;
+    }
+  }
+  return nullptr;
+}
+
+TEST(ModelSourceTest, PresetParamCountsAreExact) {
+  EXPECT_EQ(PresetParams("llama-2-7b"), 6738415616);
+  EXPECT_EQ(PresetParams("gpt2"), 124439808);  // tied embeddings
+  EXPECT_EQ(PresetParams("llama-3-8b"), 8030261248);
+  // Published counts of the Hugging Face checkpoints.
+  EXPECT_EQ(PresetParams("gpt2-medium"), 354823168);
+  EXPECT_EQ(PresetParams("gpt2-large"), 774030080);
+  EXPECT_EQ(PresetParams("gpt2-xl"), 1557611200);
+  EXPECT_EQ(PresetParams("llama-2-13b"), 13015864320);
+  EXPECT_EQ(PresetParams("llama-2-70b"), 68976648192);
+  EXPECT_EQ(PresetParams("llama-3-70b"), 70553706496);
+  EXPECT_EQ(PresetParams("mistral-7b"), 7241732096);
+  EXPECT_EQ(PresetParams("qwen2-7b"), 7615616512);   // q/k/v biases
+  EXPECT_EQ(PresetParams("qwen2-0.5b"), 494032768);  // q/k/v biases, tied
+  // GPT-3 175B: 96 GPT-2 layers of 12 h^2 + 13 h, h = 12288, 2048 positions.
+  const int64_t h = 12288;
+  EXPECT_EQ(PresetParams("gpt3-175b"), 96 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h);
+}
+
+TEST(ModelSourceTest, UnitsAreLayersWithRealNamesAndShapes) {
+  auto llama = ModelFromPreset("llama-3-70b");
+  ASSERT_TRUE(llama.ok());
+  // embed + 80 layers + final norm + head.
+  ASSERT_EQ(llama->spec.units.size(), 83u);
+  EXPECT_EQ(llama->spec.units[0].name, "embed");
+  EXPECT_EQ(llama->spec.units[1].name, "layers.0");
+  EXPECT_EQ(llama->spec.units[82].name, "lm_head");
+  EXPECT_EQ(llama->first_layer_unit, 1);
+  EXPECT_EQ(llama->num_layer_units, 80);
+  // Grouped-query attention: 8 key/value heads of 128.
+  const ParamSpec* k = FindParam(llama->spec, "layers.5", "self_attn.k_proj.weight");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{1024, 8192}));
+  EXPECT_EQ(FindParam(llama->spec, "layers.5", "self_attn.q_proj.bias"), nullptr);
+  const ParamSpec* norm = FindParam(llama->spec, "layers.5", "input_layernorm.weight");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_TRUE(norm->no_decay);
+  EXPECT_TRUE(llama->spec.Validate().ok());
+
+  auto gpt2 = ModelFromPreset("gpt2");
+  ASSERT_TRUE(gpt2.ok());
+  EXPECT_EQ(gpt2->spec.units.size(), 14u);  // tied: no lm_head unit
+  EXPECT_NE(FindParam(gpt2->spec, "embed", "wpe.weight"), nullptr);
+  EXPECT_NE(FindParam(gpt2->spec, "h.3", "attn.c_attn.bias"), nullptr);
+  EXPECT_NE(FindParam(gpt2->spec, "h.3", "ln_1.bias"), nullptr);
+  EXPECT_NE(FindParam(gpt2->spec, "final_norm", "ln_f.bias"), nullptr);
+
+  auto qwen = ModelFromPreset("qwen2-7b");
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_NE(FindParam(qwen->spec, "layers.0", "self_attn.k_proj.bias"), nullptr);
+  EXPECT_EQ(FindParam(qwen->spec, "layers.0", "self_attn.o_proj.bias"), nullptr);
+}
+
+TEST(ModelSourceTest, BuildingTheLargestPresetsIsFast) {
+  const auto begin = std::chrono::steady_clock::now();
+  for (const std::string& name : PresetNames()) ASSERT_TRUE(ModelFromPreset(name).ok()) << name;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_LT(seconds, 0.5);
+}
+
+TEST(ModelSourceTest, HfConfigFilesGiveTheSameCounts) {
+  for (const auto& [file, expected] :
+       std::vector<std::pair<std::string, int64_t>>{{"llama-2-7b-config.json", 6738415616},
+                                                    {"gpt2-config.json", 124439808},
+                                                    {"llama-3-8b-config.json", 8030261248}}) {
+    auto text = ReadTextFile(TestData(file));
+    ASSERT_TRUE(text.ok()) << text.status();
+    auto model = ModelFromHfConfig(*text, file);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(model->spec.NumParams(), expected) << file;
+  }
+  auto text = ReadTextFile(TestData("gpt2-config.json"));
+  ASSERT_TRUE(text.ok());
+  auto shape = ParseHfConfig(*text, "gpt2-config.json");
+  ASSERT_TRUE(shape.ok());
+  EXPECT_EQ(shape->intermediate, 4 * 768);  // "n_inner": null
+  EXPECT_TRUE(shape->tied_embeddings);
+  EXPECT_TRUE(shape->dropout);
+}
+
+TEST(ModelSourceTest, TieWordEmbeddingsIsHonoured) {
+  const char* config = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 1000, "tie_word_embeddings": %s})";
+  char tied[512], untied[512];
+  std::snprintf(tied, sizeof(tied), config, "true");
+  std::snprintf(untied, sizeof(untied), config, "false");
+  auto a = ModelFromHfConfig(tied, "tied");
+  auto b = ModelFromHfConfig(untied, "untied");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->spec.NumParams() - a->spec.NumParams(), 1000 * 64);
+}
+
+void ExpectError(const absl::Status& status, const std::string& needle) {
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(absl::StrContains(status.message(), needle)) << status.message();
+}
+
+TEST(ModelSourceTest, BadConfigsAreRefusedWithTheFileAndField) {
+  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"malformed-config.json", "not valid JSON"},
+           {"bad-field-config.json", "'hidden_size'"},
+           {"unsupported-config.json", "T5ForConditionalGeneration"}}) {
+    auto text = ReadTextFile(TestData(file));
+    ASSERT_TRUE(text.ok());
+    auto model = ModelFromHfConfig(*text, file);
+    ExpectError(model.status(), needle);
+    ExpectError(model.status(), file);
+  }
+  ExpectError(ReadTextFile(TestData("no-such-file.json")).status(), "no-such-file.json");
+  ExpectError(ModelFromPreset("llama-9-1t").status(), "llama-2-7b");  // lists the presets
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 3,
+      "num_hidden_layers": 2, "vocab_size": 10})",
+                                "gqa.json")
+                  .status(),
+              "do not divide");
+}
+
+TEST(ModelSourceTest, JsonSpecAndParamCount) {
+  auto text = ReadTextFile(TestData("small-spec.json"));
+  ASSERT_TRUE(text.ok());
+  auto spec = ModelFromSpecJson(*text, "small-spec.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "two-blocks");
+  EXPECT_EQ(spec->spec.NumParams(), 2 * 256 * 64 + 256 + 64);
+  EXPECT_EQ(spec->activation_bytes_per_sample, (std::vector<int64_t>{65536, 65536}));
+  EXPECT_TRUE(spec->spec.units[0].params[1].no_decay);
+  ExpectError(ModelFromSpecJson(R"({"units": [{"name": "a", "params": [{"name": "w",
+      "shape": [0]}]}]})",
+                                "zero.json")
+                  .status(),
+              "zero.json");
+  ExpectError(ModelFromSpecJson(R"({"units": 3})", "s.json").status(), "'units'");
+  ExpectError(ModelFromSpecJson("[1, 2", "s.json").status(), "not valid JSON");
+
+  auto flat = ModelFromParamCount(7500000000);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(flat->spec.units.size(), 1u);
+  EXPECT_EQ(flat->spec.NumParams(), 7500000000);
+  EXPECT_FALSE(ModelFromParamCount(0).ok());
+}
+
+TEST(ByteUnitsTest, ParsesSizesAndCounts) {
+  EXPECT_EQ(*ParseByteSize("80GiB", "m"), int64_t{80} << 30);
+  EXPECT_EQ(*ParseByteSize("1TiB", "m"), int64_t{1} << 40);
+  EXPECT_EQ(*ParseByteSize("40GB", "m"), int64_t{40000000000});
+  EXPECT_EQ(*ParseByteSize("80g", "m"), int64_t{80} << 30);
+  EXPECT_EQ(*ParseByteSize("512 MiB", "m"), int64_t{512} << 20);
+  for (const char* bad : {"", "abc", "80XB", "-1GiB", "0", "GiB", "1e30TiB"}) {
+    auto r = ParseByteSize(bad, "--gpu-mem");
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_TRUE(absl::StrContains(r.status().message(), "--gpu-mem"));
+    }
+  }
+  EXPECT_EQ(*ParseCount("7.5e9", "n"), 7500000000);
+  EXPECT_EQ(*ParseCount("175B", "n"), 175000000000);
+  EXPECT_EQ(*ParseCount("2T", "n"), 2000000000000);
+  EXPECT_FALSE(ParseCount("1.5", "n").ok());
+  EXPECT_FALSE(ParseCount("x", "n").ok());
+  EXPECT_EQ(FormatGiB(int64_t{101} << 30), "101.0");
+}
+
+}  // namespace
+}  // namespace zeroshard

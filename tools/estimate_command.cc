@@ -1,0 +1,335 @@
+#include "tools/estimate_command.h"
+
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/src/plan/byte_units.h"
+#include "engine/src/plan/model_source.h"
+#include "engine/src/plan/planner.h"
+#include "engine/src/plan/report.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard::tools {
+namespace {
+
+// Flags that take a value; the others are switches.
+const std::set<std::string>& ValueFlags() {
+  static const std::set<std::string>* flags = new std::set<std::string>{"--preset",
+                                                                        "--hf-config",
+                                                                        "--spec",
+                                                                        "--params",
+                                                                        "--gpus",
+                                                                        "--gpus-per-node",
+                                                                        "--gpu-mem",
+                                                                        "--host-mem",
+                                                                        "--precision",
+                                                                        "--seq",
+                                                                        "--micro-batch",
+                                                                        "--grad-accum",
+                                                                        "--recompute",
+                                                                        "--stage",
+                                                                        "--offload",
+                                                                        "--tp",
+                                                                        "--pp",
+                                                                        "--price",
+                                                                        "--tokens",
+                                                                        "--svg",
+                                                                        "--intra-node-bw",
+                                                                        "--inter-node-bw",
+                                                                        "--pcie-bw",
+                                                                        "--intra-node-latency",
+                                                                        "--inter-node-latency",
+                                                                        "--peak-tflops",
+                                                                        "--mfu",
+                                                                        "--reserve",
+                                                                        "--workspace",
+                                                                        "--prefetch-depth"};
+  return *flags;
+}
+
+const std::set<std::string>& SwitchFlags() {
+  static const std::set<std::string>* flags =
+      new std::set<std::string>{"--json", "--all", "--help", "-h", "--no-sequence-parallel"};
+  return *flags;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
+    const std::vector<std::string>& args) {
+  std::map<std::string, std::string> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::optional<std::string> value;
+    const size_t eq = name.find('=');
+    if (absl::StartsWith(name, "--") && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (SwitchFlags().count(name)) {
+      if (value.has_value())
+        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
+      flags[name] = "1";
+      continue;
+    }
+    if (!ValueFlags().count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown argument '%s'; see `zeroshard estimate --help`", args[i]));
+    }
+    if (!value.has_value()) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    if (flags.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " is given twice"));
+    }
+    flags[name] = *value;
+  }
+  return flags;
+}
+
+absl::StatusOr<int64_t> PositiveInt(const std::string& flag, const std::string& text) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is not a positive integer", flag, text));
+  }
+  return v;
+}
+
+absl::StatusOr<double> PositiveNumber(const std::string& flag, const std::string& text) {
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v) || !(v > 0) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is not a positive number", flag, text));
+  }
+  return v;
+}
+
+absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::string>& flags) {
+  std::vector<std::string> given;
+  for (const char* f : {"--preset", "--hf-config", "--spec", "--params"}) {
+    if (flags.count(f)) given.push_back(f);
+  }
+  if (given.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("give exactly one of --preset, --hf-config, --spec, --params (got %s)",
+                        given.empty() ? "none" : absl::StrJoin(given, ", ")));
+  }
+  const std::string& v = flags.at(given[0]);
+  if (given[0] == "--preset") return ModelFromPreset(v);
+  if (given[0] == "--params") {
+    ZS_ASSIGN_OR_RETURN(int64_t n, ParseCount(v, "--params"));
+    return ModelFromParamCount(n);
+  }
+  ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v));
+  if (given[0] == "--hf-config") return ModelFromHfConfig(text, v);
+  return ModelFromSpecJson(text, v);
+}
+
+struct Request {
+  ModelDescription model;
+  ClusterSpec cluster;
+  PlanOptions options;
+  bool json = false;
+  bool all = false;
+  std::string svg_path;
+};
+
+absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& flags) {
+  Request r;
+  ZS_ASSIGN_OR_RETURN(r.model, LoadModel(flags));
+  auto get = [&](const char* f) -> const std::string* {
+    auto it = flags.find(f);
+    return it == flags.end() ? nullptr : &it->second;
+  };
+  ClusterSpec& c = r.cluster;
+  PlanOptions& o = r.options;
+  if (auto* v = get("--gpus")) {
+    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--gpus", *v));
+    if (n > 1 << 20) return absl::InvalidArgumentError("--gpus: more than 2^20 GPUs");
+    c.gpus = static_cast<int>(n);
+  }
+  if (auto* v = get("--gpus-per-node")) {
+    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--gpus-per-node", *v));
+    if (n > 1024) return absl::InvalidArgumentError("--gpus-per-node: more than 1024 GPUs");
+    c.gpus_per_node = static_cast<int>(n);
+  } else if (c.gpus < c.gpus_per_node) {
+    c.gpus_per_node = c.gpus;
+  }
+  if (auto* v = get("--gpu-mem")) {
+    ZS_ASSIGN_OR_RETURN(c.gpu_mem_bytes, ParseByteSize(*v, "--gpu-mem"));
+  }
+  if (auto* v = get("--host-mem")) {
+    ZS_ASSIGN_OR_RETURN(c.host_mem_bytes, ParseByteSize(*v, "--host-mem"));
+  }
+  if (auto* v = get("--reserve")) {
+    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, ParseByteSize(*v, "--reserve"));
+  }
+  if (auto* v = get("--workspace")) {
+    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, ParseByteSize(*v, "--workspace"));
+  }
+  const std::pair<const char*, double*> numbers[] = {
+      {"--intra-node-bw", &c.intra_node_gbps},
+      {"--inter-node-bw", &c.inter_node_gbps},
+      {"--pcie-bw", &c.pcie_gbps},
+      {"--intra-node-latency", &c.intra_node_latency_us},
+      {"--inter-node-latency", &c.inter_node_latency_us},
+      {"--peak-tflops", &c.peak_tflops},
+      {"--mfu", &c.mfu},
+      {"--price", &o.price_per_gpu_hour}};
+  for (const auto& [flag, field] : numbers) {
+    if (auto* v = get(flag)) {
+      ZS_ASSIGN_OR_RETURN(*field, PositiveNumber(flag, *v));
+    }
+  }
+  if (get("--peak-tflops")) c.peak_tflops_fp32 = c.peak_tflops;
+  if (auto* v = get("--tokens")) {
+    ZS_ASSIGN_OR_RETURN(int64_t tokens, ParseCount(*v, "--tokens"));
+    o.dataset_tokens = static_cast<double>(tokens);
+  }
+  if (auto* v = get("--precision")) {
+    ZS_ASSIGN_OR_RETURN(o.precision, ParsePlanPrecision(*v));
+  }
+  if (auto* v = get("--seq")) {
+    ZS_ASSIGN_OR_RETURN(o.seq, PositiveInt("--seq", *v));
+  }
+  if (auto* v = get("--micro-batch")) {
+    ZS_ASSIGN_OR_RETURN(o.micro_batch, PositiveInt("--micro-batch", *v));
+  }
+  if (auto* v = get("--grad-accum")) {
+    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--grad-accum", *v));
+    if (n > 1 << 20) return absl::InvalidArgumentError("--grad-accum: too large");
+    o.grad_accum_steps = static_cast<int>(n);
+  }
+  if (auto* v = get("--prefetch-depth")) {
+    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--prefetch-depth", *v));
+    if (n > 64) return absl::InvalidArgumentError("--prefetch-depth: at most 64");
+    o.prefetch_depth = static_cast<int>(n);
+  }
+  if (auto* v = get("--recompute")) {
+    ZS_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(*v));
+  }
+  if (get("--no-sequence-parallel")) o.sequence_parallel = false;
+  if (auto* v = get("--stage")) {
+    if (*v == "auto") {
+      o.stage = -1;
+    } else if (*v == "0" || *v == "1" || *v == "2" || *v == "3") {
+      o.stage = (*v)[0] - '0';
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--stage: '%s' is not one of auto, 0, 1, 2, 3", *v));
+    }
+  }
+  if (auto* v = get("--offload")) {
+    ZS_ASSIGN_OR_RETURN(Offload off, ParseOffload(*v));
+    o.offload = off;
+  }
+  for (const char* f : {"--tp", "--pp"}) {
+    if (auto* v = get(f)) {
+      ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt(f, *v));
+      if (n > 1024) return absl::InvalidArgumentError(absl::StrCat(f, ": at most 1024"));
+      (f[2] == 't' ? o.tp : o.pp) = static_cast<int>(n);
+    }
+  }
+  r.json = get("--json") != nullptr;
+  r.all = get("--all") != nullptr;
+  if (auto* v = get("--svg")) r.svg_path = *v;
+  return r;
+}
+
+}  // namespace
+
+std::string EstimateUsage() {
+  return R"(usage: zeroshard estimate MODEL [CLUSTER] [TRAINING] [CHOICE] [OUTPUT]
+
+Plans per-GPU and per-host memory for training MODEL on CLUSTER and picks the
+configuration that fits with the least communication: ZeRO stage 0, 1, 2, 3,
+then offload, then tensor x pipeline splits.
+
+MODEL (exactly one):
+  --preset NAME          built-in model: )" +
+         absl::StrJoin(PresetNames(), ", ") + R"(
+  --hf-config FILE       Hugging Face config.json (Llama, Mistral, Qwen2, GPT-2)
+  --spec FILE            JSON spec of units and params (docs/estimator.md)
+  --params N             a bare parameter count (one unit), e.g. 7.5e9 or 7.5B
+CLUSTER:
+  --gpus N               GPUs in total (default 8)
+  --gpus-per-node G      GPUs per node (default 8, or --gpus when fewer)
+  --gpu-mem SIZE         memory per GPU, e.g. 80GiB (default 80GiB; GB = 10^9 bytes)
+  --host-mem SIZE        host memory per node (default 1TiB)
+  --intra-node-bw GBPS   NVLink bus bandwidth per GPU, GB/s (default 300)
+  --inter-node-bw GBPS   network bandwidth per GPU, GB/s (default 45)
+  --pcie-bw GBPS         host<->GPU bandwidth, GB/s (default 25)
+  --intra-node-latency US, --inter-node-latency US   per ring step (default 5, 15)
+  --peak-tflops T        dense peak per GPU (default 989 bf16/fp16, 494 fp32)
+  --mfu F                fraction of peak the kernels reach (default 0.4)
+  --reserve SIZE         per-process reserve on the GPU (default 1GiB)
+  --workspace SIZE       kernel workspace on the GPU (default 256MiB)
+TRAINING:
+  --precision P          fp32 | bf16 | fp16 (default bf16; 16-bit ones keep fp32 master weights)
+  --seq S                sequence length (default: the model's max positions up to 4096, else 2048)
+  --micro-batch B        sequences per micro-batch (default 1)
+  --grad-accum M         micro-batches per GPU per step (default 1)
+  --recompute R          none | selective | full (default selective)
+  --no-sequence-parallel with tensor parallelism, keep activations replicated
+  --prefetch-depth D     stage 3 gather buffers (default 2)
+CHOICE:
+  --stage S              auto | 0 | 1 | 2 | 3 (default auto)
+  --offload O            none | optimizer | optimizer+params (default: automatic)
+  --tp T --pp P          force a tensor x pipeline split
+COST:
+  --price USD            price per GPU-hour
+  --tokens N             dataset size in tokens (one epoch), e.g. 2e12 or 300B
+OUTPUT:
+  --json                 JSON instead of the table (schema in docs/estimator.md)
+  --svg FILE             also write a stacked bar chart of the per-GPU bytes
+  --all                  list every candidate, not only the relevant ones
+
+Exit codes: 0 a configuration fits, 1 none fits, 2 bad input.
+)";
+}
+
+int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto flags = ParseFlags(args);
+  if (!flags.ok()) {
+    err << "zeroshard estimate: " << flags.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (flags->count("--help") || flags->count("-h")) {
+    out << EstimateUsage();
+    return kExitOk;
+  }
+  auto request = BuildRequest(*flags);
+  if (!request.ok()) {
+    err << "zeroshard estimate: " << request.status().message() << "\n";
+    return kExitBadInput;
+  }
+  auto plan = Planner::Plan(request->model, request->cluster, request->options);
+  if (!plan.ok()) {
+    err << "zeroshard estimate: " << plan.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!request->svg_path.empty()) {
+    std::ofstream svg(request->svg_path, std::ios::binary | std::ios::trunc);
+    svg << FormatSvg(*plan, request->all);
+    svg.close();
+    if (!svg) {
+      err << "zeroshard estimate: --svg " << request->svg_path
+          << ": cannot write the file; check the directory exists and is writable\n";
+      return kExitBadInput;
+    }
+  }
+  out << (request->json ? FormatJson(*plan, request->all) : FormatTable(*plan, request->all));
+  return plan->chosen >= 0 ? kExitOk : kExitNoFit;
+}
+
+}  // namespace zeroshard::tools

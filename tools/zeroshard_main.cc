@@ -1,0 +1,39 @@
+// The `zeroshard` command line: dispatches to subcommands.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/estimate_command.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: zeroshard <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  estimate   per-GPU memory plan and automatic ZeRO / offload / tp x pp choice\n"
+    "\n"
+    "`zeroshard <command> --help` describes a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return zeroshard::tools::kExitBadInput;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return zeroshard::tools::kExitOk;
+  }
+  if (args[0] == "estimate") {
+    const int code = zeroshard::tools::RunEstimate(
+        std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+    std::cout.flush();
+    std::exit(code);
+  }
+  std::cerr << "zeroshard: unknown command '" << args[0] << "'; see `zeroshard --help`\n";
+  return zeroshard::tools::kExitBadInput;
+}
