@@ -47,10 +47,12 @@ void PrintUsage(std::FILE* out) {
       "Trains a residual MLP on N ranks with a ZeRO stage and the one-rank baseline\n"
       "(stage 0, accumulating the same micro-batches), then compares them.\n\n"
       "  --ranks N          local ranks (threads) (default %d; ignored with --backend mpi)\n"
-      "  --stage S          ZeRO stage 0, 1 or 2 (default %d)\n"
+      "  --stage S          ZeRO stage 0, 1, 2 or 3 (default %d)\n"
       "  --steps N          optimizer steps (default %lld)\n"
-      "  --precision P      fp32 or bf16 (default %s)\n"
+      "  --precision P      fp32, bf16 or fp16 (fp16: dynamic loss scaling) (default %s)\n"
       "  --accum A          micro-batches per rank per step (default %d)\n"
+      "  --prefetch N       stage 3: units all-gathered ahead of use, 0 = on demand\n"
+      "                     (default %d)\n"
       "  --hidden H         hidden size (default %lld)\n"
       "  --blocks B         residual blocks (default %d)\n"
       "  --micro-batch M    samples per micro-batch (default %d)\n"
@@ -61,7 +63,7 @@ void PrintUsage(std::FILE* out) {
       "                     rank 0 prints) (default local)\n"
       "  --help             this text\n",
       d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
-      static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
+      d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
       d.weight_decay, d.clip);
 }
 
@@ -78,6 +80,7 @@ TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
   train.schedule.min_lr_ratio = 0.1;
   train.max_grad_norm = opts.clip;
   train.grad_accum_steps = accum;
+  train.prefetch_units = opts.prefetch;
   return train;
 }
 
@@ -87,7 +90,13 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   using Setter = std::function<absl::Status(const std::string& flag, const std::string& value)>;
   const std::map<std::string, Setter> setters = {
       {"ranks", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.ranks); }},
-      {"stage", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 0, &opts.stage); }},
+      {"stage",
+       [&](auto& f, auto& v) -> absl::Status {
+         if (v != "0" && v != "1" && v != "2" && v != "3") return BadValue(f, v, "0, 1, 2 or 3");
+         opts.stage = v[0] - '0';
+         return absl::OkStatus();
+       }},
+      {"prefetch", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 0, &opts.prefetch); }},
       {"steps", [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.steps); }},
       {"accum", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.accum); }},
       {"hidden",
@@ -102,7 +111,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       {"precision",
        [&](auto& f, auto& v) -> absl::Status {
          absl::StatusOr<Precision> p = ParsePrecision(v);
-         if (!p.ok()) return BadValue(f, v, "fp32 or bf16");
+         if (!p.ok()) return BadValue(f, v, "fp32, bf16 or fp16");
          opts.precision = *p;
          return absl::OkStatus();
        }},

@@ -14,10 +14,11 @@ namespace mlp {
 
 struct DemoOptions {
   int ranks = 4;  // local backend; with mpi the world is mpirun's
-  int stage = 2;
+  int stage = 2;  // ZeRO stage 0-3
   int64_t steps = 200;
   Precision precision = Precision::kFp32;
-  int accum = 1;  // micro-batches per rank per step
+  int accum = 1;     // micro-batches per rank per step
+  int prefetch = 1;  // stage 3: units gathered ahead of use (TrainSpec::prefetch_units)
   // 5 blocks x hidden 256 (2.6M params): baseline + distributed take about
   // 30 s on two idle cores, under a minute on two busy ones.
   MlpConfig model = [] {
@@ -43,7 +44,8 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help);
 void PrintUsage(std::FILE* out);
 
 // The TrainSpec of one run: AdamW, warmup (5% of the steps) then cosine decay
-// to 10% of lr, clipping at opts.clip.
+// to 10% of lr, clipping at opts.clip, opts.precision (fp16: the default
+// dynamic loss scaling), prefetch depth opts.prefetch (used by stage 3 only).
 TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum);
 
 }  // namespace mlp

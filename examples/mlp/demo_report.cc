@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "zeroshard/train_spec.h"
 
 namespace zeroshard {
 namespace mlp {
@@ -60,7 +61,7 @@ void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
                    ? (c.bitwise_identical ? " (as expected: fp32, one micro-batch per rank)"
                                           : "  <-- UNEXPECTED: fp32 with one micro-batch per "
                                             "rank must match bit for bit")
-                   : " (not expected: with accumulation or bf16 the summation order or "
+                   : " (not expected: with accumulation, bf16 or fp16 the summation order or "
                      "rounding differs)");
 }
 
@@ -152,10 +153,13 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                "          micro-batch %d, global batch %d samples per step\n",
                m.blocks, static_cast<int>(m.hidden), WithCommas(params).c_str(), m.micro_batch,
                static_cast<int>(global_batch));
-  const std::string distributed =
-      absl::StrFormat("%d ranks (%s), ZeRO stage %d, %s, accum %d", r.world,
-                      opts.backend_mpi ? "mpi" : "local threads", opts.stage,
-                      PrecisionName(opts.precision), opts.accum);
+  std::string distributed = absl::StrFormat("%d ranks (%s), ZeRO stage %d, %s, accum %d", r.world,
+                                            opts.backend_mpi ? "mpi" : "local threads", opts.stage,
+                                            PrecisionName(opts.precision), opts.accum);
+  if (opts.stage == 3) {
+    absl::StrAppendFormat(&distributed, ", prefetch %d%s", opts.prefetch,
+                          r.distributed.prefetch_active ? "" : " (inactive)");
+  }
   const std::string baseline = absl::StrFormat("1 rank, ZeRO stage 0, %s, accum %d",
                                                PrecisionName(opts.precision), r.world * opts.accum);
   std::fprintf(out, "  distributed: %-52s %6.1f s\n", distributed.c_str(),
@@ -168,6 +172,14 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                static_cast<int>(r.baseline.clipped_steps),
                static_cast<int>(r.distributed.skipped_steps),
                static_cast<int>(r.baseline.skipped_steps));
+  if (opts.precision == Precision::kFp16Mixed) {
+    std::fprintf(out,
+                 "  fp16 dynamic loss scaling: final loss scale %g vs %g, skipped steps %d vs %d "
+                 "(distributed vs baseline)\n",
+                 r.distributed.final_loss_scale, r.baseline.final_loss_scale,
+                 static_cast<int>(r.distributed.skipped_steps),
+                 static_cast<int>(r.baseline.skipped_steps));
+  }
   PrintLoss(r, out);
   PrintWeights(opts, r, out);
   PrintMemory(r, out);

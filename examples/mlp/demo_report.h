@@ -38,6 +38,8 @@ struct RunResult {
   std::vector<std::vector<double>> step_ms;  // per rank, TimeColumn order
   int64_t clipped_steps = 0;
   int64_t skipped_steps = 0;
+  double final_loss_scale = 1.0;  // EngineStats::loss_scale after training (fp16)
+  bool prefetch_active = false;   // EngineStats::prefetch_active after training (stage 3)
   double wall_seconds = 0.0;
 };
 

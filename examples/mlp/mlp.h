@@ -100,17 +100,23 @@ class DistributedSampler {
 // Trains the MLP on one rank of an engine group. Not thread-safe: one trainer
 // per rank thread. `engine` and `comm` (the engine's communicator) must
 // outlive the trainer; the engine must have been Start()ed with
-// BuildModelSpec(cfg).
+// BuildModelSpec(cfg). Works with every ZeRO stage and with fp32, bf16 and
+// fp16 param / gradient views; it holds at most one unit gathered at a time.
 class MlpTrainer {
  public:
   MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm);
 
-  // One optimizer step: engine.train().grad_accum_steps micro-batches, each a
-  // forward (Gather per unit, in order) and a backward (GradView, overwrite,
-  // ReduceGrads, Release per unit, in reverse order), then engine.Step().
-  // Returns the mean micro-batch loss over every rank's micro-batches of the
-  // step (an all-reduce through `comm`, so every rank must call it and gets
-  // the same value). Errors: the engine's or the communicator's.
+  // One optimizer step: engine.train().grad_accum_steps micro-batches, then
+  // engine.Step(). Each micro-batch is
+  //   forward:  for each unit in order: Gather, compute, Release;
+  //   backward: for each unit in reverse: Gather (the weights again),
+  //             compute, GradView, overwrite, ReduceGrads, Release;
+  // with the seed of the backward (dL/dy) multiplied by engine.loss_scale(),
+  // read once per step: the gradients written to the engine are scaled, the
+  // returned loss is not. Returns the mean micro-batch loss over every rank's
+  // micro-batches of the step (an all-reduce through `comm`, so every rank
+  // must call it and gets the same value). Errors: the engine's or the
+  // communicator's; Internal when a view does not match the ModelSpec.
   absl::StatusOr<double> TrainStep();
 
   // What the last engine.Step() did.
@@ -119,12 +125,15 @@ class MlpTrainer {
   int64_t step() const { return engine_.steps(); }
 
  private:
-  // Forward + loss + backward of one local micro-batch; returns its loss.
-  absl::StatusOr<double> MicroBatch(int micro);
-  // fp32 pointers to unit's params: the view itself for fp32, else a
-  // converted copy in weight_copies_[unit].
-  absl::StatusOr<internal::BlockWeights> Fp32Weights(int unit, const UnitView& view);
-  // Writes fp32 gradients into the engine's view, converting when needed.
+  // Forward + loss + backward of one local micro-batch; returns its
+  // (unscaled) loss.
+  absl::StatusOr<double> MicroBatch(int micro, float loss_scale);
+  // Gathers `unit` and returns fp32 pointers to its params: the view itself
+  // for fp32, else a widened copy in weight_copy_. Valid until the unit's
+  // Release() and the next call.
+  absl::StatusOr<internal::BlockWeights> GatherFp32Weights(int unit);
+  // Writes the fp32 gradients in grads_ into the engine's view, converting
+  // when needed.
   absl::Status WriteGrads(int unit, const UnitView& view) const;
 
   MlpConfig cfg_;
@@ -135,9 +144,9 @@ class MlpTrainer {
   // Per-micro-batch buffers, allocated once.
   std::vector<float> target_, dy_, dx_, scratch_;
   internal::ForwardState state_;
-  std::vector<internal::BlockWeights> weights_;
-  std::vector<std::vector<float>> weight_copies_;  // [unit][w1 b1 w2 b2 concatenated]
-  std::vector<float> grads_;                       // one unit's fp32 gradients, concatenated
+  // Only one unit is gathered at a time, so one widened copy serves them all.
+  std::vector<float> weight_copy_;  // [w1 b1 w2 b2 concatenated]
+  std::vector<float> grads_;        // one unit's fp32 gradients, concatenated
 };
 
 }  // namespace mlp

@@ -3,6 +3,7 @@
 // loss, weight agreement, per-rank model-state memory and step time.
 //
 //   build/examples/mlp/mlp_demo [--ranks 4] [--stage 2] [--steps 200] ...
+//   build/examples/mlp/mlp_demo --stage 3 --prefetch 2 --precision fp16
 //   mpirun -n 4 build/examples/mlp/mlp_demo --backend mpi
 #include <unistd.h>
 
@@ -117,6 +118,10 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   ZS_RETURN_IF_ERROR(GatherLedger(comm, *device, out));
 
   const EngineStats stats = engine->Stats();
+  if (lead) {
+    out->final_loss_scale = stats.loss_scale;
+    out->prefetch_active = stats.prefetch_active;
+  }
   const double steps = std::max<int64_t>(1, stats.steps);
   const double row[kNumTimeColumns] = {
       absl::ToDoubleMilliseconds(stats.totals.compute) / steps,

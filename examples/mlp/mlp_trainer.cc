@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "examples/mlp/internal/view_convert.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/status.h"
 
@@ -31,10 +32,10 @@ absl::Status CheckUnitView(const UnitView& view, int unit, const std::vector<int
                                               " param ", p, " has ", t.numel,
                                               " elements, expected ", sizes[p]));
     }
-    if (t.dtype != DType::kFloat32 && t.dtype != DType::kBFloat16) {
-      return absl::UnimplementedError(absl::StrCat("MlpTrainer: ", what, " of unit block.", unit,
-                                                   " param ", p, " is ", DTypeName(t.dtype),
-                                                   "; the MLP example handles fp32 and bf16 only"));
+    if (!internal::IsSupportedViewDType(t.dtype)) {
+      return absl::UnimplementedError(
+          absl::StrCat("MlpTrainer: ", what, " of unit block.", unit, " param ", p, " is ",
+                       DTypeName(t.dtype), "; the MLP example handles fp32, bf16 and fp16"));
     }
   }
   return absl::OkStatus();
@@ -54,29 +55,26 @@ MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm)
   dx_.resize(io);
   scratch_.resize(static_cast<size_t>(cfg.micro_batch * internal::InnerSize(cfg.hidden)));
   state_.Resize(cfg.blocks, cfg.micro_batch, cfg.hidden);
-  weights_.resize(static_cast<size_t>(cfg.blocks));
-  weight_copies_.resize(static_cast<size_t>(cfg.blocks));
   int64_t unit_numel = 0;
   for (int64_t n : BlockParamSizes(cfg.hidden)) unit_numel += n;
   grads_.resize(static_cast<size_t>(unit_numel));
+  weight_copy_.resize(static_cast<size_t>(unit_numel));
 }
 
-absl::StatusOr<internal::BlockWeights> MlpTrainer::Fp32Weights(int unit, const UnitView& view) {
+absl::StatusOr<internal::BlockWeights> MlpTrainer::GatherFp32Weights(int unit) {
+  ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(unit));
   const std::vector<int64_t> sizes = BlockParamSizes(cfg_.hidden);
   ZS_RETURN_IF_ERROR(CheckUnitView(view, unit, sizes, "params"));
   const float* ptrs[kNumBlockParams];
-  std::vector<float>& copy = weight_copies_[unit];
-  if (copy.size() != grads_.size()) copy.resize(grads_.size());
   size_t offset = 0;
   for (int p = 0; p < kNumBlockParams; ++p) {
     const TensorView& t = view.params[p];
     if (t.dtype == DType::kFloat32) {
       ptrs[p] = t.as<const float>();
     } else {
-      // BLAS wants fp32: widen the bf16 params (exactly) into a scratch copy.
-      const uint16_t* src = t.as<const uint16_t>();
-      float* dst = copy.data() + offset;
-      for (int64_t i = 0; i < t.numel; ++i) dst[i] = Bf16ToFp32(src[i]);
+      // BLAS wants fp32: widen the 16-bit params (exactly) into the copy.
+      float* dst = weight_copy_.data() + offset;
+      ZS_RETURN_IF_ERROR(internal::ReadAsFp32(t, dst));
       ptrs[p] = dst;
     }
     offset += static_cast<size_t>(sizes[p]);
@@ -89,36 +87,39 @@ absl::Status MlpTrainer::WriteGrads(int unit, const UnitView& view) const {
   ZS_RETURN_IF_ERROR(CheckUnitView(view, unit, sizes, "gradient view"));
   size_t offset = 0;
   for (int p = 0; p < kNumBlockParams; ++p) {
-    const TensorView& t = view.params[p];
-    const float* src = grads_.data() + offset;
     // Overwrite, never accumulate: the engine does the summing, in an order
     // that does not depend on the world size.
-    if (t.dtype == DType::kFloat32) {
-      std::memcpy(t.data, src, static_cast<size_t>(t.numel) * sizeof(float));
-    } else {
-      uint16_t* dst = t.as<uint16_t>();
-      for (int64_t i = 0; i < t.numel; ++i) dst[i] = Fp32ToBf16(src[i]);
-    }
+    ZS_RETURN_IF_ERROR(internal::WriteFromFp32(grads_.data() + offset, view.params[p]));
     offset += static_cast<size_t>(sizes[p]);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> MlpTrainer::MicroBatch(int micro) {
+absl::StatusOr<double> MlpTrainer::MicroBatch(int micro, float loss_scale) {
   const int64_t batch = cfg_.micro_batch;
   const int64_t h = cfg_.hidden;
   const absl::Time input_start = absl::Now();
   sampler_.Fill(engine_.steps(), micro, state_.inputs[0].data(), target_.data());
   engine_.RecordInputWait(absl::Now() - input_start);
 
+  // Forward. Each unit is released before the next is gathered (stage 3
+  // holds one gathered unit at a time); the activations the backward needs
+  // stay in state_, the weights do not.
   for (int u = 0; u < cfg_.blocks; ++u) {
-    ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(u));
-    ZS_ASSIGN_OR_RETURN(weights_[u], Fp32Weights(u, view));
-    internal::BlockForward(weights_[u], batch, h, state_.inputs[u].data(), state_.pre[u].data(),
+    ZS_ASSIGN_OR_RETURN(const internal::BlockWeights weights, GatherFp32Weights(u));
+    internal::BlockForward(weights, batch, h, state_.inputs[u].data(), state_.pre[u].data(),
                            state_.act[u].data(), state_.inputs[u + 1].data());
+    ZS_RETURN_IF_ERROR(engine_.Release(u));
   }
   const double loss =
       internal::MseLoss(state_.output().data(), target_.data(), batch * h, dy_.data());
+  // Scale the seed, not the gradients: every later value is linear in it, so
+  // the scale reaches all gradients, and small fp16 gradients stay above the
+  // underflow threshold. With a scale of 1 (fp32, bf16) the arithmetic is
+  // left exactly as it was.
+  if (loss_scale != 1.0f) {
+    for (float& d : dy_) d *= loss_scale;
+  }
 
   const std::vector<int64_t> sizes = BlockParamSizes(h);
   internal::BlockGradients grads;
@@ -127,9 +128,11 @@ absl::StatusOr<double> MlpTrainer::MicroBatch(int micro) {
   grads.w2 = grads.b1 + sizes[kB1];
   grads.b2 = grads.w2 + sizes[kW2];
   for (int u = cfg_.blocks - 1; u >= 0; --u) {
+    // The backward needs the weights again: gather the unit a second time.
+    ZS_ASSIGN_OR_RETURN(const internal::BlockWeights weights, GatherFp32Weights(u));
     // Compute into our own fp32 buffer before asking for the grad view:
     // GradView may block on an earlier reduction, and the copy is cheap.
-    internal::BlockBackward(weights_[u], batch, h, state_.inputs[u].data(), state_.pre[u].data(),
+    internal::BlockBackward(weights, batch, h, state_.inputs[u].data(), state_.pre[u].data(),
                             state_.act[u].data(), dy_.data(), scratch_.data(),
                             u > 0 ? dx_.data() : nullptr, grads);
     ZS_ASSIGN_OR_RETURN(const UnitView grad_view, engine_.GradView(u));
@@ -143,9 +146,11 @@ absl::StatusOr<double> MlpTrainer::MicroBatch(int micro) {
 
 absl::StatusOr<double> MlpTrainer::TrainStep() {
   const int accum = engine_.train().grad_accum_steps;
+  // Constant within a step; the engine unscales what we write.
+  const float loss_scale = static_cast<float>(engine_.loss_scale());
   double local_loss_sum = 0.0;
   for (int m = 0; m < accum; ++m) {
-    ZS_ASSIGN_OR_RETURN(const double loss, MicroBatch(m));
+    ZS_ASSIGN_OR_RETURN(const double loss, MicroBatch(m, loss_scale));
     local_loss_sum += loss;
   }
   ZS_ASSIGN_OR_RETURN(last_step_, engine_.Step());

@@ -44,9 +44,10 @@ struct ScalarVec {
   static Reg Set1(float x) { return x; }
   static Reg Load(const float* p) { return *p; }
   static void Store(float* p, Reg x) { *p = x; }
-  static Reg LoadGrad(const float* p) { return *p; }
-  static Reg LoadGrad(const uint16_t* p) { return Bf16ToFp32(*p); }
+  static Reg LoadBf16(const uint16_t* p) { return Bf16ToFp32(*p); }
+  static Reg LoadFp16(const uint16_t* p) { return Fp16ToFp32(*p); }
   static void StoreBf16(uint16_t* p, Reg x) { *p = Fp32ToBf16Rne(x); }
+  static void StoreFp16(uint16_t* p, Reg x) { *p = Fp32ToFp16Rne(x); }
   static Reg Add(Reg a, Reg b) { return a + b; }
   static Reg Sub(Reg a, Reg b) { return a - b; }
   static Reg Mul(Reg a, Reg b) { return a * b; }
@@ -56,18 +57,7 @@ struct ScalarVec {
 
 }  // namespace
 
-void AdamFp32Scalar(float* param, const float* grad, float* m, float* v, size_t n,
-                    const AdamConstants& c) {
-  AdamFp32With<ScalarVec>(param, grad, m, v, n, c);
-}
-void AdamMixedBf16Scalar(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
-                         size_t n, const AdamConstants& c) {
-  AdamMixedBf16With<ScalarVec>(master, param_out, grad, m, v, n, c);
-}
-void AdamMixedBf16GradBf16Scalar(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
-                                 float* v, size_t n, const AdamConstants& c) {
-  AdamMixedBf16With<ScalarVec>(master, param_out, grad, m, v, n, c);
-}
+ZS_DEFINE_ADAM_PATH(ScalarVec, Scalar)
 
 }  // namespace internal
 
@@ -128,6 +118,44 @@ void AdamMixedBf16GradBf16On(Isa isa, float* master, uint16_t* param_out, const 
   internal::AdamMixedBf16GradBf16Scalar(master, param_out, grad, m, v, n, c);
 }
 
+void AdamMixedFp16On(Isa isa, float* master, uint16_t* param_out, const float* grad, float* m,
+                     float* v, size_t n, const AdamConstants& c) {
+  internal::CheckIsaSupported(isa, "AdamMixedFp16On");
+  switch (isa) {
+#if defined(ZS_KERNELS_X86_PATHS)
+    case Isa::kAvx512:
+      return internal::AdamMixedFp16Avx512(master, param_out, grad, m, v, n, c);
+    case Isa::kAvx2:
+      return internal::AdamMixedFp16Avx2(master, param_out, grad, m, v, n, c);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+#endif
+    case Isa::kScalar:
+      break;
+  }
+  internal::AdamMixedFp16Scalar(master, param_out, grad, m, v, n, c);
+}
+
+void AdamMixedFp16GradFp16On(Isa isa, float* master, uint16_t* param_out, const uint16_t* grad,
+                             float* m, float* v, size_t n, const AdamConstants& c) {
+  internal::CheckIsaSupported(isa, "AdamMixedFp16GradFp16On");
+  switch (isa) {
+#if defined(ZS_KERNELS_X86_PATHS)
+    case Isa::kAvx512:
+      return internal::AdamMixedFp16GradFp16Avx512(master, param_out, grad, m, v, n, c);
+    case Isa::kAvx2:
+      return internal::AdamMixedFp16GradFp16Avx2(master, param_out, grad, m, v, n, c);
+#else
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+#endif
+    case Isa::kScalar:
+      break;
+  }
+  internal::AdamMixedFp16GradFp16Scalar(master, param_out, grad, m, v, n, c);
+}
+
 void AdamFp32(float* param, const float* grad, float* m, float* v, size_t n,
               const AdamConstants& c) {
   AdamFp32On(ActiveIsa(), param, grad, m, v, n, c);
@@ -139,6 +167,14 @@ void AdamMixedBf16(float* master, uint16_t* param_out, const float* grad, float*
 void AdamMixedBf16GradBf16(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
                            float* v, size_t n, const AdamConstants& c) {
   AdamMixedBf16GradBf16On(ActiveIsa(), master, param_out, grad, m, v, n, c);
+}
+void AdamMixedFp16(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
+                   size_t n, const AdamConstants& c) {
+  AdamMixedFp16On(ActiveIsa(), master, param_out, grad, m, v, n, c);
+}
+void AdamMixedFp16GradFp16(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
+                           float* v, size_t n, const AdamConstants& c) {
+  AdamMixedFp16GradFp16On(ActiveIsa(), master, param_out, grad, m, v, n, c);
 }
 
 }  // namespace zeroshard::kernels

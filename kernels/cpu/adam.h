@@ -11,6 +11,12 @@
 // all in fp32, with p the fp32 master. The mixed variants then round p to the
 // 16-bit param dtype (to nearest even) into `param_out`.
 //
+// "Identical bits" has one exception: a NaN result may differ between paths
+// in sign and payload. Where two NaNs meet (a NaN grad and a NaN moment, or
+// the default NaN of inf - inf), x86 returns the first operand's, and the
+// compiler orders the operands of + and * as it likes in each path. Finite
+// and infinite results are always identical.
+//
 // Every pointer is to `n` elements; no alignment is required; buffers must not
 // overlap. `kernels/reference/adam_reference.h` is the double-precision oracle.
 #ifndef ZEROSHARD_KERNELS_CPU_ADAM_H_
@@ -34,7 +40,7 @@ struct AdamStepParams {
   double eps = 1e-8;
   double weight_decay = 0.0;  // 0 for no_decay params
   double grad_scale = 1.0;
-  int64_t step = 1;           // 1-based, for bias correction
+  int64_t step = 1;  // 1-based, for bias correction
 };
 
 // The fp32 constants the kernels use, derived once per step on the host (in
@@ -63,6 +69,13 @@ void AdamMixedBf16(float* master, uint16_t* param_out, const float* grad, float*
 void AdamMixedBf16GradBf16(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
                            float* v, size_t n, const AdamConstants& c);
 
+// fp16 params (IEEE binary16, rounded to nearest even from the fp32 master),
+// with fp32 or fp16 grads.
+void AdamMixedFp16(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
+                   size_t n, const AdamConstants& c);
+void AdamMixedFp16GradFp16(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
+                           float* v, size_t n, const AdamConstants& c);
+
 // The same entry points on a named path (for tests and benchmarks); `isa`
 // must be one of SupportedIsas().
 void AdamFp32On(Isa isa, float* param, const float* grad, float* m, float* v, size_t n,
@@ -70,6 +83,10 @@ void AdamFp32On(Isa isa, float* param, const float* grad, float* m, float* v, si
 void AdamMixedBf16On(Isa isa, float* master, uint16_t* param_out, const float* grad, float* m,
                      float* v, size_t n, const AdamConstants& c);
 void AdamMixedBf16GradBf16On(Isa isa, float* master, uint16_t* param_out, const uint16_t* grad,
+                             float* m, float* v, size_t n, const AdamConstants& c);
+void AdamMixedFp16On(Isa isa, float* master, uint16_t* param_out, const float* grad, float* m,
+                     float* v, size_t n, const AdamConstants& c);
+void AdamMixedFp16GradFp16On(Isa isa, float* master, uint16_t* param_out, const uint16_t* grad,
                              float* m, float* v, size_t n, const AdamConstants& c);
 
 }  // namespace zeroshard::kernels

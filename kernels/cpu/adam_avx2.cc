@@ -10,17 +10,6 @@
 
 namespace zeroshard::kernels::internal {
 
-void AdamFp32Avx2(float* param, const float* grad, float* m, float* v, size_t n,
-                  const AdamConstants& c) {
-  AdamFp32With<Avx2Vec>(param, grad, m, v, n, c);
-}
-void AdamMixedBf16Avx2(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
-                       size_t n, const AdamConstants& c) {
-  AdamMixedBf16With<Avx2Vec>(master, param_out, grad, m, v, n, c);
-}
-void AdamMixedBf16GradBf16Avx2(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
-                               float* v, size_t n, const AdamConstants& c) {
-  AdamMixedBf16With<Avx2Vec>(master, param_out, grad, m, v, n, c);
-}
+ZS_DEFINE_ADAM_PATH(Avx2Vec, Avx2)
 
 }  // namespace zeroshard::kernels::internal

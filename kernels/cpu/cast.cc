@@ -1,4 +1,4 @@
-// bf16 <-> fp32 casts: the scalar path and the dispatching entry points.
+// bf16 / fp16 <-> fp32 casts: the scalar path and the dispatching entry points.
 #include "kernels/cpu/cast.h"
 
 #include <cstddef>
@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/internal/bf16.h"
 #include "kernels/cpu/internal/check.h"
+#include "kernels/cpu/internal/fp16.h"
 #include "kernels/cpu/internal/paths.h"
 
 namespace zeroshard::kernels {
@@ -17,6 +18,14 @@ void CastFp32ToBf16Scalar(const float* in, uint16_t* out, size_t n) {
 
 void CastBf16ToFp32Scalar(const uint16_t* in, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(in[i]);
+}
+
+void CastFp32ToFp16Scalar(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Fp32ToFp16Rne(in[i]);
+}
+
+void CastFp16ToFp32Scalar(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Fp16ToFp32(in[i]);
 }
 
 }  // namespace internal
@@ -39,12 +48,38 @@ void CastBf16ToFp32On(Isa isa, const uint16_t* in, float* out, size_t n) {
   internal::CastBf16ToFp32Scalar(in, out, n);
 }
 
+void CastFp32ToFp16On(Isa isa, const float* in, uint16_t* out, size_t n) {
+  internal::CheckIsaSupported(isa, "CastFp32ToFp16On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::CastFp32ToFp16Avx512(in, out, n);
+  if (isa == Isa::kAvx2) return internal::CastFp32ToFp16Avx2(in, out, n);
+#endif
+  internal::CastFp32ToFp16Scalar(in, out, n);
+}
+
+void CastFp16ToFp32On(Isa isa, const uint16_t* in, float* out, size_t n) {
+  internal::CheckIsaSupported(isa, "CastFp16ToFp32On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::CastFp16ToFp32Avx512(in, out, n);
+  if (isa == Isa::kAvx2) return internal::CastFp16ToFp32Avx2(in, out, n);
+#endif
+  internal::CastFp16ToFp32Scalar(in, out, n);
+}
+
 void CastFp32ToBf16(const float* in, uint16_t* out, size_t n) {
   CastFp32ToBf16On(ActiveIsa(), in, out, n);
 }
 
 void CastBf16ToFp32(const uint16_t* in, float* out, size_t n) {
   CastBf16ToFp32On(ActiveIsa(), in, out, n);
+}
+
+void CastFp32ToFp16(const float* in, uint16_t* out, size_t n) {
+  CastFp32ToFp16On(ActiveIsa(), in, out, n);
+}
+
+void CastFp16ToFp32(const uint16_t* in, float* out, size_t n) {
+  CastFp16ToFp32On(ActiveIsa(), in, out, n);
 }
 
 }  // namespace zeroshard::kernels

@@ -15,11 +15,14 @@ Isa DetectBestIsa() {
 #if defined(ZS_KERNELS_X86_PATHS)
   __builtin_cpu_init();
   // __builtin_cpu_supports also checks that the OS saves the wide registers.
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  // Both SIMD paths convert fp16 with F16C, which every AVX2 CPU has; it is
+  // checked anyway so that a CPU (or emulator) without it gets a path it runs.
+  const bool f16c = __builtin_cpu_supports("f16c");
+  if (f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq")) {
     return Isa::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2")) return Isa::kAvx2;
+  if (f16c && __builtin_cpu_supports("avx2")) return Isa::kAvx2;
 #endif
   return Isa::kScalar;
 }

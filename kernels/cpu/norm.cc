@@ -17,13 +17,20 @@ struct ScalarNorm {
     double lane[kNormLanes];
   };
   static Acc Zero() { return Acc{}; }
-  template <class T>
-  static Acc Accumulate(Acc acc, const T* x) {
+  template <Format kFormat>
+  static Acc AccumulateAs(Acc acc, const Storage<kFormat>* x) {
     for (size_t j = 0; j < kNormLanes; ++j) {
-      const double xj = ElementToDouble(x[j]);
+      const double xj = ElementToDouble<kFormat>(x[j]);
       acc.lane[j] += xj * xj;
     }
     return acc;
+  }
+  static Acc Accumulate(Acc acc, const float* x) { return AccumulateAs<Format::kFp32>(acc, x); }
+  static Acc AccumulateBf16(Acc acc, const uint16_t* x) {
+    return AccumulateAs<Format::kBf16>(acc, x);
+  }
+  static Acc AccumulateFp16(Acc acc, const uint16_t* x) {
+    return AccumulateAs<Format::kFp16>(acc, x);
   }
   static void Store(const Acc& acc, double* lane) {
     for (size_t j = 0; j < kNormLanes; ++j) lane[j] = acc.lane[j];
@@ -33,11 +40,15 @@ struct ScalarNorm {
 }  // namespace
 
 void BlockSumSquaresFp32Scalar(const float* x, size_t n, double* out) {
-  BlockSumSquaresWith<ScalarNorm>(x, n, out);
+  BlockSumSquaresWith<ScalarNorm, Format::kFp32>(x, n, out);
 }
 
 void BlockSumSquaresBf16Scalar(const uint16_t* x, size_t n, double* out) {
-  BlockSumSquaresWith<ScalarNorm>(x, n, out);
+  BlockSumSquaresWith<ScalarNorm, Format::kBf16>(x, n, out);
+}
+
+void BlockSumSquaresFp16Scalar(const uint16_t* x, size_t n, double* out) {
+  BlockSumSquaresWith<ScalarNorm, Format::kFp16>(x, n, out);
 }
 
 }  // namespace internal
@@ -60,12 +71,25 @@ void BlockSumSquaresBf16On(Isa isa, const uint16_t* x, size_t n, double* out) {
   internal::BlockSumSquaresBf16Scalar(x, n, out);
 }
 
+void BlockSumSquaresFp16On(Isa isa, const uint16_t* x, size_t n, double* out) {
+  internal::CheckIsaSupported(isa, "BlockSumSquaresFp16On");
+#if defined(ZS_KERNELS_X86_PATHS)
+  if (isa == Isa::kAvx512) return internal::BlockSumSquaresFp16Avx512(x, n, out);
+  if (isa == Isa::kAvx2) return internal::BlockSumSquaresFp16Avx2(x, n, out);
+#endif
+  internal::BlockSumSquaresFp16Scalar(x, n, out);
+}
+
 void BlockSumSquaresFp32(const float* x, size_t n, double* out) {
   BlockSumSquaresFp32On(ActiveIsa(), x, n, out);
 }
 
 void BlockSumSquaresBf16(const uint16_t* x, size_t n, double* out) {
   BlockSumSquaresBf16On(ActiveIsa(), x, n, out);
+}
+
+void BlockSumSquaresFp16(const uint16_t* x, size_t n, double* out) {
+  BlockSumSquaresFp16On(ActiveIsa(), x, n, out);
 }
 
 }  // namespace zeroshard::kernels

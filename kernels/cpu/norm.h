@@ -27,6 +27,8 @@ inline constexpr size_t kNormBlock = 128;
 // blocks, the last one partial. Identical bits on every ISA path.
 void BlockSumSquaresFp32(const float* x, size_t n, double* out);
 void BlockSumSquaresBf16(const uint16_t* x, size_t n, double* out);
+void BlockSumSquaresFp16(const uint16_t* x, size_t n, double* out);
+void BlockSumSquaresFp16On(Isa isa, const uint16_t* x, size_t n, double* out);
 void BlockSumSquaresFp32On(Isa isa, const float* x, size_t n, double* out);
 void BlockSumSquaresBf16On(Isa isa, const uint16_t* x, size_t n, double* out);
 
@@ -36,8 +38,8 @@ void BlockSumSquaresBf16On(Isa isa, const uint16_t* x, size_t n, double* out);
 // several ranks combine by an integer all-reduce (Merge / summing limbs()).
 class ExactSum {
  public:
-  static constexpr int kValueLimbs = 19;              // 32 bits each, from 2^-298
-  static constexpr int kLimbs = kValueLimbs + 1;      // + count of non-finite inputs
+  static constexpr int kValueLimbs = 19;          // 32 bits each, from 2^-298
+  static constexpr int kLimbs = kValueLimbs + 1;  // + count of non-finite inputs
 
   void Add(double x);
   void AddBlocks(const double* x, size_t n);

@@ -1,4 +1,4 @@
-// The AVX2 block sum of squares (compiled with -mavx2; see
+// The AVX2 block sum of squares (compiled with -mavx2 -mf16c; see
 // kernels/CMakeLists.txt). Lanes 0-3 live in `lo`, lanes 4-7 in `hi`.
 #include <immintrin.h>
 
@@ -26,8 +26,11 @@ struct Avx2Norm {
   static ZS_KERNEL_INLINE Acc Accumulate(Acc acc, const float* x) {
     return AccumulateFp32(acc, _mm256_loadu_ps(x));
   }
-  static ZS_KERNEL_INLINE Acc Accumulate(Acc acc, const uint16_t* x) {
+  static ZS_KERNEL_INLINE Acc AccumulateBf16(Acc acc, const uint16_t* x) {
     return AccumulateFp32(acc, Bf16x8ToFp32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
+  }
+  static ZS_KERNEL_INLINE Acc AccumulateFp16(Acc acc, const uint16_t* x) {
+    return AccumulateFp32(acc, Fp16x8ToFp32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
   }
   static ZS_KERNEL_INLINE void Store(const Acc& acc, double* lane) {
     _mm256_storeu_pd(lane, acc.lo);
@@ -38,11 +41,15 @@ struct Avx2Norm {
 }  // namespace
 
 void BlockSumSquaresFp32Avx2(const float* x, size_t n, double* out) {
-  BlockSumSquaresWith<Avx2Norm>(x, n, out);
+  BlockSumSquaresWith<Avx2Norm, Format::kFp32>(x, n, out);
 }
 
 void BlockSumSquaresBf16Avx2(const uint16_t* x, size_t n, double* out) {
-  BlockSumSquaresWith<Avx2Norm>(x, n, out);
+  BlockSumSquaresWith<Avx2Norm, Format::kBf16>(x, n, out);
+}
+
+void BlockSumSquaresFp16Avx2(const uint16_t* x, size_t n, double* out) {
+  BlockSumSquaresWith<Avx2Norm, Format::kFp16>(x, n, out);
 }
 
 }  // namespace zeroshard::kernels::internal

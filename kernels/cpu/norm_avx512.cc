@@ -22,8 +22,11 @@ struct Avx512Norm {
   static ZS_KERNEL_INLINE Acc Accumulate(Acc acc, const float* x) {
     return AccumulateFp32(acc, _mm256_loadu_ps(x));
   }
-  static ZS_KERNEL_INLINE Acc Accumulate(Acc acc, const uint16_t* x) {
+  static ZS_KERNEL_INLINE Acc AccumulateBf16(Acc acc, const uint16_t* x) {
     return AccumulateFp32(acc, Bf16x8ToFp32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
+  }
+  static ZS_KERNEL_INLINE Acc AccumulateFp16(Acc acc, const uint16_t* x) {
+    return AccumulateFp32(acc, Fp16x8ToFp32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
   }
   static ZS_KERNEL_INLINE void Store(const Acc& acc, double* lane) { _mm512_storeu_pd(lane, acc); }
 };
@@ -31,11 +34,15 @@ struct Avx512Norm {
 }  // namespace
 
 void BlockSumSquaresFp32Avx512(const float* x, size_t n, double* out) {
-  BlockSumSquaresWith<Avx512Norm>(x, n, out);
+  BlockSumSquaresWith<Avx512Norm, Format::kFp32>(x, n, out);
 }
 
 void BlockSumSquaresBf16Avx512(const uint16_t* x, size_t n, double* out) {
-  BlockSumSquaresWith<Avx512Norm>(x, n, out);
+  BlockSumSquaresWith<Avx512Norm, Format::kBf16>(x, n, out);
+}
+
+void BlockSumSquaresFp16Avx512(const uint16_t* x, size_t n, double* out) {
+  BlockSumSquaresWith<Avx512Norm, Format::kFp16>(x, n, out);
 }
 
 }  // namespace zeroshard::kernels::internal

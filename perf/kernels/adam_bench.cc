@@ -6,6 +6,7 @@
 //      bf16 mixed, fp32 grad: master r+w 8 + param_out w 2 + g r 4
 //                             + m r+w 8 + v r+w 8                   = 30 B/elem
 //      bf16 mixed, bf16 grad: the same with g r 2                   = 28 B/elem
+//      fp16 mixed, fp32 / fp16 grad: as bf16 mixed                  = 30 / 28 B/elem
 //  - the copy baseline for B bytes is memcpy of B/2 bytes from one buffer to
 //    another, so that its bytes read + written also equal B;
 //  - GB/s = B / wall time (1e9 bytes per GB; Google Benchmark's own
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/isa.h"
 
 namespace zeroshard::kernels {
@@ -78,7 +80,7 @@ void RunSplit(int threads, size_t n, const std::function<void(size_t, size_t)>& 
 struct Buffers {
   size_t n;
   float *p, *g, *m, *v;
-  uint16_t *out, *g16;
+  uint16_t *out, *g16, *gh;   // bf16 grads in g16, fp16 grads in gh
   char *copy_src, *copy_dst;  // 30/2 B per element: enough for either copy
 };
 
@@ -92,6 +94,7 @@ Buffers& GetBuffers() {
     b.v = AllocateBuffer<float>(b.n);
     b.out = AllocateBuffer<uint16_t>(b.n);
     b.g16 = AllocateBuffer<uint16_t>(b.n);
+    b.gh = AllocateBuffer<uint16_t>(b.n);
     b.copy_src = AllocateBuffer<char>(b.n * 15);
     b.copy_dst = AllocateBuffer<char>(b.n * 15);
     // Realistic normal magnitudes (no subnormals, which would slow sqrt and
@@ -110,6 +113,7 @@ Buffers& GetBuffers() {
         b.g16[i] = static_cast<uint16_t>(g_bits >> 16);
         b.out[i] = 0;
       }
+      CastFp32ToFp16(b.g + begin, b.gh + begin, end - begin);
       std::memset(b.copy_src + begin * 15, 1, (end - begin) * 15);
       std::memset(b.copy_dst + begin * 15, 0, (end - begin) * 15);
     });
@@ -192,6 +196,24 @@ void BmAdamMixedBf16GradBf16(benchmark::State& state) {
   });
 }
 
+void BmAdamMixedFp16(benchmark::State& state) {
+  Buffers& b = GetBuffers();
+  const AdamConstants c = BenchConstants();
+  Measure(state, "adamw fp16-mixed fp32-grad", 30, [&b, &c](size_t begin, size_t end) {
+    AdamMixedFp16(b.p + begin, b.out + begin, b.g + begin, b.m + begin, b.v + begin, end - begin,
+                  c);
+  });
+}
+
+void BmAdamMixedFp16GradFp16(benchmark::State& state) {
+  Buffers& b = GetBuffers();
+  const AdamConstants c = BenchConstants();
+  Measure(state, "adamw fp16-mixed fp16-grad", 28, [&b, &c](size_t begin, size_t end) {
+    AdamMixedFp16GradFp16(b.p + begin, b.out + begin, b.gh + begin, b.m + begin, b.v + begin,
+                          end - begin, c);
+  });
+}
+
 void Register() {
   auto common = [](benchmark::internal::Benchmark* bm) {
     bm->Arg(1)
@@ -206,6 +228,8 @@ void Register() {
   common(benchmark::RegisterBenchmark("adamw_fp32", BmAdamFp32));
   common(benchmark::RegisterBenchmark("adamw_bf16_mixed_fp32_grad", BmAdamMixedBf16));
   common(benchmark::RegisterBenchmark("adamw_bf16_mixed_bf16_grad", BmAdamMixedBf16GradBf16));
+  common(benchmark::RegisterBenchmark("adamw_fp16_mixed_fp32_grad", BmAdamMixedFp16));
+  common(benchmark::RegisterBenchmark("adamw_fp16_mixed_fp16_grad", BmAdamMixedFp16GradFp16));
 }
 
 void PrintSummary() {
@@ -214,8 +238,11 @@ void PrintSummary() {
               IsaName(ActiveIsa()));
   std::printf("%-28s %-10s %9s %10s %6s   %9s %10s %6s\n", "variant", "threads", "GB/s",
               "copy GB/s", "ratio", "mean GB/s", "mean copy", "ratio");
-  const std::pair<const char*, int> variants[] = {
-      {"adamw fp32", 28}, {"adamw bf16-mixed fp32-grad", 30}, {"adamw bf16-mixed bf16-grad", 28}};
+  const std::pair<const char*, int> variants[] = {{"adamw fp32", 28},
+                                                  {"adamw bf16-mixed fp32-grad", 30},
+                                                  {"adamw bf16-mixed bf16-grad", 28},
+                                                  {"adamw fp16-mixed fp32-grad", 30},
+                                                  {"adamw fp16-mixed fp16-grad", 28}};
   for (const auto& [name, bytes] : variants) {
     for (int threads : {1, 2}) {
       const auto update = r.find({name, threads});

@@ -1,17 +1,20 @@
 // Tests of the residual-MLP example that need no engine: the backward pass
 // against double-precision finite differences, the sampler's sharding, the
-// fixed teacher and the initialisation.
+// fixed teacher, the initialisation and the view dtype conversions. The
+// trainer's tests are in mlp_trainer_test.cc.
 #include "examples/mlp/mlp.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <vector>
 
 #include "examples/mlp/internal/block_math.h"
 #include "examples/mlp/internal/counter_rng.h"
+#include "examples/mlp/internal/view_convert.h"
 #include "gtest/gtest.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -355,126 +358,87 @@ TEST(MlpConfig, ValidateNamesTheField) {
   EXPECT_NE(cfg.Validate().message().find("micro_batch"), std::string::npos);
 }
 
-// Trains `steps` steps on `world` local ranks and returns rank 0's losses and
-// final weights.
-struct TrainOutcome {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> params;
-};
-
-absl::StatusOr<TrainOutcome> Train(const MlpConfig& cfg, int world, int stage, int accum,
-                                   Precision precision, int steps) {
-  TrainOutcome outcome;
-  TrainSpec train;
-  train.zero_stage = stage;
-  train.precision = precision;
-  train.grad_accum_steps = accum;
-  train.optimizer.lr = 1e-2;
-  train.optimizer.weight_decay = 0.01;
-  train.max_grad_norm = 1.0;
-  absl::Status status = RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
-    std::unique_ptr<Device> device = CreateCpuDevice();
-    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                        Engine::Create(BuildModelSpec(cfg), train, *device, comm));
-    ZS_RETURN_IF_ERROR(InitEngineParams(*engine, cfg));
-    ZS_RETURN_IF_ERROR(engine->Start());
-    MlpTrainer trainer(cfg, *engine, comm);
-    for (int s = 0; s < steps; ++s) {
-      ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
-      if (rank == 0) outcome.losses.push_back(loss);
-    }
-    if (trainer.step() != steps) return absl::InternalError("trainer.step() is off");
-    for (int u = 0; u < cfg.blocks; ++u) {
-      for (int p = 0; p < kNumBlockParams; ++p) {
-        ZS_ASSIGN_OR_RETURN(std::vector<float> values, engine->GetParam(u, p));
-        if (rank == 0) outcome.params.push_back(std::move(values));
-      }
-    }
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
-  return outcome;
+// Values that stress the 16-bit conversions: ordinary magnitudes, ties,
+// fp16 subnormals and values past fp16's range (65504).
+std::vector<float> ConversionInputs() {
+  std::vector<float> v = RandomNormal(23, 512, 3.0);
+  // 1e6 and -1e6, 6th and 5th from the end, overflow fp16 (checked below).
+  const float special[] = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -2.5f,
+                           65504.0f,
+                           65520.0f,
+                           1e6f,
+                           -1e6f,
+                           6.0e-8f,
+                           3.0e-5f,
+                           1.0f + 1.0f / 2048.0f,
+                           1.0f + 3.0f / 2048.0f};
+  v.insert(v.end(), std::begin(special), std::end(special));
+  return v;
 }
 
-MlpConfig SmallConfig() {
-  MlpConfig cfg;
-  cfg.hidden = 16;
-  cfg.blocks = 3;
-  cfg.micro_batch = 4;
-  return cfg;
-}
-
-TEST(MlpTrainer, LossDecreases) {
-  absl::StatusOr<TrainOutcome> run = Train(SmallConfig(), 2, 2, 1, Precision::kFp32, 30);
-  ASSERT_TRUE(run.ok()) << run.status();
-  ASSERT_EQ(run->losses.size(), 30u);
-  EXPECT_LT(run->losses.back(), 0.5 * run->losses.front());
-}
-
-// Invariant 2 of the architecture: one micro-batch per rank per step, fp32:
-// every stage gives the bits of the one-rank run that accumulates the same
-// micro-batches in rank order.
-TEST(MlpTrainer, EveryStageMatchesOneRankBaselineBitwise) {
-  const MlpConfig cfg = SmallConfig();
-  const int world = 3, steps = 4;
-  absl::StatusOr<TrainOutcome> baseline = Train(cfg, 1, 0, world, Precision::kFp32, steps);
-  ASSERT_TRUE(baseline.ok()) << baseline.status();
-  for (int stage = 0; stage <= 2; ++stage) {
-    absl::StatusOr<TrainOutcome> run = Train(cfg, world, stage, 1, Precision::kFp32, steps);
-    ASSERT_TRUE(run.ok()) << "stage " << stage << ": " << run.status();
-    ASSERT_EQ(run->params.size(), baseline->params.size());
-    for (size_t t = 0; t < run->params.size(); ++t) {
-      ASSERT_EQ(run->params[t].size(), baseline->params[t].size());
-      EXPECT_EQ(std::memcmp(run->params[t].data(), baseline->params[t].data(),
-                            run->params[t].size() * sizeof(float)),
-                0)
-          << "stage " << stage << " block " << t / kNumBlockParams << " param "
-          << t % kNumBlockParams;
+TEST(MlpViewConvert, Fp16WriteThenReadRoundsOnceAndIsStable) {
+  const std::vector<float> src = ConversionInputs();
+  std::vector<uint16_t> storage(src.size(), 0xdeadu);
+  TensorView view;
+  view.data = storage.data();
+  view.dtype = DType::kFloat16;
+  view.numel = static_cast<int64_t>(src.size());
+  ASSERT_TRUE(internal::WriteFromFp32(src.data(), view).ok());
+  std::vector<float> back(src.size());
+  ASSERT_TRUE(internal::ReadAsFp32(view, back.data()).ok());
+  for (size_t i = 0; i < src.size(); ++i) {
+    EXPECT_EQ(storage[i], Fp32ToFp16(src[i])) << "element " << i << " = " << src[i];
+    EXPECT_EQ(back[i], Fp16ToFp32(storage[i])) << "element " << i;
+    // Once rounded, a value is representable: a second trip changes nothing.
+    EXPECT_EQ(Fp32ToFp16(back[i]), storage[i]) << "element " << i;
+    if (std::fabs(src[i]) <= 65504.0f && std::fabs(src[i]) >= 6.2e-5f) {
+      // Normal range: relative error at most 2^-11 (half an fp16 ulp).
+      EXPECT_LE(std::fabs(back[i] - src[i]), std::ldexp(std::fabs(src[i]), -11)) << src[i];
     }
-    for (int s = 0; s < steps; ++s) {
-      EXPECT_NEAR(run->losses[s], baseline->losses[s], 1e-12 * baseline->losses[s]) << s;
+  }
+  // Past the range: infinity (what loss scaling detects), sign kept.
+  EXPECT_TRUE(std::isinf(back[src.size() - 6]) && back[src.size() - 6] > 0);
+  EXPECT_TRUE(std::isinf(back[src.size() - 5]) && back[src.size() - 5] < 0);
+}
+
+TEST(MlpViewConvert, EveryDTypeRoundTripsItsOwnValues) {
+  const std::vector<float> src = RandomNormal(29, 300, 2.0);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    std::vector<uint8_t> storage(src.size() * DTypeSize(dtype), 0xff);
+    TensorView view;
+    view.data = storage.data();
+    view.dtype = dtype;
+    view.numel = static_cast<int64_t>(src.size());
+    std::vector<float> first(src.size()), second(src.size());
+    ASSERT_TRUE(internal::WriteFromFp32(src.data(), view).ok()) << DTypeName(dtype);
+    ASSERT_TRUE(internal::ReadAsFp32(view, first.data()).ok());
+    ASSERT_TRUE(internal::WriteFromFp32(first.data(), view).ok());
+    ASSERT_TRUE(internal::ReadAsFp32(view, second.data()).ok());
+    EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0)
+        << DTypeName(dtype);
+    if (dtype == DType::kFloat32) {
+      EXPECT_EQ(first, src);
     }
   }
 }
 
-// With accumulation (and with bf16) the summation order or rounding differs:
-// the runs agree within tolerance only. fp32: element-wise. bf16: Adam turns
-// a rounding difference in a near-zero gradient into a full lr-sized step of
-// either sign, so compare the losses and the weights' relative L2 distance.
-TEST(MlpTrainer, AccumulationMatchesBaselineWithinTolerance) {
-  const MlpConfig cfg = SmallConfig();
-  absl::StatusOr<TrainOutcome> baseline = Train(cfg, 1, 0, 4, Precision::kFp32, 3);
-  absl::StatusOr<TrainOutcome> run = Train(cfg, 2, 2, 2, Precision::kFp32, 3);
-  ASSERT_TRUE(baseline.ok()) << baseline.status();
-  ASSERT_TRUE(run.ok()) << run.status();
-  for (size_t t = 0; t < run->params.size(); ++t) {
-    for (size_t i = 0; i < run->params[t].size(); ++i) {
-      ASSERT_NEAR(run->params[t][i], baseline->params[t][i], 1e-5)
-          << "param " << t << " element " << i;
-    }
-  }
-}
-
-TEST(MlpTrainer, Bf16MatchesBaselineWithinTolerance) {
-  const MlpConfig cfg = SmallConfig();
-  const int steps = 10;
-  absl::StatusOr<TrainOutcome> baseline = Train(cfg, 1, 0, 4, Precision::kBf16Mixed, steps);
-  absl::StatusOr<TrainOutcome> run = Train(cfg, 2, 2, 2, Precision::kBf16Mixed, steps);
-  ASSERT_TRUE(baseline.ok()) << baseline.status();
-  ASSERT_TRUE(run.ok()) << run.status();
-  for (int s = 0; s < steps; ++s) {
-    EXPECT_NEAR(run->losses[s], baseline->losses[s], 1e-2 * baseline->losses[s]) << "step " << s;
-  }
-  double diff_sq = 0.0, norm_sq = 0.0;
-  for (size_t t = 0; t < run->params.size(); ++t) {
-    for (size_t i = 0; i < run->params[t].size(); ++i) {
-      const double d = static_cast<double>(run->params[t][i]) - baseline->params[t][i];
-      diff_sq += d * d;
-      norm_sq += static_cast<double>(baseline->params[t][i]) * baseline->params[t][i];
-    }
-  }
-  EXPECT_LT(std::sqrt(diff_sq / norm_sq), 1e-2);
-  EXPECT_LT(baseline->losses.back(), baseline->losses.front());
+TEST(MlpViewConvert, RejectsOtherDTypesAndMissingData) {
+  std::vector<double> storage(4, 1.0);
+  std::vector<float> values(4, 0.5f);
+  TensorView view;
+  view.data = storage.data();
+  view.dtype = DType::kFloat64;
+  view.numel = 4;
+  EXPECT_EQ(internal::ReadAsFp32(view, values.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(internal::WriteFromFp32(values.data(), view).code(),
+            absl::StatusCode::kInvalidArgument);
+  view.dtype = DType::kFloat16;
+  view.data = nullptr;
+  EXPECT_EQ(internal::WriteFromFp32(values.data(), view).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 }  // namespace
 }  // namespace mlp

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/reference/adam_reference.h"
+#include "kernels/reference/fp16_reference.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -32,7 +33,20 @@ std::string SeedTrace() { return "random seed " + std::to_string(Seed()); }
 
 const size_t kSizes[] = {0, 1, 7, 127, 128, 129, 1000, 4099, 300007};
 
-enum class Variant { kFp32, kMixedFp32Grad, kMixedBf16Grad };
+enum class Variant {
+  kFp32,
+  kMixedFp32Grad,
+  kMixedBf16Grad,
+  kMixedFp16Fp32Grad,
+  kMixedFp16Fp16Grad
+};
+
+const Variant kVariants[] = {Variant::kFp32, Variant::kMixedFp32Grad, Variant::kMixedBf16Grad,
+                             Variant::kMixedFp16Fp32Grad, Variant::kMixedFp16Fp16Grad};
+
+bool HasFp16Param(Variant v) {
+  return v == Variant::kMixedFp16Fp32Grad || v == Variant::kMixedFp16Fp16Grad;
+}
 
 const char* VariantName(Variant v) {
   switch (v) {
@@ -42,6 +56,10 @@ const char* VariantName(Variant v) {
       return "bf16-mixed/fp32-grad";
     case Variant::kMixedBf16Grad:
       return "bf16-mixed/bf16-grad";
+    case Variant::kMixedFp16Fp32Grad:
+      return "fp16-mixed/fp32-grad";
+    case Variant::kMixedFp16Fp16Grad:
+      return "fp16-mixed/fp16-grad";
   }
   return "?";
 }
@@ -56,6 +74,11 @@ uint16_t RoundToBf16(float x) {
   const uint32_t dropped = bits & 0xffff;
   if (dropped > 0x8000 || (dropped == 0x8000 && (upper & 1))) ++upper;
   return static_cast<uint16_t>(upper);
+}
+
+// The 16-bit param copy the variant must write: RNE of the fp32 master.
+uint16_t RoundToParam(Variant v, float x) {
+  return HasFp16Param(v) ? reference::RoundToFp16Reference(x) : RoundToBf16(x);
 }
 
 float Bf16Value(uint16_t h) {
@@ -76,17 +99,19 @@ struct AdamBuffers {
         v_store(n + 8),
         out_store(n + 8),
         g16_store(n + 8),
+        gh_store(n + 8),
         offset(misalign) {}
   float* p() { return p_store.data() + offset; }
   float* g() { return g_store.data() + offset + 1; }
   float* m() { return m_store.data() + offset + 2; }
   float* v() { return v_store.data() + offset + 3; }
   uint16_t* out() { return out_store.data() + offset + 1; }
-  uint16_t* g16() { return g16_store.data() + offset + 3; }
+  uint16_t* g16() { return g16_store.data() + offset + 3; }  // bf16 grads
+  uint16_t* gh() { return gh_store.data() + offset + 2; }    // fp16 grads
 
   size_t n;
   std::vector<float> p_store, g_store, m_store, v_store;
-  std::vector<uint16_t> out_store, g16_store;
+  std::vector<uint16_t> out_store, g16_store, gh_store;
   size_t offset;
 };
 
@@ -105,12 +130,16 @@ void FillState(std::mt19937_64& rng, AdamBuffers& b) {
   }
 }
 
-void FillGrads(std::mt19937_64& rng, AdamBuffers& b) {
+// Grads over four decades below `magnitude`; the 16-bit copies are the fp32
+// grads rounded. With a loss scale the engine hands over grads of up to ~1e4
+// (fp16's range ends at 65504) and a grad_scale of about 1/loss_scale.
+void FillGrads(std::mt19937_64& rng, AdamBuffers& b, double magnitude = 1.0) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> decade(-4.0f, 0.0f);
   for (size_t i = 0; i < b.n; ++i) {
-    b.g()[i] = std::pow(10.0f, decade(rng)) * normal(rng);
+    b.g()[i] = static_cast<float>(magnitude) * std::pow(10.0f, decade(rng)) * normal(rng);
     b.g16()[i] = RoundToBf16(b.g()[i]);
+    b.gh()[i] = reference::RoundToFp16Reference(b.g()[i]);
   }
 }
 
@@ -122,6 +151,10 @@ void RunVariant(Isa isa, Variant variant, AdamBuffers& b, const AdamConstants& c
       return AdamMixedBf16On(isa, b.p(), b.out(), b.g(), b.m(), b.v(), b.n, c);
     case Variant::kMixedBf16Grad:
       return AdamMixedBf16GradBf16On(isa, b.p(), b.out(), b.g16(), b.m(), b.v(), b.n, c);
+    case Variant::kMixedFp16Fp32Grad:
+      return AdamMixedFp16On(isa, b.p(), b.out(), b.g(), b.m(), b.v(), b.n, c);
+    case Variant::kMixedFp16Fp16Grad:
+      return AdamMixedFp16GradFp16On(isa, b.p(), b.out(), b.gh(), b.m(), b.v(), b.n, c);
   }
 }
 
@@ -129,6 +162,7 @@ struct Case {
   AdamMode mode;
   double weight_decay;
   double grad_scale;
+  double grad_magnitude = 1.0;  // of the grads handed to the kernel (FillGrads)
 };
 
 const Case kCases[] = {
@@ -136,13 +170,17 @@ const Case kCases[] = {
     {AdamMode::kAdamW, 0.1, 0.37},
     {AdamMode::kAdamL2, 0.0, 1.0},
     {AdamMode::kAdamL2, 0.05, 2.5},
+    // Loss-scaled grads (scale 8192, averaged over 2 ranks, clipped by 0.8).
+    {AdamMode::kAdamW, 0.01, 0.8 / (2 * 8192.0), 8192.0},
+    {AdamMode::kAdamL2, 0.01, 0.8 / (2 * 8192.0), 8192.0},
 };
 
 std::string Describe(Isa isa, Variant variant, const Case& c, size_t n, int64_t step) {
   return std::string(IsaName(isa)) + " " + VariantName(variant) +
          (c.mode == AdamMode::kAdamW ? " adamw" : " adam-l2") +
          " wd=" + std::to_string(c.weight_decay) + " grad_scale=" + std::to_string(c.grad_scale) +
-         " n=" + std::to_string(n) + " step=" + std::to_string(step);
+         " grad_magnitude=" + std::to_string(c.grad_magnitude) + " n=" + std::to_string(n) +
+         " step=" + std::to_string(step);
 }
 
 // Tolerance. The kernel runs every operation in fp32, each rounding with a
@@ -167,7 +205,16 @@ void ExpectStepMatchesReference(Isa isa, Variant variant, const Case& tc, int64_
   std::vector<double> p(n), g(n), m(n), v(n);
   for (size_t i = 0; i < n; ++i) {
     p[i] = b.p()[i];
-    g[i] = variant == Variant::kMixedBf16Grad ? Bf16Value(b.g16()[i]) : b.g()[i];
+    switch (variant) {
+      case Variant::kMixedBf16Grad:
+        g[i] = Bf16Value(b.g16()[i]);
+        break;
+      case Variant::kMixedFp16Fp16Grad:
+        g[i] = reference::Fp16ValueReference(b.gh()[i]);
+        break;
+      default:
+        g[i] = b.g()[i];
+    }
     m[i] = b.m()[i];
     v[i] = b.v()[i];
   }
@@ -200,11 +247,11 @@ void ExpectStepMatchesReference(Isa isa, Variant variant, const Case& tc, int64_
                     << " (tol " << m_err << "), v " << b.v()[i] << " vs " << v[i] << " (tol "
                     << v_err << ")";
     }
-    if (variant != Variant::kFp32 && b.out()[i] != RoundToBf16(b.p()[i])) {
+    if (variant != Variant::kFp32 && b.out()[i] != RoundToParam(variant, b.p()[i])) {
       ++failures;
-      ADD_FAILURE() << Describe(isa, variant, tc, n, step) << " element " << i << ": bf16 out 0x"
-                    << std::hex << b.out()[i] << " is not round-to-nearest-even of master "
-                    << b.p()[i] << std::dec;
+      ADD_FAILURE() << Describe(isa, variant, tc, n, step) << " element " << i
+                    << ": 16-bit param out 0x" << std::hex << b.out()[i]
+                    << " is not round-to-nearest-even of master " << b.p()[i] << std::dec;
     }
   }
 }
@@ -213,13 +260,13 @@ TEST(AdamTest, MatchesDoubleReferenceOverFiveSteps) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(Seed());
   for (Isa isa : SupportedIsas()) {
-    for (Variant variant : {Variant::kFp32, Variant::kMixedFp32Grad, Variant::kMixedBf16Grad}) {
+    for (Variant variant : kVariants) {
       for (const Case& tc : kCases) {
         for (size_t n : kSizes) {
           AdamBuffers b(n, n % 5);
           FillState(rng, b);
           for (int64_t step = 1; step <= 5; ++step) {
-            FillGrads(rng, b);
+            FillGrads(rng, b, tc.grad_magnitude);
             AdamStepParams params;
             params.mode = tc.mode;
             params.lr = 1e-3 * step;  // vary it too
@@ -235,18 +282,48 @@ TEST(AdamTest, MatchesDoubleReferenceOverFiveSteps) {
   }
 }
 
+// "" if a and b hold the same bits, else the first element that differs. Two
+// NaNs count as equal: when NaNs of different sign or payload meet, x86
+// returns the first operand's, and the compiler may order the operands of a
+// commutative operation differently in each path (see adam.h).
+std::string FirstDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t x, y;
+    std::memcpy(&x, &a[i], sizeof(x));
+    std::memcpy(&y, &b[i], sizeof(y));
+    if (x == y || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
+    char text[96];
+    std::snprintf(text, sizeof(text), "element %zu: 0x%08x vs 0x%08x", i, x, y);
+    return text;
+  }
+  return "";
+}
+
+// The same for 16-bit param copies (bf16, or fp16 if `fp16`).
+std::string FirstDifference(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                            bool fp16) {
+  const uint16_t inf = fp16 ? 0x7c00 : 0x7f80;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i] || ((a[i] & 0x7fff) > inf && (b[i] & 0x7fff) > inf)) continue;
+    char text[64];
+    std::snprintf(text, sizeof(text), "element %zu: 0x%04x vs 0x%04x", i, a[i], b[i]);
+    return text;
+  }
+  return "";
+}
+
 // Every path must produce the same bits (the engine's cross-rank
 // reproducibility relies on it), for ordinary and for extreme inputs.
 void ExpectPathsBitwiseEqual(bool extreme_values) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(Seed() + (extreme_values ? 1 : 0));
   const std::vector<Isa> isas = SupportedIsas();
-  for (Variant variant : {Variant::kFp32, Variant::kMixedFp32Grad, Variant::kMixedBf16Grad}) {
+  for (Variant variant : kVariants) {
     for (const Case& tc : kCases) {
       for (size_t n : kSizes) {
         AdamBuffers initial(n, 1);
         FillState(rng, initial);
-        FillGrads(rng, initial);
+        FillGrads(rng, initial, tc.grad_magnitude);
         if (extreme_values) {
           const float specials[] = {INFINITY, -INFINITY, NAN,  1e30f, -1e30f,
                                     1e-40f,   -0.0f,     0.0f, 3e38f, 1e-45f};
@@ -254,6 +331,11 @@ void ExpectPathsBitwiseEqual(bool extreme_values) {
           for (size_t i = 0; i < n; i += 3) {
             initial.g()[i] = specials[pick(rng)];
             initial.g16()[i] = RoundToBf16(initial.g()[i]);
+            initial.gh()[i] = reference::RoundToFp16Reference(initial.g()[i]);
+            // fp16 grads the fp32 specials do not produce: signalling and
+            // payload NaNs, the smallest subnormal, the largest finite half.
+            const uint16_t half_specials[] = {0x7c01, 0xfd55, 0x0001, 0x83ff, 0x7bff, 0xfbff};
+            if (i % 5 == 0) initial.gh()[i] = half_specials[(i / 5) % std::size(half_specials)];
             if (i % 7 == 0) initial.m()[i] = specials[pick(rng)];
             if (i % 11 == 0) initial.v()[i] = std::fabs(specials[pick(rng)]);
             if (i % 13 == 0) initial.p()[i] = specials[pick(rng)];
@@ -277,13 +359,11 @@ void ExpectPathsBitwiseEqual(bool extreme_values) {
                                    Describe(isas[k], variant, tc, n, 3);
           const AdamBuffers& a = results[0];
           const AdamBuffers& b = results[k];
-          EXPECT_EQ(0, std::memcmp(a.p_store.data(), b.p_store.data(), a.p_store.size() * 4))
-              << "master/param differ: " << what;
-          EXPECT_EQ(0, std::memcmp(a.m_store.data(), b.m_store.data(), a.m_store.size() * 4))
-              << "m differs: " << what;
-          EXPECT_EQ(0, std::memcmp(a.v_store.data(), b.v_store.data(), a.v_store.size() * 4))
-              << "v differs: " << what;
-          EXPECT_EQ(a.out_store, b.out_store) << "bf16 param_out differs: " << what;
+          EXPECT_EQ("", FirstDifference(a.p_store, b.p_store)) << "master/param differ: " << what;
+          EXPECT_EQ("", FirstDifference(a.m_store, b.m_store)) << "m differs: " << what;
+          EXPECT_EQ("", FirstDifference(a.v_store, b.v_store)) << "v differs: " << what;
+          EXPECT_EQ("", FirstDifference(a.out_store, b.out_store, HasFp16Param(variant)))
+              << "16-bit param_out differs: " << what;
           if (::testing::Test::HasFailure()) return;
         }
       }
@@ -305,6 +385,12 @@ TEST(AdamTest, DispatchingEntryPointsUseActivePath) {
   const AdamConstants c = MakeAdamConstants(AdamStepParams{});
   AdamMixedBf16(a.p(), a.out(), a.g(), a.m(), a.v(), a.n, c);
   AdamMixedBf16On(ActiveIsa(), b.p(), b.out(), b.g(), b.m(), b.v(), b.n, c);
+  EXPECT_EQ(0, std::memcmp(a.p_store.data(), b.p_store.data(), a.p_store.size() * 4));
+  EXPECT_EQ(a.out_store, b.out_store);
+  AdamMixedFp16GradFp16(a.p(), a.out(), a.gh(), a.m(), a.v(), a.n, c);
+  AdamMixedFp16GradFp16On(ActiveIsa(), b.p(), b.out(), b.gh(), b.m(), b.v(), b.n, c);
+  AdamMixedFp16(a.p(), a.out(), a.g(), a.m(), a.v(), a.n, c);
+  AdamMixedFp16On(ActiveIsa(), b.p(), b.out(), b.g(), b.m(), b.v(), b.n, c);
   EXPECT_EQ(0, std::memcmp(a.p_store.data(), b.p_store.data(), a.p_store.size() * 4));
   EXPECT_EQ(a.out_store, b.out_store);
 }

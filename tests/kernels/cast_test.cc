@@ -1,8 +1,9 @@
-// Tests of the bf16 <-> fp32 casts on every ISA path this CPU runs.
+// Tests of the bf16 / fp16 <-> fp32 casts on every ISA path this CPU runs.
 #include "kernels/cpu/cast.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/reference/fp16_reference.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -151,6 +153,157 @@ TEST(CastTest, SmallSizesAndDispatch) {
     CastBf16ToFp32(a.data(), y.data(), n);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(ToBits(y[i]), uint32_t{a[i]} << 16);
     EXPECT_EQ(y[n], -7.0f) << "wrote past the end, n=" << n;
+  }
+}
+
+// fp16 -> fp32 is exact and keeps NaN payloads (a signalling NaN stays
+// signalling, although F16C's vcvtph2ps would quiet it); fp32 -> fp16 of the
+// result gives the half back, except that a signalling NaN turns quiet.
+TEST(CastTest, ExhaustiveFp16RoundTrip) {
+  std::vector<uint16_t> all(65536 + 1);
+  for (uint32_t i = 0; i < 65536; ++i) all[i + 1] = static_cast<uint16_t>(i);
+  for (Isa isa : SupportedIsas()) {
+    std::vector<float> f(65536 + 3);
+    std::vector<uint16_t> back(65536 + 1);
+    CastFp16ToFp32On(isa, all.data() + 1, f.data() + 3, 65536);
+    CastFp32ToFp16On(isa, f.data() + 3, back.data() + 1, 65536);
+    int failures = 0;
+    for (uint32_t i = 0; i < 65536 && failures < 5; ++i) {
+      const uint16_t h = static_cast<uint16_t>(i);
+      const bool nan = (h & 0x7fff) > 0x7c00;
+      const float x = f[i + 3];
+      const bool widened_ok =
+          nan ? ToBits(x) == (((i & 0x8000u) << 16) | 0x7f800000u | ((i & 0x3ffu) << 13))
+              : x == reference::Fp16ValueReference(h) && std::signbit(x) == ((h & 0x8000) != 0);
+      if (!widened_ok) {
+        ++failures;
+        ADD_FAILURE() << IsaName(isa) << ": fp16 0x" << std::hex << i << " -> fp32 0x" << ToBits(x);
+      }
+      const uint16_t expected = nan ? static_cast<uint16_t>(h | 0x200) : h;
+      if (back[i + 1] != expected) {
+        ++failures;
+        ADD_FAILURE() << IsaName(isa) << ": fp16 0x" << std::hex << i << " round trip gave 0x"
+                      << back[i + 1];
+      }
+    }
+  }
+}
+
+// Inputs where fp16 rounding can go wrong: every midpoint between two
+// neighbouring halves (ties, to even) and the fp32 values one and two ulps
+// either side of it, for both signs, from the subnormals to the overflow
+// threshold 65520; plus random fp32 bit patterns of every kind.
+std::vector<float> Fp16RoundingInputs(std::mt19937_64& rng) {
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    // The midpoint of two adjacent halves needs 12 significant bits: exact
+    // in fp32. Above 65504 the next "half" is 65536 (inf).
+    const double lo = reference::Fp16ValueReference(static_cast<uint16_t>(h));
+    const double hi = h == 0x7bff ? 65536.0 : reference::Fp16ValueReference(h + 1);
+    const float mid = static_cast<float>((lo + hi) / 2);
+    for (float sign : {1.0f, -1.0f}) {
+      const float m = sign * mid;
+      const float below = std::nextafter(m, 0.0f), above = std::nextafter(m, 2 * m);
+      for (float v : {m, below, above, std::nextafter(below, 0.0f), std::nextafter(above, 2 * m),
+                      sign * static_cast<float>(lo)}) {
+        x.push_back(v);
+      }
+    }
+  }
+  std::uniform_int_distribution<uint32_t> any_bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = any_bits(rng);
+    switch (i % 6) {
+      case 0:  // fp32 subnormal
+        bits &= 0x807fffffu;
+        break;
+      case 1:  // the fp16 subnormal range and just below it
+        bits = (bits & 0x807fffffu) | ((0x66u + (bits >> 23) % 18u) << 23);
+        break;
+      case 2:  // the fp16 normal range
+        bits = (bits & 0x807fffffu) | ((0x71u + (bits >> 23) % 31u) << 23);
+        break;
+      case 3:  // huge: inf in fp16
+        bits |= 0x47800000u;
+        break;
+      case 4:  // NaN (quiet or signalling) with a random payload, or inf
+        bits |= 0x7f800000u;
+        break;
+      default:
+        break;
+    }
+    x.push_back(FromBits(bits));
+  }
+  for (float special :
+       {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN(), FromBits(0x7f800001u), FromBits(0xffc12345u),
+        FromBits(0x7fbfffffu), 0.0f, -0.0f, 65504.0f, 65519.996f, 65520.0f, -65520.0f,
+        std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+        std::ldexp(1.0f, -25), std::ldexp(1.0f, -24), std::ldexp(1.0f, -14)}) {
+    x.push_back(special);
+  }
+  std::shuffle(x.begin(), x.end(), rng);
+  return x;
+}
+
+TEST(CastTest, Fp32ToFp16MatchesRoundingRule) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 2);
+  const std::vector<float> inputs = Fp16RoundingInputs(rng);
+  const size_t n = inputs.size();
+  std::vector<float> x(n + 1);
+  std::copy(inputs.begin(), inputs.end(), x.begin() + 1);
+  for (Isa isa : SupportedIsas()) {
+    std::vector<uint16_t> out(n + 2);
+    CastFp32ToFp16On(isa, x.data() + 1, out.data() + 2, n);
+    int failures = 0;
+    for (size_t i = 0; i < n && failures < 5; ++i) {
+      const uint16_t want = reference::RoundToFp16Reference(x[i + 1]);
+      if (out[i + 2] != want) {
+        ++failures;
+        ADD_FAILURE() << IsaName(isa) << ": fp32 0x" << std::hex << ToBits(x[i + 1]) << " ("
+                      << x[i + 1] << ") -> fp16 0x" << out[i + 2] << ", expected 0x" << want;
+      }
+    }
+  }
+}
+
+TEST(CastTest, Fp16SmallSizesAndDispatch) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 3);
+  std::normal_distribution<float> normal(0.0f, 300.0f);
+  for (size_t n : {0, 1, 7, 15, 16, 17, 127, 128, 129, 1000, 4099}) {
+    std::vector<float> x(n + 1);
+    for (float& xi : x) xi = normal(rng);
+    std::vector<uint16_t> a(n + 1, 0xdead), b(n + 1, 0xdead);
+    CastFp32ToFp16(x.data(), a.data(), n);
+    CastFp32ToFp16On(Isa::kScalar, x.data(), b.data(), n);
+    EXPECT_EQ(a, b) << "n=" << n;
+    EXPECT_EQ(a[n], 0xdead) << "wrote past the end, n=" << n;
+    std::vector<float> y(n + 1, -7.0f);
+    CastFp16ToFp32(a.data(), y.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(y[i], reference::Fp16ValueReference(a[i]));
+    EXPECT_EQ(y[n], -7.0f) << "wrote past the end, n=" << n;
+  }
+}
+
+// Every fp32 input on every path against the scalar rule (a minute or so on
+// one core): run with --gtest_also_run_disabled_tests after touching fp16.h
+// or the SIMD conversions.
+TEST(CastTest, DISABLED_ExhaustiveFp32ToFp16AllPaths) {
+  constexpr size_t kChunk = size_t{1} << 22;
+  std::vector<float> x(kChunk);
+  std::vector<uint16_t> want(kChunk), got(kChunk);
+  for (uint64_t base = 0; base < (uint64_t{1} << 32); base += kChunk) {
+    for (size_t i = 0; i < kChunk; ++i) x[i] = FromBits(static_cast<uint32_t>(base + i));
+    CastFp32ToFp16On(Isa::kScalar, x.data(), want.data(), kChunk);
+    for (Isa isa : SupportedIsas()) {
+      if (isa == Isa::kScalar) continue;
+      CastFp32ToFp16On(isa, x.data(), got.data(), kChunk);
+      for (size_t i = 0; i < kChunk; ++i) {
+        ASSERT_EQ(got[i], want[i]) << IsaName(isa) << ": fp32 0x" << std::hex << (base + i);
+      }
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/reference/fp16_reference.h"
 #include "kernels/reference/norm_reference.h"
 
 namespace zeroshard::kernels {
@@ -266,6 +267,92 @@ TEST(ExactSumTest, ManyAddsNormalizeWithoutOverflow) {
   const size_t n = (size_t{1} << 21) + 3;
   for (size_t i = 0; i < n; ++i) sum.Add(big);
   EXPECT_EQ(sum.Value(), std::ldexp(static_cast<double>(n), 279));
+}
+
+// Random finite fp16 bit patterns: every binade from the subnormals to
+// 65504, both signs, never zero (squares up to 4.3e9, exact in double).
+std::vector<uint16_t> RandomFp16(std::mt19937_64& rng, size_t n) {
+  std::uniform_int_distribution<uint32_t> bits(0, 0xffff);
+  std::vector<uint16_t> x(n);
+  for (uint16_t& h : x) {
+    do {
+      h = static_cast<uint16_t>(bits(rng));
+    } while ((h & 0x7c00) == 0x7c00 || (h & 0x7fff) == 0);
+  }
+  return x;
+}
+
+TEST(BlockSumSquaresFp16Test, MatchesReferenceAndIsBitwiseIdenticalOnEveryPath) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 4);
+  const std::vector<Isa> isas = SupportedIsas();
+  for (size_t n : kSizes) {
+    // One extra element in front makes every vector load unaligned.
+    const std::vector<uint16_t> x = RandomFp16(rng, n + 1);
+    std::vector<double> xd(n);
+    for (size_t i = 0; i < n; ++i) xd[i] = reference::Fp16ValueReference(x[i + 1]);
+    std::vector<double> want(Blocks(n)), first;
+    reference::BlockSumSquaresReference(xd.data(), n, want.data());
+    for (Isa isa : isas) {
+      std::vector<double> got(Blocks(n), -1.0);
+      BlockSumSquaresFp16On(isa, x.data() + 1, n, got.data());
+      for (size_t b = 0; b < got.size(); ++b) {
+        ASSERT_LE(std::fabs(got[b] - want[b]), kBlockRelTol * want[b])
+            << IsaName(isa) << " fp16 n=" << n << " block " << b << ": " << got[b] << " vs "
+            << want[b];
+      }
+      if (isa == isas.front()) {
+        first = got;
+      } else {
+        EXPECT_EQ(0, std::memcmp(got.data(), first.data(), got.size() * sizeof(double)))
+            << "fp16 block sums differ between " << IsaName(isa) << " and " << IsaName(isas[0])
+            << " for n=" << n;
+      }
+      // The global sum as the engine forms it: exact over blocks, one rounding.
+      ExactSum sum;
+      sum.AddBlocks(got.data(), got.size());
+      std::vector<double> squares(n);
+      for (size_t i = 0; i < n; ++i) squares[i] = xd[i] * xd[i];
+      const long double exact = reference::CompensatedSum(squares.data(), n);
+      EXPECT_LE(std::fabs(static_cast<long double>(sum.Value()) - exact), 1e-15L * exact)
+          << IsaName(isa) << " fp16 n=" << n << ": " << sum.Value() << " vs "
+          << static_cast<double>(exact);
+    }
+  }
+}
+
+// The engine's fp16 overflow check reads the norm: an inf or NaN grad must
+// make its block sum (and so the ExactSum) non-finite on every path, wherever
+// it sits (vector body or tail of a block, first or last block).
+TEST(BlockSumSquaresFp16Test, InfOrNanGradGivesNonFiniteBlockSum) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 5);
+  const size_t n = 3 * kNormBlock + 13;
+  const uint16_t specials[] = {0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x7d55};
+  for (Isa isa : SupportedIsas()) {
+    for (uint16_t special : specials) {
+      for (size_t pos : {size_t{0}, size_t{5}, kNormBlock + 7, 2 * kNormBlock + 127, n - 1}) {
+        std::vector<uint16_t> x = RandomFp16(rng, n);
+        x[pos] = special;
+        std::vector<double> sums(Blocks(n));
+        BlockSumSquaresFp16On(isa, x.data(), n, sums.data());
+        for (size_t b = 0; b < sums.size(); ++b) {
+          EXPECT_EQ(std::isfinite(sums[b]), b != pos / kNormBlock)
+              << IsaName(isa) << " fp16 0x" << std::hex << special << std::dec << " at " << pos
+              << ", block " << b << " = " << sums[b];
+        }
+        ExactSum sum;
+        sum.AddBlocks(sums.data(), sums.size());
+        EXPECT_EQ(sum.non_finite(), 1) << IsaName(isa) << " at " << pos;
+        EXPECT_EQ(sum.Value(), std::numeric_limits<double>::infinity());
+      }
+    }
+    // The largest finite halves stay finite: 128 * 65504^2 is far below DBL_MAX.
+    std::vector<uint16_t> big(kNormBlock, 0xfbff);
+    double block_sum = 0;
+    BlockSumSquaresFp16On(isa, big.data(), big.size(), &block_sum);
+    EXPECT_EQ(block_sum, 128.0 * 65504.0 * 65504.0) << IsaName(isa);
+  }
 }
 
 TEST(NormTest, ReportsIsaPathsNotRun) {

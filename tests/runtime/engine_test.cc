@@ -222,7 +222,7 @@ TEST(EngineApiTest, RejectsInvalidTrainSpecs) {
   auto device = CreateCpuDevice();
   absl::Status status = RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
     TrainSpec t;
-    t.zero_stage = 3;
+    t.zero_stage = 4;
     EXPECT_NE(Engine::Create(spec, t, *device, comm).status().message().find("zero_stage"),
               std::string::npos);
     t.zero_stage = 1;

@@ -40,6 +40,11 @@ inline float Bf16ToFp32(uint16_t h) {
   return x;
 }
 
+// fp16 (IEEE binary16) <-> fp32. Rounding is to nearest, ties to even
+// (overflow to infinity, gradual underflow); NaN stays NaN (quiet).
+uint16_t Fp32ToFp16(float x);
+float Fp16ToFp32(uint16_t h);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_DTYPE_H_

@@ -8,9 +8,10 @@
 //   ZS_RETURN_IF_ERROR(engine->Start());   // fingerprint check across ranks
 //   loop:
 //     for each micro-batch:
-//       forward:  for u in order:   view = engine->Gather(u)  ... compute
-//       backward: for u reversed:   g = engine->GradView(u); write g (overwrite);
-//                                   engine->ReduceGrads(u); engine->Release(u)
+//       forward:  for u in order:   view = engine->Gather(u); compute; engine->Release(u)
+//       backward: for u reversed:   view = engine->Gather(u); g = engine->GradView(u);
+//                                   write g (overwrite); engine->ReduceGrads(u);
+//                                   engine->Release(u)
 //     engine->Step();
 //
 // The stage only changes what the engine keeps resident and which collective
@@ -58,11 +59,12 @@ struct UnitView {
 
 // What one optimizer step did.
 struct StepResult {
-  int64_t step = 0;        // 1-based count of optimizer steps taken so far
-  double lr = 0.0;         // learning rate applied
-  double grad_norm = 0.0;  // global L2 norm of the averaged gradient, BEFORE clipping
-  double clip_coef = 1.0;  // factor applied to the gradient (1 when not clipped)
-  bool skipped = false;    // non-finite gradient: no update was applied
+  int64_t step = 0;         // 1-based count of optimizer steps taken so far
+  double lr = 0.0;          // learning rate applied
+  double grad_norm = 0.0;   // global L2 norm of the averaged gradient, BEFORE clipping
+  double clip_coef = 1.0;   // factor applied to the gradient (1 when not clipped)
+  bool skipped = false;     // non-finite gradient: no update was applied
+  double loss_scale = 1.0;  // the scale this step's gradients carried (fp16); 1 otherwise
 };
 
 // Where a step's wall time went, on this rank.
@@ -79,8 +81,11 @@ struct StepTimes {
 struct EngineStats {
   int64_t steps = 0;
   int64_t skipped_steps = 0;
-  StepTimes last;    // the most recent step
-  StepTimes totals;  // summed over all steps
+  double loss_scale = 1.0;       // current (fp16); 1 otherwise
+  bool prefetch_active = false;  // stage 3: gathers issued ahead from the recorded order
+  int64_t collectives = 0;       // issued by this engine so far
+  StepTimes last;                // the most recent step
+  StepTimes totals;              // summed over all steps
 };
 
 class Engine {
@@ -105,9 +110,14 @@ class Engine {
   virtual absl::Status Start() = 0;
 
   // The unit's params in the param dtype, ready for the forward (or
-  // backward) pass.
+  // backward) pass. Stages 0-2: the resident params (waiting, after a step,
+  // for their all-gather). Stage 3: all-gathered into a buffer of the gather
+  // pool (or already prefetched there); hold at most one unit at a time and
+  // Release it before gathering the next. The order of Gather calls in the
+  // first step is recorded and later steps prefetch along it.
   virtual absl::StatusOr<UnitView> Gather(int unit) = 0;
-  // Done with the unit's params for now.
+  // Done with the unit's params for now (stage 3: its buffer returns to the
+  // pool and the view becomes invalid).
   virtual absl::Status Release(int unit) = 0;
 
   // A buffer for this micro-batch's gradient of `unit`, in the grad dtype;
@@ -124,6 +134,11 @@ class Engine {
   // the updated params to every rank that needs them. Must follow exactly
   // grad_accum_steps micro-batches, each of which reduced every unit once.
   virtual absl::StatusOr<StepResult> Step() = 0;
+
+  // The factor the trainer must multiply its loss (the seed of its backward
+  // pass) by before writing gradients: the dynamic loss scale with fp16, 1
+  // otherwise. Constant within a step.
+  virtual double loss_scale() const = 0;
 
   // Adds to this step's input-wait time (the trainer waited for data).
   virtual void RecordInputWait(absl::Duration d) = 0;

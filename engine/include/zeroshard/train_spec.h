@@ -18,8 +18,10 @@ namespace zeroshard {
 enum class Precision {
   kFp32,       // fp32 params, grads and optimizer state; the params are the master copy
   kBf16Mixed,  // bf16 params (and grads by default), fp32 master weights and moments
+  kFp16Mixed,  // fp16 params (and grads by default), fp32 master and moments, dynamic
+               // loss scaling
 };
-const char* PrecisionName(Precision precision);  // "fp32", "bf16"
+const char* PrecisionName(Precision precision);  // "fp32", "bf16", "fp16"
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
 
 enum class OptimizerKind {
@@ -49,10 +51,30 @@ struct LrSchedule {
   double LrAt(int64_t step, double peak_lr) const;
 };
 
+// Dynamic loss scaling (fp16 only). The trainer multiplies its loss by
+// Engine::loss_scale(); the engine unscales. A step whose gradients hold an
+// inf or NaN on any rank is skipped on every rank; then, once `hysteresis`
+// such steps have accumulated since the last change, the scale is multiplied
+// by backoff_factor (never below min_scale). After growth_interval clean
+// steps in a row the scale is multiplied by growth_factor.
+struct LossScaleSpec {
+  double initial_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 1000;
+  int hysteresis = 2;
+  double min_scale = 1.0;
+  // Step() fails after this many skipped steps in a row at min_scale: the
+  // gradients are non-finite whatever the scale (diverged model, bad data).
+  int max_skips_at_min_scale = 20;
+};
+
 struct TrainSpec {
   // 0: everything replicated, grads all-reduced.
   // 1: fp32 master and optimizer state sharded, updated params all-gathered.
   // 2: gradients sharded too (reduce-scattered per unit as they are ready).
+  // 3: params sharded too; Gather(u) all-gathers a unit into a buffer of a
+  //    fixed pool, Release(u) returns it.
   int zero_stage = 0;
   Precision precision = Precision::kFp32;
   // Dtype of gradients and their reduction. Defaults to the param dtype;
@@ -68,6 +90,19 @@ struct TrainSpec {
   // Gradient staging buffers (each the size of the largest unit) that let
   // reductions of one unit overlap the trainer's backward of the next.
   int num_grad_buffers = 2;
+
+  // Stage 3. Units gathered ahead of use, in the order recorded on the first
+  // step (0 = on demand only).
+  int prefetch_units = 1;
+  // Cap on the gather pool (bytes); 0 = no cap: (1 + prefetch_units) units.
+  // A cap below (1 + prefetch_units) units lowers the prefetch depth; one
+  // below a single unit is an error.
+  int64_t max_live_gather_bytes = 0;
+  // Units of at most this many elements stay replicated in stage 3 (like
+  // norms and biases): gathering them would cost more than keeping them.
+  int64_t persistent_unit_numel = 0;
+
+  LossScaleSpec loss_scale;
 
   DType param_dtype() const;
   DType effective_grad_dtype() const;

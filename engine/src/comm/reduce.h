@@ -12,10 +12,9 @@
 namespace zeroshard {
 namespace internal {
 
-// IEEE binary16 <-> fp32. Rounding is to nearest, ties to even; overflow
-// gives infinity; NaN stays NaN (quiet).
-uint16_t Fp32ToFp16(float x);
-float Fp16ToFp32(uint16_t h);
+// The public fp16 conversions of zeroshard/dtype.h, for this layer's callers.
+using ::zeroshard::Fp32ToFp16;
+using ::zeroshard::Fp16ToFp32;
 
 // True for the dtypes a sum is defined for (all but kUInt8).
 bool IsSummable(DType dtype);

@@ -19,8 +19,9 @@ const char* PrecisionName(Precision precision) {
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16Mixed;
+  if (name == "fp16") return Precision::kFp16Mixed;
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown precision '%s'; expected fp32 or bf16", name));
+      absl::StrFormat("unknown precision '%s'; expected fp32, bf16 or fp16", name));
 }
 
 double LrSchedule::LrAt(int64_t step, double peak_lr) const {
@@ -36,7 +37,15 @@ double LrSchedule::LrAt(int64_t step, double peak_lr) const {
 }
 
 DType TrainSpec::param_dtype() const {
-  return precision == Precision::kFp32 ? DType::kFloat32 : DType::kBFloat16;
+  switch (precision) {
+    case Precision::kFp32:
+      return DType::kFloat32;
+    case Precision::kBf16Mixed:
+      return DType::kBFloat16;
+    case Precision::kFp16Mixed:
+      return DType::kFloat16;
+  }
+  return DType::kFloat32;
 }
 
 DType TrainSpec::effective_grad_dtype() const {
@@ -47,16 +56,14 @@ absl::Status TrainSpec::Validate() const {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError("train spec: " + what);
   };
-  if (zero_stage < 0 || zero_stage > 2) {
-    return bad(absl::StrFormat("zero_stage %d is not supported; use 0, 1 or 2", zero_stage));
+  if (zero_stage < 0 || zero_stage > 3) {
+    return bad(absl::StrFormat("zero_stage %d is not supported; use 0, 1, 2 or 3", zero_stage));
   }
   const DType g = effective_grad_dtype();
-  if (precision == Precision::kFp32 && g != DType::kFloat32) {
-    return bad(
-        absl::StrFormat("grad_dtype %s with fp32 precision; use fp32 gradients", DTypeName(g)));
-  }
-  if (g != DType::kFloat32 && g != DType::kBFloat16) {
-    return bad(absl::StrFormat("grad_dtype %s; use fp32 or bf16", DTypeName(g)));
+  if (g != DType::kFloat32 && g != param_dtype()) {
+    return bad(absl::StrFormat(
+        "grad_dtype %s with %s precision; use fp32 gradients or the param dtype (%s)",
+        DTypeName(g), PrecisionName(precision), DTypeName(param_dtype())));
   }
   const OptimizerSpec& o = optimizer;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return bad(absl::StrFormat("lr %g must be >= 0", o.lr));
@@ -84,6 +91,33 @@ absl::Status TrainSpec::Validate() const {
     return bad(absl::StrFormat("grad_accum_steps %d must be >= 1", grad_accum_steps));
   if (num_grad_buffers < 1)
     return bad(absl::StrFormat("num_grad_buffers %d must be >= 1", num_grad_buffers));
+  if (prefetch_units < 0)
+    return bad(absl::StrFormat("prefetch_units %d must be >= 0", prefetch_units));
+  if (max_live_gather_bytes < 0) {
+    return bad(absl::StrFormat("max_live_gather_bytes %d must be >= 0", max_live_gather_bytes));
+  }
+  if (persistent_unit_numel < 0) {
+    return bad(absl::StrFormat("persistent_unit_numel %d must be >= 0", persistent_unit_numel));
+  }
+  const LossScaleSpec& ls = loss_scale;
+  if (!(ls.initial_scale > 0) || !std::isfinite(ls.initial_scale)) {
+    return bad(
+        absl::StrFormat("loss_scale.initial_scale %g must be a positive number", ls.initial_scale));
+  }
+  if (!(ls.min_scale > 0) || ls.min_scale > ls.initial_scale) {
+    return bad(absl::StrFormat("loss_scale.min_scale %g must be in (0, initial_scale %g]",
+                               ls.min_scale, ls.initial_scale));
+  }
+  if (!(ls.growth_factor >= 1)) {
+    return bad(absl::StrFormat("loss_scale.growth_factor %g must be >= 1", ls.growth_factor));
+  }
+  if (!(ls.backoff_factor > 0 && ls.backoff_factor < 1)) {
+    return bad(
+        absl::StrFormat("loss_scale.backoff_factor %g must be in (0, 1)", ls.backoff_factor));
+  }
+  if (ls.growth_interval < 1 || ls.hysteresis < 1 || ls.max_skips_at_min_scale < 1) {
+    return bad("loss_scale.growth_interval, hysteresis and max_skips_at_min_scale must be >= 1");
+  }
   return absl::OkStatus();
 }
 

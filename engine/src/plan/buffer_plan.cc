@@ -1,5 +1,8 @@
 #include "engine/src/plan/buffer_plan.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
 #include "kernels/cpu/norm.h"
 #include "zeroshard/status.h"
 
@@ -43,11 +46,21 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   const int64_t shard = layout.shard_numel();
   const bool mixed = train.precision != Precision::kFp32;
   const DType grad_dtype = train.effective_grad_dtype();
-  // Stage 0 keeps optimizer state for every element; stages 1-2 only for the
+  // Stage 0 keeps optimizer state for every element; stages 1-3 only for the
   // rank's own shard.
   const int64_t optimizer_numel = train.zero_stage == 0 ? full : shard;
 
-  plan.buffers.push_back({kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), full});
+  // Params: every unit full, except stage 3's sharded units.
+  int64_t params_numel = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const UnitSegment& seg = layout.unit(u);
+    const bool resident = train.zero_stage < 3 || seg.used_numel <= train.persistent_unit_numel;
+    plan.unit_resident.push_back(resident);
+    params_numel += resident ? seg.padded_numel : seg.shard_numel;
+    if (!resident) plan.gather_slot_numel = std::max(plan.gather_slot_numel, seg.padded_numel);
+  }
+  plan.buffers.push_back(
+      {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), params_numel});
   plan.buffers.push_back(
       {kGradsBuffer, MemoryCategory::kGradients, grad_dtype, train.zero_stage >= 2 ? shard : full});
   if (mixed) {
@@ -66,6 +79,23 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     plan.grad_staging_slots = train.num_grad_buffers;
     plan.buffers.push_back({kGradStagingBuffer, MemoryCategory::kCommBuffers, grad_dtype,
                             plan.grad_staging_slots * layout.max_unit_numel()});
+  }
+  if (plan.gather_slot_numel > 0) {
+    const int64_t slot_bytes =
+        plan.gather_slot_numel * static_cast<int64_t>(DTypeSize(train.param_dtype()));
+    int64_t slots = 1 + train.prefetch_units;
+    if (train.max_live_gather_bytes > 0) {
+      if (train.max_live_gather_bytes < slot_bytes) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "train spec: max_live_gather_bytes %d is below one gather buffer (%d bytes: the "
+            "largest sharded unit); raise it or make the unit persistent",
+            train.max_live_gather_bytes, slot_bytes));
+      }
+      slots = std::min(slots, train.max_live_gather_bytes / slot_bytes);
+    }
+    plan.gather_slots = static_cast<int>(slots);
+    plan.buffers.push_back({kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
+                            slots * plan.gather_slot_numel});
   }
   // One double per norm block of the rank's shard.
   const int64_t norm_blocks = (shard + static_cast<int64_t>(kernels::kNormBlock) - 1) /

@@ -34,8 +34,8 @@ inline constexpr char kAdamMBuffer[] = "adam_m";
 inline constexpr char kAdamVBuffer[] = "adam_v";
 inline constexpr char kGradStagingBuffer[] = "grad_staging";
 inline constexpr char kNormBlocksBuffer[] = "norm_blocks";
-// Stage 3 only (planned analytically until the engine runs stage 3): the
-// buffers units are all-gathered into, prefetch depth x the largest unit.
+// Stage 3 only: the pool units are all-gathered into, gather_slots buffers
+// of the largest sharded unit.
 inline constexpr char kParamGatherBuffer[] = "param_gather";
 
 struct BufferPlan {
@@ -43,6 +43,14 @@ struct BufferPlan {
   int world_size = 1;
   // Number of staging slots inside kGradStagingBuffer, each max_unit_numel long.
   int grad_staging_slots = 0;
+  // Stage 3: buffers in kParamGatherBuffer (1 + prefetch depth, or fewer
+  // under max_live_gather_bytes), each gather_slot_numel elements.
+  int gather_slots = 0;
+  int64_t gather_slot_numel = 0;
+  // Per unit: its params are fully resident (stages 0-2 always; stage 3 only
+  // units of at most persistent_unit_numel elements). Non-resident units
+  // keep only this rank's shard.
+  std::vector<bool> unit_resident;
   std::vector<PlannedBuffer> buffers;
 
   // nullptr when the plan has no buffer of that name.
@@ -54,7 +62,9 @@ struct BufferPlan {
 
 // Per-rank buffers for `train` over `layout` (every rank allocates the same
 // sizes). Stage 0: all full. Stage 1: fp32 master and Adam moments sharded.
-// Stage 2: gradients sharded too. Fails on an invalid TrainSpec.
+// Stage 2: gradients sharded too. Stage 3: params sharded too (but for
+// persistent units), plus the gather pool. Fails on an invalid TrainSpec or
+// a gather cap below one unit.
 absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec& train);
 
 }  // namespace zeroshard

@@ -69,9 +69,12 @@ int Candidate::Tier() const {
 
 TrainSpec Planner::EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches) {
   TrainSpec train;
-  train.zero_stage = std::min(stage, 2);
-  train.precision =
-      options.precision == PlanPrecision::kFp32 ? Precision::kFp32 : Precision::kBf16Mixed;
+  train.zero_stage = stage;
+  train.precision = options.precision == PlanPrecision::kFp32   ? Precision::kFp32
+                    : options.precision == PlanPrecision::kFp16 ? Precision::kFp16Mixed
+                                                                : Precision::kBf16Mixed;
+  // prefetch_depth counts gather buffers: the unit in use plus those ahead.
+  train.prefetch_units = options.prefetch_depth - 1;
   train.grad_accum_steps = micro_batches;
   train.num_grad_buffers = options.num_grad_buffers;
   return train;

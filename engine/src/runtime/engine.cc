@@ -67,6 +67,20 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
   param_gathers_.resize(units);
   slots_.resize(plan_.grad_staging_slots);
   for (int s = 0; s < plan_.grad_staging_slots; ++s) free_slots_.push_back(s);
+  // Where each unit's params live in the params buffer: its full segment,
+  // or (stage 3) this rank's shard of it.
+  int64_t offset = 0;
+  for (int u = 0; u < units; ++u) {
+    param_offset_.push_back(offset);
+    offset += plan_.unit_resident[u] ? layout_.unit(u).padded_numel : layout_.unit(u).shard_numel;
+  }
+  gather_slots_.resize(plan_.gather_slots);
+  unit_gather_slot_.assign(units, -1);
+  prefetch_depth_ = std::max(0, plan_.gather_slots - 1);
+  if (train_.precision == Precision::kFp16Mixed) {
+    loss_scale_ = train_.loss_scale.initial_scale;
+    hysteresis_left_ = train_.loss_scale.hysteresis;
+  }
   BuildDecayRuns();
 }
 
@@ -75,6 +89,7 @@ EngineImpl::~EngineImpl() {
   for (int s : busy_slots_) slots_[s].reduction.Wait().IgnoreError();
   for (CommHandle& h : unit_reductions_) h.Wait().IgnoreError();
   for (CommHandle& h : param_gathers_) h.Wait().IgnoreError();
+  for (GatherSlot& g : gather_slots_) g.gather.Wait().IgnoreError();
 }
 
 absl::Status EngineImpl::Allocate() {
@@ -95,6 +110,8 @@ absl::Status EngineImpl::Allocate() {
       staging_ = std::move(buffer);
     } else if (b.name == kNormBlocksBuffer) {
       norm_blocks_ = std::move(buffer);
+    } else if (b.name == kParamGatherBuffer) {
+      gather_pool_ = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -140,8 +157,11 @@ ElementRange EngineImpl::OwnedRange(int unit) const {
 }
 
 void* EngineImpl::ParamsAt(int unit, int64_t seg_index) const {
-  return params_.as<char>() +
-         (layout_.unit(unit).offset + seg_index) * static_cast<int64_t>(DTypeSize(param_dtype_));
+  // A sharded unit's params hold only this rank's shard.
+  const int64_t element = plan_.unit_resident[unit] ? param_offset_[unit] + seg_index
+                                                    : param_offset_[unit] + seg_index -
+                                                          layout_.ShardRange(unit, rank_).begin;
+  return params_.as<char>() + element * static_cast<int64_t>(DTypeSize(param_dtype_));
 }
 
 void* EngineImpl::GradsAt(int unit, int64_t seg_index) const {
@@ -193,10 +213,8 @@ absl::Status EngineImpl::WaitComm(CommHandle& handle) {
   absl::Status status = handle.Wait();
   handle = CommHandle();
   step_comm_wait_ += absl::Now() - begin;
-  if (!status.ok()) {
-    return Poison(
-        absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank_, status.message())));
-  }
+  // The communicator's message already names this rank and the peers.
+  if (!status.ok()) return Poison(status);
   return absl::OkStatus();
 }
 
@@ -229,21 +247,33 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
         absl::StrFormat("SetParam(%s.%s): got %d values, the param has %d elements",
                         model_.units[unit].name, name, values.size(), slot.numel));
   }
-  void* dst = ParamsAt(unit, slot.offset);
-  if (param_dtype_ == DType::kFloat32) {
-    std::memcpy(dst, values.data(), values.size() * sizeof(float));
-  } else {
-    auto* out = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < values.size(); ++i) out[i] = Fp32ToBf16(values[i]);
+  // The params keep the part of the tensor this rank holds, rounded to the
+  // param dtype; the master keeps the exact fp32 values of the part it owns.
+  const ElementRange held = plan_.unit_resident[unit] ? ElementRange{0, seg.padded_numel}
+                                                      : layout_.ShardRange(unit, rank_);
+  const int64_t begin = std::max(held.begin, slot.offset);
+  const int64_t end = std::min(held.end, slot.offset + slot.numel);
+  if (begin < end) {
+    const float* src = values.data() + (begin - slot.offset);
+    void* dst = ParamsAt(unit, begin);
+    const int64_t n = end - begin;
+    if (param_dtype_ == DType::kFloat32) {
+      std::memcpy(dst, src, n * sizeof(float));
+    } else if (param_dtype_ == DType::kBFloat16) {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToBf16(src[i]);
+    } else {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToFp16(src[i]);
+    }
   }
   if (mixed_) {
-    // The master keeps the exact fp32 values for the part this rank owns.
     const ElementRange owned = OwnedRange(unit);
-    const int64_t begin = std::max(owned.begin, slot.offset);
-    const int64_t end = std::min(owned.end, slot.offset + slot.numel);
-    if (begin < end) {
-      std::memcpy(OptimizerAt(master_, unit, begin), values.data() + (begin - slot.offset),
-                  (end - begin) * sizeof(float));
+    const int64_t mb = std::max(owned.begin, slot.offset);
+    const int64_t me = std::min(owned.end, slot.offset + slot.numel);
+    if (mb < me) {
+      std::memcpy(OptimizerAt(master_, unit, mb), values.data() + (mb - slot.offset),
+                  (me - mb) * sizeof(float));
     }
   }
   param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
@@ -280,6 +310,7 @@ absl::Status EngineImpl::Start() {
   const int64_t count = static_cast<int64_t>(mine.size());
   std::vector<int64_t> all(count * world_);
   CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
+  NoteCollective(CollectiveKind::kFingerprint, -1, count);
   ZS_RETURN_IF_ERROR(WaitComm(handle));
   for (int r = 1; r < world_; ++r) {
     std::vector<std::string> differs;
@@ -302,15 +333,29 @@ absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
   CallTimer timer(&step_engine_time_);
   ZS_RETURN_IF_ERROR(CheckStarted("Gather"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "Gather"));
-  // Stages 1-2: the updated params of the last step arrive asynchronously;
+  if (!plan_.unit_resident[unit]) return GatherSharded(unit);
+  // Stages 1-3: the updated params of the last step arrive asynchronously;
   // waiting here (not in Step) lets them overlap the forward of earlier units.
   ZS_RETURN_IF_ERROR(WaitComm(param_gathers_[unit]));
   return MakeView(ParamsAt(unit, 0), param_dtype_, unit);
 }
 
 absl::Status EngineImpl::Release(int unit) {
+  CallTimer timer(&step_engine_time_);
   ZS_RETURN_IF_ERROR(CheckStarted("Release"));
-  return CheckUnit(unit, "Release");
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "Release"));
+  if (plan_.unit_resident[unit]) return absl::OkStatus();
+  if (held_unit_ != unit) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Release(%s): the unit is not gathered (%s); Release follows its Gather",
+        model_.units[unit].name,
+        held_unit_ < 0 ? "no unit is" : "'" + model_.units[held_unit_].name + "' is"));
+  }
+  // The slot keeps the unit's data until it is needed for another unit, so
+  // a Gather of the same unit right after (forward to backward) is free.
+  gather_slots_[unit_gather_slot_[unit]].held = false;
+  held_unit_ = -1;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> EngineImpl::AcquireStagingSlot() {
@@ -405,10 +450,14 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
       // over this rank's micro-batches; asynchronously, so the reduction
       // overlaps the backward of the units before it.
       void* grads = GradsAt(unit, 0);
-      unit_reductions_[unit] = train_.zero_stage == 0
-                                   ? comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_)
-                                   : comm_.ReduceScatter(grads, GradsAt(unit, shard.begin),
-                                                         seg.shard_numel, grad_dtype_);
+      if (train_.zero_stage == 0) {
+        unit_reductions_[unit] = comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_);
+        NoteCollective(CollectiveKind::kAllReduceGrads, unit, seg.padded_numel);
+      } else {
+        unit_reductions_[unit] =
+            comm_.ReduceScatter(grads, GradsAt(unit, shard.begin), seg.shard_numel, grad_dtype_);
+        NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
+      }
     }
     return absl::OkStatus();
   }
@@ -424,6 +473,7 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
   void* recv =
       micro == 0 ? GradsAt(unit, shard.begin) : static_cast<char*>(data) + shard.begin * elem;
   slot.reduction = comm_.ReduceScatter(data, recv, seg.shard_numel, grad_dtype_);
+  NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
   busy_slots_.push_back(open);
   return absl::OkStatus();
 }
@@ -439,20 +489,22 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   ZS_RETURN_IF_ERROR(WaitParamGathers());
   const ParamSlot& slot = seg.params[param];
   std::vector<float> out(slot.numel);
-  if (!mixed_) {
-    std::memcpy(out.data(), ParamsAt(unit, slot.offset), slot.numel * sizeof(float));
+  // The fp32 values live in the master (mixed precision) or the params (fp32).
+  const bool full_here = mixed_ ? train_.zero_stage == 0 : plan_.unit_resident[unit];
+  if (full_here) {
+    const void* src = mixed_ ? static_cast<const void*>(OptimizerAt(master_, unit, slot.offset))
+                             : ParamsAt(unit, slot.offset);
+    std::memcpy(out.data(), src, slot.numel * sizeof(float));
     return out;
   }
-  if (train_.zero_stage == 0) {
-    std::memcpy(out.data(), OptimizerAt(master_, unit, slot.offset), slot.numel * sizeof(float));
-    return out;
-  }
-  // Sharded master: gather the unit into a host temporary (outside the
-  // ledger; a diagnostic path, not a training one).
+  // Sharded: gather the unit into a host temporary (outside the ledger; a
+  // diagnostic path, not a training one).
   std::vector<float> segment(seg.padded_numel);
   const ElementRange shard = layout_.ShardRange(unit, rank_);
-  CommHandle handle = comm_.AllGather(OptimizerAt(master_, unit, shard.begin), segment.data(),
-                                      seg.shard_numel, DType::kFloat32);
+  const void* mine = mixed_ ? static_cast<const void*>(OptimizerAt(master_, unit, shard.begin))
+                            : ParamsAt(unit, shard.begin);
+  CommHandle handle = comm_.AllGather(mine, segment.data(), seg.shard_numel, DType::kFloat32);
+  NoteCollective(CollectiveKind::kGatherForRead, unit, seg.shard_numel);
   ZS_RETURN_IF_ERROR(WaitComm(handle));
   std::memcpy(out.data(), segment.data() + slot.offset, slot.numel * sizeof(float));
   return out;
@@ -484,7 +536,11 @@ absl::Status EngineImpl::CheckPaddingIsZero() const {
             absl::StrFormat("rank %d: padding [%d, %d) of unit '%s' in buffer '%s' is not zero",
                             rank_, pad.begin, pad.end, model_.units[u].name, buffer));
       };
-      if (!all_zero(ParamsAt(u, pad.begin), pad.size() * psize)) return fail(kParamsBuffer);
+      const ElementRange params_held =
+          plan_.unit_resident[u] ? ElementRange{0, layout_.unit(u).padded_numel} : shard;
+      const int64_t pb = std::max(pad.begin, params_held.begin);
+      const int64_t pe = std::min(pad.end, params_held.end);
+      if (pb < pe && !all_zero(ParamsAt(u, pb), (pe - pb) * psize)) return fail(kParamsBuffer);
       const int64_t gb = std::max(pad.begin, grads_held.begin);
       const int64_t ge = std::min(pad.end, grads_held.end);
       if (gb < ge && !all_zero(GradsAt(u, gb), (ge - gb) * gsize)) return fail(kGradsBuffer);

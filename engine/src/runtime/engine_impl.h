@@ -1,11 +1,13 @@
 // EngineImpl: the stage 0-2 runtime behind zeroshard::Engine.
 //
 // Buffers (names and sizes from BufferPlan, allocated once in Create):
-//   params   full flat buffer, param dtype, every rank (stages 0-2)
+//   params   param dtype: each unit's full segment (stages 0-2, stage 3's
+//            persistent units) or this rank's shard of it (stage 3)
 //   grads    stages 0-1: full flat buffer; stage 2: this rank's shard
 //   master   mixed precision only: stage 0 full, stages 1-2 shard (fp32)
 //   adam_m/v stage 0 full, stages 1-2 shard (fp32)
 //   grad_staging  slots of max-unit size for micro-batch gradients
+//   param_gather  stage 3: slots units are all-gathered into
 //
 // "Segment coordinates" index a unit's padded segment; the optimizer of a
 // rank covers its "owned range" of each unit: the whole segment in stage 0,
@@ -47,6 +49,7 @@ class EngineImpl final : public Engine {
   absl::Status ReduceGrads(int unit) override;
   absl::StatusOr<StepResult> Step() override;
   void RecordInputWait(absl::Duration d) override { step_input_wait_ += d; }
+  double loss_scale() const override { return loss_scale_; }
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override;
 
   const ModelSpec& model() const override { return model_; }
@@ -54,7 +57,7 @@ class EngineImpl final : public Engine {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   int64_t steps() const override { return step_; }
-  EngineStats Stats() const override { return stats_; }
+  EngineStats Stats() const override;
   const MemoryLedger& ledger() const override { return device_.ledger(); }
 
   // Internal (tests): the plan the engine allocated, and a check that every
@@ -81,6 +84,35 @@ class EngineImpl final : public Engine {
   // Waits on `handle`, counting the time as exposed communication.
   absl::Status WaitComm(CommHandle& handle);
 
+  // A stage-3 gather buffer and the unit it holds (or receives).
+  struct GatherSlot {
+    int unit = -1;
+    bool held = false;   // between Gather and Release
+    CommHandle gather;   // all-gather in flight into the slot
+    int64_t issued = 0;  // issue counter, to evict the oldest
+  };
+
+  enum class CollectiveKind : uint64_t {
+    kAllReduceGrads = 1,
+    kReduceScatterGrads,
+    kAllGatherParams,
+    kGatherUnit,
+    kGatherForRead,
+    kFingerprint
+  };
+  // Folds one collective into this step's sequence hash (every rank must
+  // issue the same sequence; Step() compares).
+  void NoteCollective(CollectiveKind kind, int unit, int64_t count);
+
+  // Stage 3.
+  absl::StatusOr<UnitView> GatherSharded(int unit);
+  absl::StatusOr<int> AcquireGatherSlot(int protect_from);
+  absl::Status IssueUnitGather(int unit, int slot);
+  absl::Status PrefetchFrom(size_t order_pos);
+  absl::Status DropGatherPool();
+  void* GatherSlotData(int slot) const;
+  void DisablePrefetch(const std::string& why);
+
   // Element pointers (byte arithmetic on the typed buffers).
   void* ParamsAt(int unit, int64_t seg_index) const;
   void* GradsAt(int unit, int64_t seg_index) const;  // seg_index in the owned part
@@ -97,7 +129,12 @@ class EngineImpl final : public Engine {
   absl::Status WaitParamGathers();
 
   void AccumulateInto(void* acc, const void* add, int64_t n) const;
-  absl::StatusOr<double> GlobalSumSquares();
+  // Exact sum of squares of the reduced gradient over all ranks, fused with
+  // the collective-sequence check (one all-gather per step).
+  absl::StatusOr<double> GlobalSumSquaresAndCheckSequence();
+  // fp16: adjusts the dynamic loss scale after a step; an error after too
+  // many skipped steps at the minimum scale.
+  absl::Status UpdateLossScale(bool overflow);
   void ApplyOptimizer(double grad_scale, double lr);
   void BuildDecayRuns();
 
@@ -113,7 +150,8 @@ class EngineImpl final : public Engine {
   DType grad_dtype_;
   bool mixed_ = false;
 
-  DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, staging_, norm_blocks_;
+  DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, staging_, norm_blocks_, gather_pool_;
+  std::vector<int64_t> param_offset_;  // per unit: first element in params_
 
   // Start-up.
   bool started_ = false;
@@ -131,6 +169,28 @@ class EngineImpl final : public Engine {
   std::deque<int> busy_slots_;  // in issue order
   std::deque<int> free_slots_;
   std::vector<DecayRun> decay_runs_;
+
+  // Stage 3 gather pool and prefetch.
+  std::vector<GatherSlot> gather_slots_;
+  std::vector<int> unit_gather_slot_;  // per unit: slot holding it, -1
+  int held_unit_ = -1;
+  int64_t gather_issue_counter_ = 0;
+  std::vector<int> recorded_order_;  // Gather() calls of the first step
+  size_t order_pos_ = 0;             // this step's position in it
+  bool prefetch_active_ = false;
+  bool prefetch_fallback_reported_ = false;
+  int prefetch_depth_ = 0;
+
+  // Dynamic loss scaling (fp16).
+  double loss_scale_ = 1.0;
+  int hysteresis_left_ = 1;
+  int64_t clean_steps_ = 0;
+  int skips_at_min_scale_ = 0;
+
+  // Collective-sequence check.
+  uint64_t sequence_hash_ = 0;
+  int64_t sequence_count_ = 0;
+  int64_t collectives_total_ = 0;
 
   // Timing.
   EngineStats stats_;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/norm.h"
@@ -19,7 +20,11 @@ void EngineImpl::AccumulateInto(void* acc, const void* add, int64_t n) const {
   }
   uint16_t* a = static_cast<uint16_t*>(acc);
   const uint16_t* b = static_cast<const uint16_t*>(add);
-  for (int64_t i = 0; i < n; ++i) a[i] = Fp32ToBf16(Bf16ToFp32(a[i]) + Bf16ToFp32(b[i]));
+  if (grad_dtype_ == DType::kBFloat16) {
+    for (int64_t i = 0; i < n; ++i) a[i] = Fp32ToBf16(Bf16ToFp32(a[i]) + Bf16ToFp32(b[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) a[i] = Fp32ToFp16(Fp16ToFp32(a[i]) + Fp16ToFp32(b[i]));
+  }
 }
 
 absl::Status EngineImpl::DrainReductions() {
@@ -33,7 +38,7 @@ absl::Status EngineImpl::WaitParamGathers() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> EngineImpl::GlobalSumSquares() {
+absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   // Every rank sums squares over its shard of every unit, whatever the stage,
   // so each element is counted once. Blocks and the exact accumulator make
   // the result independent of the shard boundaries (kernels/cpu/norm.h).
@@ -43,18 +48,82 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquares() {
     const ElementRange shard = layout_.ShardRange(u, rank_);
     const size_t n = static_cast<size_t>(shard.size());
     const void* g = GradsAt(u, shard.begin);
-    if (grad_dtype_ == DType::kFloat32) {
-      kernels::BlockSumSquaresFp32(static_cast<const float*>(g), n, blocks);
-    } else {
-      kernels::BlockSumSquaresBf16(static_cast<const uint16_t*>(g), n, blocks);
+    switch (grad_dtype_) {
+      case DType::kFloat32:
+        kernels::BlockSumSquaresFp32(static_cast<const float*>(g), n, blocks);
+        break;
+      case DType::kBFloat16:
+        kernels::BlockSumSquaresBf16(static_cast<const uint16_t*>(g), n, blocks);
+        break;
+      default:
+        kernels::BlockSumSquaresFp16(static_cast<const uint16_t*>(g), n, blocks);
+        break;
     }
     sum.AddBlocks(blocks, (n + kernels::kNormBlock - 1) / kernels::kNormBlock);
   }
   sum.Normalize();
-  CommHandle handle =
-      comm_.AllReduce(sum.limbs(), sum.limbs(), kernels::ExactSum::kLimbs, DType::kInt64);
+  // One all-gather carries both the accumulator limbs and this step's
+  // collective-sequence record, so the divergence check costs no extra
+  // round trip.
+  constexpr int kLimbs = kernels::ExactSum::kLimbs;
+  constexpr int kRecord = kLimbs + 2;
+  int64_t mine[kRecord];
+  for (int k = 0; k < kLimbs; ++k) mine[k] = sum.limbs()[k];
+  mine[kLimbs] = static_cast<int64_t>(sequence_hash_);
+  mine[kLimbs + 1] = sequence_count_;
+  std::vector<int64_t> all(static_cast<size_t>(kRecord) * world_);
+  CommHandle handle = comm_.AllGather(mine, all.data(), kRecord, DType::kInt64);
   ZS_RETURN_IF_ERROR(WaitComm(handle));
-  return sum.Value();
+  std::vector<int> differ;
+  for (int r = 1; r < world_; ++r) {
+    if (all[r * kRecord + kLimbs] != all[kLimbs] ||
+        all[r * kRecord + kLimbs + 1] != all[kLimbs + 1]) {
+      differ.push_back(r);
+    }
+  }
+  if (!differ.empty()) {
+    const int r = differ.front();
+    return Poison(absl::FailedPreconditionError(absl::StrFormat(
+        "collective sequence check at step %d: rank(s) %s issued different collectives from "
+        "rank 0 since the previous step (rank 0: %d collectives, rank %d: %d, different units, "
+        "kinds or sizes); the ranks diverged: every rank must make the same Gather, GradView and "
+        "ReduceGrads calls in the same order",
+        step_ + 1, absl::StrJoin(differ, ", "), all[kLimbs + 1], r,
+        all[r * kRecord + kLimbs + 1])));
+  }
+  // Integer sums: the order of ranks does not matter.
+  kernels::ExactSum total;
+  for (int r = 0; r < world_; ++r) {
+    for (int k = 0; k < kLimbs; ++k) total.limbs()[k] += all[r * kRecord + k];
+  }
+  return total.Value();
+}
+
+absl::Status EngineImpl::UpdateLossScale(bool overflow) {
+  if (train_.precision != Precision::kFp16Mixed) return absl::OkStatus();
+  const LossScaleSpec& ls = train_.loss_scale;
+  if (overflow) {
+    clean_steps_ = 0;
+    if (loss_scale_ <= ls.min_scale && ++skips_at_min_scale_ >= ls.max_skips_at_min_scale) {
+      return Poison(absl::FailedPreconditionError(absl::StrFormat(
+          "Step %d: %d steps in a row had non-finite gradients at the minimum loss scale %g; the "
+          "model has diverged or the data holds inf/NaN (lower the learning rate, check the "
+          "inputs, or train in bf16)",
+          step_ + 1, skips_at_min_scale_, ls.min_scale)));
+    }
+    if (--hysteresis_left_ <= 0) {
+      loss_scale_ = std::max(ls.min_scale, loss_scale_ * ls.backoff_factor);
+      hysteresis_left_ = ls.hysteresis;
+    }
+    return absl::OkStatus();
+  }
+  skips_at_min_scale_ = 0;
+  if (++clean_steps_ >= ls.growth_interval) {
+    loss_scale_ *= ls.growth_factor;
+    clean_steps_ = 0;
+    hysteresis_left_ = ls.hysteresis;
+  }
+  return absl::OkStatus();
 }
 
 void EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
@@ -79,15 +148,23 @@ void EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
     const size_t n = static_cast<size_t>(run.range.size());
     float* m = OptimizerAt(adam_m_, u, b);
     float* v = OptimizerAt(adam_v_, u, b);
+    auto* param_out = static_cast<uint16_t*>(ParamsAt(u, b));
     if (!mixed_) {
       kernels::AdamFp32(static_cast<float*>(ParamsAt(u, b)),
                         static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
+    } else if (param_dtype_ == DType::kBFloat16) {
+      if (grad_dtype_ == DType::kFloat32) {
+        kernels::AdamMixedBf16(OptimizerAt(master_, u, b), param_out,
+                               static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
+      } else {
+        kernels::AdamMixedBf16GradBf16(OptimizerAt(master_, u, b), param_out,
+                                       static_cast<const uint16_t*>(GradsAt(u, b)), m, v, n, c);
+      }
     } else if (grad_dtype_ == DType::kFloat32) {
-      kernels::AdamMixedBf16(OptimizerAt(master_, u, b), static_cast<uint16_t*>(ParamsAt(u, b)),
+      kernels::AdamMixedFp16(OptimizerAt(master_, u, b), param_out,
                              static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
     } else {
-      kernels::AdamMixedBf16GradBf16(OptimizerAt(master_, u, b),
-                                     static_cast<uint16_t*>(ParamsAt(u, b)),
+      kernels::AdamMixedFp16GradFp16(OptimizerAt(master_, u, b), param_out,
                                      static_cast<const uint16_t*>(GradsAt(u, b)), m, v, n, c);
     }
   }
@@ -105,19 +182,31 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
           open_grad_slot_[u] != kNoGradView ? " and an open GradView" : ""));
     }
   }
+  if (held_unit_ >= 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Step(): unit '%s' is still gathered; Release it first", model_.units[held_unit_].name));
+  }
   ZS_RETURN_IF_ERROR(DrainReductions());
+  // Stage 3: the optimizer rewrites the param shards the gathered copies
+  // came from; finish and forget them.
+  ZS_RETURN_IF_ERROR(DropGatherPool());
 
   const absl::Duration comm_before = step_comm_wait_;
   const absl::Time opt_begin = absl::Now();
-  ZS_ASSIGN_OR_RETURN(const double sum_squares, GlobalSumSquares());
+  ZS_ASSIGN_OR_RETURN(const double sum_squares, GlobalSumSquaresAndCheckSequence());
   StepResult result;
   result.step = step_ + 1;
   result.lr = train_.schedule.LrAt(result.step, train_.optimizer.lr);
-  // The engine holds the SUM of world * accum micro-batch gradients; the
-  // optimizer sees their mean.
-  const double mean_scale = 1.0 / (static_cast<double>(world_) * train_.grad_accum_steps);
+  result.loss_scale = loss_scale_;
+  // The engine holds the SUM of world * accum micro-batch gradients, each
+  // multiplied by the loss scale; the optimizer sees their unscaled mean.
+  const double mean_scale =
+      1.0 / (static_cast<double>(world_) * train_.grad_accum_steps * loss_scale_);
   result.grad_norm = std::sqrt(sum_squares) * mean_scale;
-  if (!std::isfinite(result.grad_norm)) {
+  // Every rank sees the same sum (the non-finite count travels in it), so
+  // every rank skips together.
+  const bool overflow = !std::isfinite(result.grad_norm);
+  if (overflow) {
     result.skipped = true;
     result.clip_coef = 0.0;
     ++stats_.skipped_steps;
@@ -129,14 +218,32 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
     ++applied_steps_;
     ApplyOptimizer(mean_scale * result.clip_coef, result.lr);
   }
+  ZS_RETURN_IF_ERROR(UpdateLossScale(overflow));
+  sequence_hash_ = 0;
+  sequence_count_ = 0;
   if (train_.zero_stage >= 1) {
-    // Bring every rank's updated shard to all ranks; Gather(u) waits for it.
+    // Bring every rank's updated shard of the resident units to all ranks;
+    // Gather(u) waits for it.
     for (int u = 0; u < layout_.num_units(); ++u) {
+      if (!plan_.unit_resident[u]) continue;
       const UnitSegment& seg = layout_.unit(u);
-      void* unit_params = ParamsAt(u, 0);
       param_gathers_[u] = comm_.AllGather(ParamsAt(u, layout_.ShardRange(u, rank_).begin),
-                                          unit_params, seg.shard_numel, param_dtype_);
+                                          ParamsAt(u, 0), seg.shard_numel, param_dtype_);
+      NoteCollective(CollectiveKind::kAllGatherParams, u, seg.shard_numel);
     }
+  }
+  if (plan_.gather_slots > 0) {
+    // Stage 3 prefetch: the first step recorded the gather order; from then
+    // on the next step's first units are gathered while the trainer loads
+    // its data. A step that gathered fewer units than the first falls back.
+    if (step_ == 0) {
+      prefetch_active_ = prefetch_depth_ > 0 && !recorded_order_.empty();
+    } else if (prefetch_active_ && order_pos_ != recorded_order_.size()) {
+      DisablePrefetch(absl::StrFormat("step %d made %d gathers, the first step %d", step_ + 1,
+                                      order_pos_, recorded_order_.size()));
+    }
+    order_pos_ = 0;
+    if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(0));
   }
   const absl::Time end = absl::Now();
   step_optimizer_ += (end - opt_begin) - (step_comm_wait_ - comm_before);

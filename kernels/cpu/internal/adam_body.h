@@ -1,14 +1,16 @@
 // The one Adam/AdamW element rule and the loop that applies it, shared by
 // every ISA path so that they cannot drift apart.
 //
-// A path supplies a vector traits type V (see adam_avx2.cc) with:
+// A path supplies a vector traits type V (see simd_avx2.h) with:
 //   using Reg; static constexpr size_t kWidth;
 //   Reg Set1(float); Reg Load(const float*); void Store(float*, Reg);
-//   Reg LoadGrad(const float*); Reg LoadGrad(const uint16_t*);   (bf16 -> fp32)
-//   void StoreBf16(uint16_t*, Reg);                               (round to nearest even)
+//   Reg LoadBf16(const uint16_t*); Reg LoadFp16(const uint16_t*);  (exact widening)
+//   void StoreBf16(uint16_t*, Reg); void StoreFp16(uint16_t*, Reg); (round to nearest even)
 //   Reg Add, Sub, Mul, Div, Sqrt   (IEEE, correctly rounded; never FMA)
-// Each operation below is one fp32 operation in the order of the contract in
-// adam.h, on every lane and in the scalar tail, so all paths give the same bits.
+// with the 16-bit conversions bit-identical to the scalar rules in bf16.h and
+// fp16.h. Each operation below is one fp32 operation in the order of the
+// contract in adam.h, on every lane and in the scalar tail, so all paths give
+// the same bits.
 // V must be defined in an anonymous namespace of the including file so that
 // the instantiations of AdamLoop stay local to that file and its ISA flags.
 #ifndef ZEROSHARD_KERNELS_CPU_INTERNAL_ADAM_BODY_H_
@@ -20,12 +22,9 @@
 #include <type_traits>
 
 #include "kernels/cpu/adam.h"
-#include "kernels/cpu/internal/bf16.h"
+#include "kernels/cpu/internal/format.h"
 
 namespace zeroshard::kernels::internal {
-
-ZS_KERNEL_INLINE float GradToFp32(float g) { return g; }
-ZS_KERNEL_INLINE float GradToFp32(uint16_t g) { return Bf16ToFp32(g); }
 
 // One element, scalar fp32. `p` is the fp32 master.
 template <AdamMode kMode>
@@ -40,11 +39,24 @@ ZS_KERNEL_INLINE void AdamElement(const AdamConstants& c, float grad, float& p, 
   p = p - c.step_size * (m / denom);
 }
 
-// Applies the update to n elements. GradT is float or uint16_t (bf16);
-// kBf16Out writes the rounded bf16 copy of the new master to param_out.
-template <class V, AdamMode kMode, class GradT, bool kBf16Out>
-ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const GradT* grad, float* m, float* v,
-                               size_t n, const AdamConstants& c) {
+template <class V, Format kFormat>
+ZS_KERNEL_INLINE typename V::Reg LoadAsFp32(const Storage<kFormat>* x) {
+  if constexpr (kFormat == Format::kFp32) {
+    return V::Load(x);
+  } else if constexpr (kFormat == Format::kBf16) {
+    return V::LoadBf16(x);
+  } else {
+    return V::LoadFp16(x);
+  }
+}
+
+// Applies the update to n elements. kGrad is the format of `grad`; kOut is
+// the format of the param copy written to param_out: kBf16 or kFp16 (the new
+// master rounded to nearest even), or kFp32 for none (the master is the param
+// and param_out is unused).
+template <class V, AdamMode kMode, Format kGrad, Format kOut>
+ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const Storage<kGrad>* grad, float* m,
+                               float* v, size_t n, const AdamConstants& c) {
   using Reg = typename V::Reg;
   constexpr size_t kW = V::kWidth;
   const Reg grad_scale = V::Set1(c.grad_scale);
@@ -59,7 +71,7 @@ ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const GradT* grad,
   const Reg step_size = V::Set1(c.step_size);
 
   auto update = [&](size_t i) __attribute__((always_inline)) {
-    Reg g = V::Mul(V::LoadGrad(grad + i), grad_scale);
+    Reg g = V::Mul(LoadAsFp32<V, kGrad>(grad + i), grad_scale);
     Reg pi = V::Load(p + i);
     if constexpr (kMode == AdamMode::kAdamL2) g = V::Add(g, V::Mul(l2, pi));
     const Reg mi = V::Add(V::Mul(beta1, V::Load(m + i)), V::Mul(one_minus_beta1, g));
@@ -70,7 +82,8 @@ ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const GradT* grad,
     V::Store(m + i, mi);
     V::Store(v + i, vi);
     V::Store(p + i, pi);
-    if constexpr (kBf16Out) V::StoreBf16(param_out + i, pi);
+    if constexpr (kOut == Format::kBf16) V::StoreBf16(param_out + i, pi);
+    if constexpr (kOut == Format::kFp16) V::StoreFp16(param_out + i, pi);
   };
 
   // Two vectors per iteration: the loop is bound by memory, and the second
@@ -82,30 +95,45 @@ ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const GradT* grad,
   }
   for (; i + kW <= n; i += kW) update(i);
   for (; i < n; ++i) {
-    AdamElement<kMode>(c, GradToFp32(grad[i]), p[i], m[i], v[i]);
-    if constexpr (kBf16Out) param_out[i] = Fp32ToBf16Rne(p[i]);
+    AdamElement<kMode>(c, ToFp32<kGrad>(grad[i]), p[i], m[i], v[i]);
+    if constexpr (kOut == Format::kBf16) param_out[i] = Fp32ToBf16Rne(p[i]);
+    if constexpr (kOut == Format::kFp16) param_out[i] = Fp32ToFp16Rne(p[i]);
   }
 }
 
-// The three public variants for one traits type and a run-time mode.
-template <class V>
-void AdamFp32With(float* p, const float* g, float* m, float* v, size_t n, const AdamConstants& c) {
+// One public variant for one traits type, with the mode chosen at run time.
+template <class V, Format kGrad, Format kOut>
+void AdamWith(float* master, uint16_t* param_out, const Storage<kGrad>* g, float* m, float* v,
+              size_t n, const AdamConstants& c) {
   if (c.mode == AdamMode::kAdamW) {
-    AdamLoop<V, AdamMode::kAdamW, float, false>(p, nullptr, g, m, v, n, c);
+    AdamLoop<V, AdamMode::kAdamW, kGrad, kOut>(master, param_out, g, m, v, n, c);
   } else {
-    AdamLoop<V, AdamMode::kAdamL2, float, false>(p, nullptr, g, m, v, n, c);
+    AdamLoop<V, AdamMode::kAdamL2, kGrad, kOut>(master, param_out, g, m, v, n, c);
   }
 }
 
-template <class V, class GradT>
-void AdamMixedBf16With(float* master, uint16_t* param_out, const GradT* g, float* m, float* v,
-                       size_t n, const AdamConstants& c) {
-  if (c.mode == AdamMode::kAdamW) {
-    AdamLoop<V, AdamMode::kAdamW, GradT, true>(master, param_out, g, m, v, n, c);
-  } else {
-    AdamLoop<V, AdamMode::kAdamL2, GradT, true>(master, param_out, g, m, v, n, c);
+// Defines the per-path entry points of paths.h for traits V and a suffix.
+#define ZS_DEFINE_ADAM_PATH(V, suffix)                                                         \
+  void AdamFp32##suffix(float* param, const float* grad, float* m, float* v, size_t n,         \
+                        const AdamConstants& c) {                                              \
+    AdamWith<V, Format::kFp32, Format::kFp32>(param, nullptr, grad, m, v, n, c);               \
+  }                                                                                            \
+  void AdamMixedBf16##suffix(float* master, uint16_t* param_out, const float* grad, float* m,  \
+                             float* v, size_t n, const AdamConstants& c) {                     \
+    AdamWith<V, Format::kFp32, Format::kBf16>(master, param_out, grad, m, v, n, c);            \
+  }                                                                                            \
+  void AdamMixedBf16GradBf16##suffix(float* master, uint16_t* param_out, const uint16_t* grad, \
+                                     float* m, float* v, size_t n, const AdamConstants& c) {   \
+    AdamWith<V, Format::kBf16, Format::kBf16>(master, param_out, grad, m, v, n, c);            \
+  }                                                                                            \
+  void AdamMixedFp16##suffix(float* master, uint16_t* param_out, const float* grad, float* m,  \
+                             float* v, size_t n, const AdamConstants& c) {                     \
+    AdamWith<V, Format::kFp32, Format::kFp16>(master, param_out, grad, m, v, n, c);            \
+  }                                                                                            \
+  void AdamMixedFp16GradFp16##suffix(float* master, uint16_t* param_out, const uint16_t* grad, \
+                                     float* m, float* v, size_t n, const AdamConstants& c) {   \
+    AdamWith<V, Format::kFp16, Format::kFp16>(master, param_out, grad, m, v, n, c);            \
   }
-}
 
 }  // namespace zeroshard::kernels::internal
 

@@ -7,10 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-// These helpers are included by files compiled with different ISA flags.
-// always_inline keeps the linker from merging an AVX-512 compiled copy into
-// code that runs on a CPU without AVX-512.
-#define ZS_KERNEL_INLINE inline __attribute__((always_inline))
+#include "kernels/cpu/internal/kernel_inline.h"
 
 namespace zeroshard::kernels::internal {
 

@@ -18,10 +18,17 @@ namespace zeroshard::kernels::internal {
                              float* v, size_t n, const AdamConstants& c);                      \
   void AdamMixedBf16GradBf16##suffix(float* master, uint16_t* param_out, const uint16_t* grad, \
                                      float* m, float* v, size_t n, const AdamConstants& c);    \
+  void AdamMixedFp16##suffix(float* master, uint16_t* param_out, const float* grad, float* m,  \
+                             float* v, size_t n, const AdamConstants& c);                      \
+  void AdamMixedFp16GradFp16##suffix(float* master, uint16_t* param_out, const uint16_t* grad, \
+                                     float* m, float* v, size_t n, const AdamConstants& c);    \
   void CastFp32ToBf16##suffix(const float* in, uint16_t* out, size_t n);                       \
   void CastBf16ToFp32##suffix(const uint16_t* in, float* out, size_t n);                       \
+  void CastFp32ToFp16##suffix(const float* in, uint16_t* out, size_t n);                       \
+  void CastFp16ToFp32##suffix(const uint16_t* in, float* out, size_t n);                       \
   void BlockSumSquaresFp32##suffix(const float* x, size_t n, double* out);                     \
-  void BlockSumSquaresBf16##suffix(const uint16_t* x, size_t n, double* out);
+  void BlockSumSquaresBf16##suffix(const uint16_t* x, size_t n, double* out);                  \
+  void BlockSumSquaresFp16##suffix(const uint16_t* x, size_t n, double* out);
 
 ZS_DECLARE_KERNEL_PATH(Scalar)
 ZS_DECLARE_KERNEL_PATH(Avx2)

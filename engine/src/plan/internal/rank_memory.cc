@@ -87,8 +87,8 @@ void AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
   }
 }
 
-// The buffers of one rank: PlanBuffers for the stage it most resembles
-// (stage 3 starts from stage 2), then the analytic changes.
+// The buffers of one rank: PlanBuffers (exactly what the engine allocates),
+// then the analytic changes for offload.
 absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const FlatLayout& layout,
                                                       const PlanOptions& options,
                                                       const Candidate& c) {
@@ -96,25 +96,6 @@ absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const FlatLayout& layout,
   ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(layout, train));
   std::vector<PlacedBuffer> out;
   for (PlannedBuffer& b : engine_plan.buffers) out.push_back({std::move(b), Placement::kDevice});
-  if (options.precision == PlanPrecision::kFp16) {
-    // fp16 mixed precision has bf16's sizes; only the dtype differs.
-    for (PlacedBuffer& p : out) {
-      if (p.buffer.dtype == DType::kBFloat16) p.buffer.dtype = DType::kFloat16;
-    }
-  }
-  const DType param_dtype = options.precision == PlanPrecision::kFp32   ? DType::kFloat32
-                            : options.precision == PlanPrecision::kFp16 ? DType::kFloat16
-                                                                        : DType::kBFloat16;
-  if (c.stage == 3) {
-    // Stage 3 = stage 2 with the params sharded too; each unit is gathered
-    // into one of `prefetch_depth` buffers before use.
-    for (PlacedBuffer& p : out) {
-      if (p.buffer.name == kParamsBuffer) p.buffer.numel = layout.shard_numel();
-    }
-    out.push_back({{kParamGatherBuffer, MemoryCategory::kCommBuffers, param_dtype,
-                    options.prefetch_depth * layout.max_unit_numel()},
-                   Placement::kDevice});
-  }
   if (c.offload != Offload::kNone) {
     // ZeRO-Offload: the fp32 states and the optimizer step move to the host;
     // a sharded gradient is copied there for the CPU Adam.
@@ -183,8 +164,7 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
     return absl::InvalidArgumentError(absl::StrFormat(
         "data-parallel size %d exceeds the layout's limit of %d ranks", c.dp, kMaxWorldSize));
   }
-  c.engine_supported = c.stage <= 2 && c.offload == Offload::kNone && c.tp == 1 && c.pp == 1 &&
-                       options.precision != PlanPrecision::kFp16;
+  c.engine_supported = c.offload == Offload::kNone && c.tp == 1 && c.pp == 1;
   int64_t worst_total = -1;
   *sizes = RankSizes{};
   for (int i = 0; i < c.pp; ++i) {

@@ -1,0 +1,268 @@
+// Stage 3, prefetch, fp16 dynamic loss scaling and the collective-sequence
+// check, on a synthetic trainer whose gradients and gather order the tests
+// control.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/runtime/synthetic_trainer.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard::testing {
+namespace {
+
+struct SyntheticRun {
+  std::vector<std::vector<float>> params;  // rank 0, after the last step
+  std::vector<StepResult> steps;           // rank 0
+  std::vector<StepResult> rank1_steps;     // rank 1 (when world > 1)
+  EngineStats stats;                       // rank 0
+};
+
+TrainSpec SyntheticTrain(int stage, Precision precision) {
+  TrainSpec t;
+  t.zero_stage = stage;
+  t.precision = precision;
+  t.optimizer.lr = 1e-2;
+  t.optimizer.weight_decay = 0.05;
+  t.max_grad_norm = 5.0;
+  return t;
+}
+
+absl::StatusOr<SyntheticRun> RunSynthetic(int world, const TrainSpec& train, int steps,
+                                          const SyntheticHooks& hooks = {}) {
+  const ModelSpec spec = SyntheticSpec();
+  SyntheticRun run;
+  std::mutex mu;
+  ZS_RETURN_IF_ERROR(RunLocalRanks(
+      world,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        auto device = CreateCpuDevice();
+        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
+        ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+        std::vector<StepResult> results;
+        for (int s = 0; s < steps; ++s) {
+          ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, hooks));
+          results.push_back(r);
+        }
+        ZS_ASSIGN_OR_RETURN(auto params, AllParams(*engine, spec));
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0) {
+          run.params = std::move(params);
+          run.steps = results;
+          run.stats = engine->Stats();
+        }
+        if (rank == 1) run.rank1_steps = results;
+        return absl::OkStatus();
+      },
+      CommOptions{absl::Seconds(20)}));
+  return run;
+}
+
+bool SameBits(const SyntheticRun& a, const SyntheticRun& b) {
+  if (a.params.size() != b.params.size()) return false;
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    if (a.params[i].size() != b.params[i].size() ||
+        std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(Stage3Test, BitwiseIdenticalToStagesZeroToTwoOnEveryWorldSize) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
+    for (int world = 1; world <= 4; ++world) {
+      auto reference = RunSynthetic(world, SyntheticTrain(0, precision), 6);
+      ASSERT_TRUE(reference.ok()) << reference.status();
+      for (int stage = 1; stage <= 3; ++stage) {
+        auto run = RunSynthetic(world, SyntheticTrain(stage, precision), 6);
+        ASSERT_TRUE(run.ok()) << run.status();
+        EXPECT_TRUE(SameBits(*run, *reference))
+            << PrecisionName(precision) << " world " << world << " stage " << stage;
+      }
+    }
+  }
+}
+
+TEST(Stage3Test, PrefetchDepthAndPersistentUnitsDoNotChangeTheResult) {
+  TrainSpec train = SyntheticTrain(3, Precision::kBf16Mixed);
+  train.prefetch_units = 0;
+  auto on_demand = RunSynthetic(3, train, 6);
+  ASSERT_TRUE(on_demand.ok()) << on_demand.status();
+  EXPECT_FALSE(on_demand->stats.prefetch_active);
+  for (int depth : {1, 2, 3}) {
+    train.prefetch_units = depth;
+    auto run = RunSynthetic(3, train, 6);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_TRUE(SameBits(*run, *on_demand)) << "prefetch " << depth;
+    EXPECT_TRUE(run->stats.prefetch_active) << "prefetch " << depth;
+  }
+  // The 7-element norm unit stays replicated; the others are sharded.
+  train.prefetch_units = 1;
+  train.persistent_unit_numel = 64;
+  auto persistent = RunSynthetic(3, train, 6);
+  ASSERT_TRUE(persistent.ok()) << persistent.status();
+  EXPECT_TRUE(SameBits(*persistent, *on_demand));
+}
+
+TEST(Stage3Test, ChangedGatherOrderFallsBackToOnDemandWithTheSameResult) {
+  TrainSpec train = SyntheticTrain(3, Precision::kFp32);
+  train.prefetch_units = 2;
+  SyntheticHooks swap;
+  // From step 3 on, every rank gathers block.3 before block.1 in the forward.
+  swap.forward_unit = [](int64_t step, int, int unit) {
+    if (step < 2) return unit;
+    return unit == 1 ? 3 : unit == 3 ? 1 : unit;
+  };
+  auto swapped = RunSynthetic(2, train, 5, swap);
+  ASSERT_TRUE(swapped.ok()) << swapped.status();
+  EXPECT_FALSE(swapped->stats.prefetch_active);
+  train.prefetch_units = 0;
+  auto reference = RunSynthetic(2, train, 5, swap);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_TRUE(SameBits(*swapped, *reference));
+}
+
+TEST(SequenceCheckTest, ARankGatheringADifferentUnitFailsWithinSecondsNamingIt) {
+  for (int prefetch : {0, 1}) {
+    TrainSpec train = SyntheticTrain(3, Precision::kFp32);
+    train.prefetch_units = prefetch;
+    SyntheticHooks diverge;
+    // At step 3, rank 1 gathers block.3 (same size) where the others gather block.1.
+    diverge.forward_unit = [](int64_t step, int rank, int unit) {
+      return step == 2 && rank == 1 && unit == 1 ? 3 : unit;
+    };
+    const auto begin = std::chrono::steady_clock::now();
+    auto run = RunSynthetic(3, train, 5, diverge);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    ASSERT_FALSE(run.ok()) << "prefetch " << prefetch;
+    EXPECT_LT(seconds, 10.0) << run.status();
+    const std::string message(run.status().message());
+    EXPECT_NE(message.find("rank"), std::string::npos) << message;
+    if (prefetch == 0) {
+      // Same sizes and counts: only the sequence check can see it.
+      EXPECT_NE(message.find("collective sequence check at step 3"), std::string::npos) << message;
+      EXPECT_NE(message.find("rank(s) 1"), std::string::npos) << message;
+    }
+    std::printf("prefetch %d: failed after %.2f s: %s\n", prefetch, seconds, message.c_str());
+  }
+}
+
+TrainSpec Fp16Train(int stage, int hysteresis) {
+  TrainSpec t = SyntheticTrain(stage, Precision::kFp16Mixed);
+  t.loss_scale.initial_scale = 1024;
+  t.loss_scale.hysteresis = hysteresis;
+  t.loss_scale.growth_interval = 1000;
+  return t;
+}
+
+SyntheticHooks InjectInf(int64_t at_step, int on_rank) {
+  SyntheticHooks h;
+  h.after_grads = [=](int64_t step, int rank, int unit, UnitView& g) {
+    if (step == at_step && rank == on_rank && unit == 1) {
+      g.params[0].as<uint16_t>()[5] = 0x7c00;  // fp16 +inf
+    }
+  };
+  return h;
+}
+
+TEST(LossScaleTest, InfOnOneRankSkipsTheStepOnAllRanksAndHalvesTheScale) {
+  for (int stage : {2, 3}) {
+    auto run = RunSynthetic(2, Fp16Train(stage, /*hysteresis=*/1), 5, InjectInf(2, 1));
+    ASSERT_TRUE(run.ok()) << run.status();
+    ASSERT_EQ(run->steps.size(), 5u);
+    for (const auto* steps : {&run->steps, &run->rank1_steps}) {
+      for (int s = 0; s < 5; ++s) {
+        EXPECT_EQ((*steps)[s].skipped, s == 2) << "stage " << stage << " step " << s + 1;
+      }
+      EXPECT_EQ((*steps)[2].loss_scale, 1024.0);
+      EXPECT_EQ((*steps)[3].loss_scale, 512.0);
+    }
+    EXPECT_EQ(run->stats.skipped_steps, 1);
+    EXPECT_EQ(run->stats.loss_scale, 512.0);
+    // The skipped step left the weights alone: a run stopped before the bad
+    // step and one stopped right after it agree bit for bit.
+    auto before = RunSynthetic(2, Fp16Train(stage, 1), 2);
+    auto through = RunSynthetic(2, Fp16Train(stage, 1), 3, InjectInf(2, 1));
+    ASSERT_TRUE(before.ok() && through.ok());
+    EXPECT_TRUE(SameBits(*before, *through)) << "the skipped step changed the weights";
+  }
+}
+
+TEST(LossScaleTest, HysteresisGrowthAndMinimum) {
+  // Hysteresis 2: the first overflow keeps the scale, the second halves it.
+  SyntheticHooks twice;
+  twice.after_grads = [](int64_t step, int rank, int unit, UnitView& g) {
+    if ((step == 1 || step == 3) && rank == 0 && unit == 0) g.params[0].as<uint16_t>()[0] = 0x7e00;
+  };
+  auto run = RunSynthetic(2, Fp16Train(3, /*hysteresis=*/2), 5, twice);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->steps[1].skipped, true);
+  EXPECT_EQ(run->steps[2].loss_scale, 1024.0);
+  EXPECT_EQ(run->steps[4].loss_scale, 512.0);
+
+  // Growth after growth_interval clean steps.
+  TrainSpec grow = Fp16Train(2, 1);
+  grow.loss_scale.growth_interval = 2;
+  auto grown = RunSynthetic(2, grow, 5);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->steps[0].loss_scale, 1024.0);
+  EXPECT_EQ(grown->steps[2].loss_scale, 2048.0);
+  EXPECT_EQ(grown->steps[4].loss_scale, 4096.0);
+
+  // Overflow on every step at the minimum scale ends in a clear error.
+  TrainSpec stuck = Fp16Train(2, 1);
+  stuck.loss_scale.min_scale = 256;
+  stuck.loss_scale.max_skips_at_min_scale = 3;
+  SyntheticHooks always;
+  always.after_grads = [](int64_t, int rank, int unit, UnitView& g) {
+    if (rank == 1 && unit == 0) g.params[0].as<uint16_t>()[0] = 0x7c00;
+  };
+  auto failed = RunSynthetic(2, stuck, 10, always);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("minimum loss scale"), std::string::npos)
+      << failed.status();
+}
+
+TEST(LossScaleTest, Bf16SkipsNonFiniteStepsWithoutAScale) {
+  SyntheticHooks nan;
+  nan.after_grads = [](int64_t step, int rank, int unit, UnitView& g) {
+    if (step == 1 && rank == 1 && unit == 2) g.params[0].as<uint16_t>()[3] = 0x7fc0;  // bf16 NaN
+  };
+  auto run = RunSynthetic(2, SyntheticTrain(3, Precision::kBf16Mixed), 3, nan);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(run->steps[1].skipped);
+  EXPECT_FALSE(run->steps[2].skipped);
+  EXPECT_EQ(run->stats.loss_scale, 1.0);
+}
+
+TEST(Stage3Test, MisuseIsAnError) {
+  const ModelSpec spec = SyntheticSpec();
+  absl::Status status = RunLocalRanks(2, [&](int, Communicator& comm) -> absl::Status {
+    auto device = CreateCpuDevice();
+    ZS_ASSIGN_OR_RETURN(auto engine,
+                        Engine::Create(spec, SyntheticTrain(3, Precision::kFp32), *device, comm));
+    ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+    ZS_RETURN_IF_ERROR(engine->Gather(0).status());
+    auto second = engine->Gather(1);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(second.status().message().find("block.0"), std::string::npos) << second.status();
+    EXPECT_EQ(engine->Release(1).code(), absl::StatusCode::kFailedPrecondition);
+    ZS_RETURN_IF_ERROR(engine->Release(0));
+    TrainSpec tiny = SyntheticTrain(3, Precision::kFp32);
+    tiny.max_live_gather_bytes = 100;
+    auto device2 = CreateCpuDevice();
+    auto refused = Engine::Create(spec, tiny, *device2, comm);
+    EXPECT_NE(refused.status().message().find("max_live_gather_bytes"), std::string::npos)
+        << refused.status();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+}  // namespace
+}  // namespace zeroshard::testing

@@ -1,0 +1,122 @@
+#include "tests/runtime/synthetic_trainer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "zeroshard/status.h"
+
+namespace zeroshard::testing {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// In [-1, 1).
+float Uniform(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  const uint64_t h = Mix(Mix(Mix(Mix(a) ^ b) ^ c) ^ d);
+  return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-52 - 1.0);
+}
+
+void Store(const TensorView& t, int64_t i, float value) {
+  switch (t.dtype) {
+    case DType::kFloat32:
+      t.as<float>()[i] = value;
+      break;
+    case DType::kBFloat16:
+      t.as<uint16_t>()[i] = Fp32ToBf16(value);
+      break;
+    default:
+      t.as<uint16_t>()[i] = Fp32ToFp16(value);
+      break;
+  }
+}
+
+float Load(const TensorView& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kFloat32:
+      return t.as<float>()[i];
+    case DType::kBFloat16:
+      return Bf16ToFp32(t.as<uint16_t>()[i]);
+    default:
+      return Fp16ToFp32(t.as<uint16_t>()[i]);
+  }
+}
+
+}  // namespace
+
+ModelSpec SyntheticSpec() {
+  ModelSpec spec;
+  spec.units.push_back({"block.0", {{"w", {40, 30}, false}, {"b", {30}, true}}});
+  spec.units.push_back({"block.1", {{"w", {50, 20}, false}}});
+  spec.units.push_back({"norm", {{"scale", {7}, true}}});
+  spec.units.push_back({"block.3", {{"w", {50, 20}, false}}});
+  return spec;
+}
+
+std::vector<float> SyntheticInit(const ModelSpec& spec, int unit, int param) {
+  std::vector<float> v(spec.units[unit].params[param].NumElements());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f * Uniform(7, unit, param, i);
+  return v;
+}
+
+absl::Status SyntheticStart(Engine& engine, const ModelSpec& spec) {
+  for (size_t u = 0; u < spec.units.size(); ++u) {
+    for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
+      ZS_RETURN_IF_ERROR(engine.SetParam(u, p, SyntheticInit(spec, u, p)));
+    }
+  }
+  return engine.Start();
+}
+
+absl::StatusOr<StepResult> SyntheticStep(Engine& engine, const ModelSpec& spec,
+                                         const SyntheticHooks& hooks) {
+  const int64_t step = engine.steps();
+  const int rank = engine.rank();
+  const int units = static_cast<int>(spec.units.size());
+  const float scale = static_cast<float>(engine.loss_scale());
+  for (int micro = 0; micro < engine.train().grad_accum_steps; ++micro) {
+    // Forward: read every unit once; the "activation" is a checksum that
+    // makes the gradient depend on the weights.
+    std::vector<double> checksum(units, 0.0);
+    for (int u = 0; u < units; ++u) {
+      const int gather = hooks.forward_unit ? hooks.forward_unit(step, rank, u) : u;
+      ZS_ASSIGN_OR_RETURN(UnitView w, engine.Gather(gather));
+      for (const TensorView& t : w.params) {
+        for (int64_t i = 0; i < t.numel; ++i) checksum[u] += Load(t, i);
+      }
+      ZS_RETURN_IF_ERROR(engine.Release(gather));
+    }
+    for (int u = units - 1; u >= 0; --u) {
+      ZS_ASSIGN_OR_RETURN(UnitView w, engine.Gather(u));
+      ZS_ASSIGN_OR_RETURN(UnitView g, engine.GradView(u));
+      const double c = std::tanh(checksum[u]);
+      for (size_t p = 0; p < g.params.size(); ++p) {
+        for (int64_t i = 0; i < g.params[p].numel; ++i) {
+          const float noise = Uniform(step * 131 + micro, rank, u * 16 + p, i);
+          Store(g.params[p], i, scale * (noise + 0.1f * Load(w.params[p], i) + 0.01f * float(c)));
+        }
+      }
+      if (hooks.after_grads) hooks.after_grads(step, rank, u, g);
+      ZS_RETURN_IF_ERROR(engine.ReduceGrads(u));
+      ZS_RETURN_IF_ERROR(engine.Release(u));
+    }
+  }
+  return engine.Step();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> AllParams(Engine& engine, const ModelSpec& spec) {
+  std::vector<std::vector<float>> out;
+  for (size_t u = 0; u < spec.units.size(); ++u) {
+    for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
+      ZS_ASSIGN_OR_RETURN(auto v, engine.GetParam(u, p));
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+}  // namespace zeroshard::testing
