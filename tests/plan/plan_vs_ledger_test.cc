@@ -1,8 +1,7 @@
 // The point of the planner: for the example MLP at world sizes 1-4 and every
-// stage the engine runs, each rank's ledger holds exactly the plan's
-// model-state bytes per category, and the measured peak is within 1% of the
-// plan (it is equal: the engine allocates the plan's buffers and nothing
-// else).
+// stage (0-3) and precision (fp32, bf16, fp16) the engine runs, each rank's ledger holds exactly
+// the plan's model-state bytes per category, and the measured peak is within 1% of the plan (it is
+// equal: the engine allocates the plan's buffers and nothing else).
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -95,8 +94,9 @@ TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
   for (int world = 1; world <= 4; ++world) {
     cluster.gpus = world;
     cluster.gpus_per_node = world;
-    for (PlanPrecision precision : {PlanPrecision::kFp32, PlanPrecision::kBf16}) {
-      for (int stage = 0; stage <= 2; ++stage) {
+    for (PlanPrecision precision :
+         {PlanPrecision::kFp32, PlanPrecision::kBf16, PlanPrecision::kFp16}) {
+      for (int stage = 0; stage <= 3; ++stage) {
         for (int accum : {1, 2}) {
           PlanOptions options;
           options.precision = precision;
@@ -112,8 +112,9 @@ TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
           // The engine gets the TrainSpec a trainer would write by hand.
           TrainSpec train;
           train.zero_stage = stage;
-          train.precision =
-              precision == PlanPrecision::kFp32 ? Precision::kFp32 : Precision::kBf16Mixed;
+          train.precision = precision == PlanPrecision::kFp32   ? Precision::kFp32
+                            : precision == PlanPrecision::kFp16 ? Precision::kFp16Mixed
+                                                                : Precision::kBf16Mixed;
           train.grad_accum_steps = accum;
           auto ranks = MeasureRanks(cfg, train, world);
           ASSERT_TRUE(ranks.ok()) << ranks.status();
@@ -147,7 +148,7 @@ TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 2 * 3 * 2);
+  EXPECT_EQ(checked, 4 * 3 * 4 * 2);
 }
 
 }  // namespace

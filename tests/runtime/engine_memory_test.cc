@@ -21,7 +21,7 @@ TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
     EXPECT_LE(psi - spec.NumParams(), static_cast<int64_t>(spec.units.size()) *
                                           (world * kShardQuantum + 4 * kParamAlignment));
     const int64_t n = world;
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       RunConfig run;
       run.world = world;
       run.stage = stage;
@@ -32,10 +32,15 @@ TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
       // ZeRO paper, mixed-precision Adam: 2 psi params + 2 psi grads + 12 psi
       // (fp32 master, m, v), split as the stage says.
       const int64_t expected[] = {2 * psi + 2 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / n,
-                                  2 * psi + (2 * psi + 12 * psi) / n};
+                                  2 * psi + (2 * psi + 12 * psi) / n, 16 * psi / n};
       EXPECT_EQ(plan->model_state_bytes(), expected[stage])
           << "world " << world << " stage " << stage;
-      EXPECT_EQ(plan->BytesIn(MemoryCategory::kParams), 2 * psi);
+      EXPECT_EQ(plan->BytesIn(MemoryCategory::kParams), stage == 3 ? 2 * psi / n : 2 * psi);
+      if (stage == 3) {
+        // The gather pool: (1 + prefetch_units) buffers of the largest unit.
+        EXPECT_EQ(plan->Find(kParamGatherBuffer)->bytes(),
+                  2 * (1 + MakeTrainSpec(run).prefetch_units) * layout->max_unit_numel());
+      }
       auto result = TrainMlp(cfg, run);
       ASSERT_TRUE(result.ok()) << result.status();
       for (int r = 0; r < world; ++r) {

@@ -58,7 +58,7 @@ TEST(EngineEquivalenceTest, OneMicroBatchPerRankIsBitwiseIdenticalToOneRankAcros
     const int clipped = ClippedSteps(*baseline);
     EXPECT_GT(clipped, 0) << "clipping never active";
     EXPECT_LT(clipped, kSteps) << "clipping active on every step";
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       RunConfig run = base_run;
       run.world = world;
       run.accum = 1;
@@ -95,7 +95,7 @@ TEST(EngineEquivalenceTest, GradientAccumulationMatchesOneRankWithinFloatToleran
     base_run.max_grad_norm = clip;
     auto baseline = TrainMlp(cfg, base_run);
     ASSERT_TRUE(baseline.ok()) << baseline.status();
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       RunConfig run = base_run;
       run.world = world;
       run.accum = 4;
@@ -120,7 +120,7 @@ TEST(EngineEquivalenceTest, Bf16MixedPrecisionIsBitwiseIdenticalAcrossStages) {
   run.stage = 0;
   auto stage0 = TrainMlp(cfg, run);
   ASSERT_TRUE(stage0.ok()) << stage0.status();
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     run.stage = stage;
     auto result = TrainMlp(cfg, run);
     ASSERT_TRUE(result.ok()) << result.status();
@@ -139,6 +139,46 @@ TEST(EngineEquivalenceTest, Bf16MixedPrecisionIsBitwiseIdenticalAcrossStages) {
               rel);
   EXPECT_LE(rel, 2e-2);
   EXPECT_LT(stage0->losses.back(), stage0->losses.front());
+}
+
+TEST(EngineEquivalenceTest, Stage3PrefetchDepthsGiveIdenticalWeights) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  RunConfig run;
+  run.world = 3;
+  run.stage = 3;
+  run.steps = 12;
+  run.max_grad_norm = 1.0;
+  run.prefetch_units = 0;
+  auto on_demand = TrainMlp(cfg, run);
+  ASSERT_TRUE(on_demand.ok()) << on_demand.status();
+  EXPECT_FALSE(on_demand->stats.prefetch_active);
+  for (int depth : {1, 2}) {
+    run.prefetch_units = depth;
+    auto result = TrainMlp(cfg, run);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(result->stats.prefetch_active) << "depth " << depth;
+    EXPECT_TRUE(BitwiseEqual(*result, *on_demand)) << "depth " << depth;
+    std::printf("stage 3 prefetch %d: bitwise identical to on-demand: %s\n", depth,
+                BitwiseEqual(*result, *on_demand) ? "yes" : "NO");
+  }
+}
+
+TEST(EngineEquivalenceTest, Fp16WithLossScalingTrains) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  RunConfig run;
+  run.world = 2;
+  run.stage = 3;
+  run.steps = 40;
+  run.precision = Precision::kFp16Mixed;
+  auto result = TrainMlp(cfg, run);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_LT(result->losses.back(), 0.7 * result->losses.front());
+  EXPECT_GT(result->stats.loss_scale, 1.0);
+  // Stages agree bit for bit in fp16 too.
+  run.stage = 1;
+  auto stage1 = TrainMlp(cfg, run);
+  ASSERT_TRUE(stage1.ok()) << stage1.status();
+  EXPECT_TRUE(BitwiseEqual(*result, *stage1));
 }
 
 TEST(EngineEquivalenceTest, TrainingReducesTheLoss) {

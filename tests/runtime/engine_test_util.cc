@@ -30,6 +30,7 @@ TrainSpec MakeTrainSpec(const RunConfig& run) {
   t.schedule.total_steps = run.steps;
   t.schedule.min_lr_ratio = 0.1;
   t.max_grad_norm = run.max_grad_norm;
+  t.prefetch_units = run.prefetch_units;
   return t;
 }
 
@@ -64,7 +65,10 @@ absl::StatusOr<RunResult> TrainMlp(const mlp::MlpConfig& cfg, const RunConfig& r
     if (impl == nullptr) return absl::InternalError("engine is not an EngineImpl");
     ZS_RETURN_IF_ERROR(impl->CheckPaddingIsZero());
     std::lock_guard<std::mutex> lock(mu);
-    if (rank == 0) result.params = std::move(params);
+    if (rank == 0) {
+      result.params = std::move(params);
+      result.stats = engine->Stats();
+    }
     result.model_state_bytes[rank] = device->ledger().current_model_states();
     result.peak_bytes[rank] = device->ledger().peak_total();
     return absl::OkStatus();

@@ -20,6 +20,7 @@ struct RunConfig {
   int steps = 24;
   double max_grad_norm = 0.0;
   double weight_decay = 0.01;
+  int prefetch_units = 1;
 };
 
 struct RunResult {
@@ -28,6 +29,7 @@ struct RunResult {
   std::vector<StepResult> steps;                        // rank 0's
   std::vector<int64_t> model_state_bytes;               // per rank, from the ledger
   std::vector<int64_t> peak_bytes;                      // per rank, from the ledger
+  EngineStats stats;                                    // rank 0's
 };
 
 mlp::MlpConfig SmallMlp();

@@ -12,6 +12,8 @@ const char* PrecisionName(Precision precision) {
       return "fp32";
     case Precision::kBf16Mixed:
       return "bf16";
+    case Precision::kFp16Mixed:
+      return "fp16";
   }
   return "?";
 }
@@ -62,8 +64,8 @@ absl::Status TrainSpec::Validate() const {
   const DType g = effective_grad_dtype();
   if (g != DType::kFloat32 && g != param_dtype()) {
     return bad(absl::StrFormat(
-        "grad_dtype %s with %s precision; use fp32 gradients or the param dtype (%s)",
-        DTypeName(g), PrecisionName(precision), DTypeName(param_dtype())));
+        "grad_dtype %s with %s precision; use fp32 gradients or the param dtype (%s)", DTypeName(g),
+        PrecisionName(precision), DTypeName(param_dtype())));
   }
   const OptimizerSpec& o = optimizer;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return bad(absl::StrFormat("lr %g must be >= 0", o.lr));
