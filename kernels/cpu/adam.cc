@@ -63,97 +63,27 @@ ZS_DEFINE_ADAM_PATH(ScalarVec, Scalar)
 
 void AdamFp32On(Isa isa, float* param, const float* grad, float* m, float* v, size_t n,
                 const AdamConstants& c) {
-  internal::CheckIsaSupported(isa, "AdamFp32On");
-  switch (isa) {
-#if defined(ZS_KERNELS_X86_PATHS)
-    case Isa::kAvx512:
-      return internal::AdamFp32Avx512(param, grad, m, v, n, c);
-    case Isa::kAvx2:
-      return internal::AdamFp32Avx2(param, grad, m, v, n, c);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-#endif
-    case Isa::kScalar:
-      break;
-  }
-  internal::AdamFp32Scalar(param, grad, m, v, n, c);
+  ZS_DISPATCH_KERNEL(isa, AdamFp32, param, grad, m, v, n, c);
 }
 
 void AdamMixedBf16On(Isa isa, float* master, uint16_t* param_out, const float* grad, float* m,
                      float* v, size_t n, const AdamConstants& c) {
-  internal::CheckIsaSupported(isa, "AdamMixedBf16On");
-  switch (isa) {
-#if defined(ZS_KERNELS_X86_PATHS)
-    case Isa::kAvx512:
-      return internal::AdamMixedBf16Avx512(master, param_out, grad, m, v, n, c);
-    case Isa::kAvx2:
-      return internal::AdamMixedBf16Avx2(master, param_out, grad, m, v, n, c);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-#endif
-    case Isa::kScalar:
-      break;
-  }
-  internal::AdamMixedBf16Scalar(master, param_out, grad, m, v, n, c);
+  ZS_DISPATCH_KERNEL(isa, AdamMixedBf16, master, param_out, grad, m, v, n, c);
 }
 
 void AdamMixedBf16GradBf16On(Isa isa, float* master, uint16_t* param_out, const uint16_t* grad,
                              float* m, float* v, size_t n, const AdamConstants& c) {
-  internal::CheckIsaSupported(isa, "AdamMixedBf16GradBf16On");
-  switch (isa) {
-#if defined(ZS_KERNELS_X86_PATHS)
-    case Isa::kAvx512:
-      return internal::AdamMixedBf16GradBf16Avx512(master, param_out, grad, m, v, n, c);
-    case Isa::kAvx2:
-      return internal::AdamMixedBf16GradBf16Avx2(master, param_out, grad, m, v, n, c);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-#endif
-    case Isa::kScalar:
-      break;
-  }
-  internal::AdamMixedBf16GradBf16Scalar(master, param_out, grad, m, v, n, c);
+  ZS_DISPATCH_KERNEL(isa, AdamMixedBf16GradBf16, master, param_out, grad, m, v, n, c);
 }
 
 void AdamMixedFp16On(Isa isa, float* master, uint16_t* param_out, const float* grad, float* m,
                      float* v, size_t n, const AdamConstants& c) {
-  internal::CheckIsaSupported(isa, "AdamMixedFp16On");
-  switch (isa) {
-#if defined(ZS_KERNELS_X86_PATHS)
-    case Isa::kAvx512:
-      return internal::AdamMixedFp16Avx512(master, param_out, grad, m, v, n, c);
-    case Isa::kAvx2:
-      return internal::AdamMixedFp16Avx2(master, param_out, grad, m, v, n, c);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-#endif
-    case Isa::kScalar:
-      break;
-  }
-  internal::AdamMixedFp16Scalar(master, param_out, grad, m, v, n, c);
+  ZS_DISPATCH_KERNEL(isa, AdamMixedFp16, master, param_out, grad, m, v, n, c);
 }
 
 void AdamMixedFp16GradFp16On(Isa isa, float* master, uint16_t* param_out, const uint16_t* grad,
                              float* m, float* v, size_t n, const AdamConstants& c) {
-  internal::CheckIsaSupported(isa, "AdamMixedFp16GradFp16On");
-  switch (isa) {
-#if defined(ZS_KERNELS_X86_PATHS)
-    case Isa::kAvx512:
-      return internal::AdamMixedFp16GradFp16Avx512(master, param_out, grad, m, v, n, c);
-    case Isa::kAvx2:
-      return internal::AdamMixedFp16GradFp16Avx2(master, param_out, grad, m, v, n, c);
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-#endif
-    case Isa::kScalar:
-      break;
-  }
-  internal::AdamMixedFp16GradFp16Scalar(master, param_out, grad, m, v, n, c);
+  ZS_DISPATCH_KERNEL(isa, AdamMixedFp16GradFp16, master, param_out, grad, m, v, n, c);
 }
 
 void AdamFp32(float* param, const float* grad, float* m, float* v, size_t n,

@@ -31,39 +31,19 @@ void CastFp16ToFp32Scalar(const uint16_t* in, float* out, size_t n) {
 }  // namespace internal
 
 void CastFp32ToBf16On(Isa isa, const float* in, uint16_t* out, size_t n) {
-  internal::CheckIsaSupported(isa, "CastFp32ToBf16On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::CastFp32ToBf16Avx512(in, out, n);
-  if (isa == Isa::kAvx2) return internal::CastFp32ToBf16Avx2(in, out, n);
-#endif
-  internal::CastFp32ToBf16Scalar(in, out, n);
+  ZS_DISPATCH_KERNEL(isa, CastFp32ToBf16, in, out, n);
 }
 
 void CastBf16ToFp32On(Isa isa, const uint16_t* in, float* out, size_t n) {
-  internal::CheckIsaSupported(isa, "CastBf16ToFp32On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::CastBf16ToFp32Avx512(in, out, n);
-  if (isa == Isa::kAvx2) return internal::CastBf16ToFp32Avx2(in, out, n);
-#endif
-  internal::CastBf16ToFp32Scalar(in, out, n);
+  ZS_DISPATCH_KERNEL(isa, CastBf16ToFp32, in, out, n);
 }
 
 void CastFp32ToFp16On(Isa isa, const float* in, uint16_t* out, size_t n) {
-  internal::CheckIsaSupported(isa, "CastFp32ToFp16On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::CastFp32ToFp16Avx512(in, out, n);
-  if (isa == Isa::kAvx2) return internal::CastFp32ToFp16Avx2(in, out, n);
-#endif
-  internal::CastFp32ToFp16Scalar(in, out, n);
+  ZS_DISPATCH_KERNEL(isa, CastFp32ToFp16, in, out, n);
 }
 
 void CastFp16ToFp32On(Isa isa, const uint16_t* in, float* out, size_t n) {
-  internal::CheckIsaSupported(isa, "CastFp16ToFp32On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::CastFp16ToFp32Avx512(in, out, n);
-  if (isa == Isa::kAvx2) return internal::CastFp16ToFp32Avx2(in, out, n);
-#endif
-  internal::CastFp16ToFp32Scalar(in, out, n);
+  ZS_DISPATCH_KERNEL(isa, CastFp16ToFp32, in, out, n);
 }
 
 void CastFp32ToBf16(const float* in, uint16_t* out, size_t n) {

@@ -54,30 +54,15 @@ void BlockSumSquaresFp16Scalar(const uint16_t* x, size_t n, double* out) {
 }  // namespace internal
 
 void BlockSumSquaresFp32On(Isa isa, const float* x, size_t n, double* out) {
-  internal::CheckIsaSupported(isa, "BlockSumSquaresFp32On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::BlockSumSquaresFp32Avx512(x, n, out);
-  if (isa == Isa::kAvx2) return internal::BlockSumSquaresFp32Avx2(x, n, out);
-#endif
-  internal::BlockSumSquaresFp32Scalar(x, n, out);
+  ZS_DISPATCH_KERNEL(isa, BlockSumSquaresFp32, x, n, out);
 }
 
 void BlockSumSquaresBf16On(Isa isa, const uint16_t* x, size_t n, double* out) {
-  internal::CheckIsaSupported(isa, "BlockSumSquaresBf16On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::BlockSumSquaresBf16Avx512(x, n, out);
-  if (isa == Isa::kAvx2) return internal::BlockSumSquaresBf16Avx2(x, n, out);
-#endif
-  internal::BlockSumSquaresBf16Scalar(x, n, out);
+  ZS_DISPATCH_KERNEL(isa, BlockSumSquaresBf16, x, n, out);
 }
 
 void BlockSumSquaresFp16On(Isa isa, const uint16_t* x, size_t n, double* out) {
-  internal::CheckIsaSupported(isa, "BlockSumSquaresFp16On");
-#if defined(ZS_KERNELS_X86_PATHS)
-  if (isa == Isa::kAvx512) return internal::BlockSumSquaresFp16Avx512(x, n, out);
-  if (isa == Isa::kAvx2) return internal::BlockSumSquaresFp16Avx2(x, n, out);
-#endif
-  internal::BlockSumSquaresFp16Scalar(x, n, out);
+  ZS_DISPATCH_KERNEL(isa, BlockSumSquaresFp16, x, n, out);
 }
 
 void BlockSumSquaresFp32(const float* x, size_t n, double* out) {

@@ -17,6 +17,11 @@
 // the copy's GB/s for the same bytes and thread count, and their ratio, twice:
 // from the fastest iteration of each (the machine's capability, least
 // disturbed by other processes) and from the mean over all iterations.
+// A second table measures the ratio PAIRED: copy and update alternate
+// (copy, update, copy, update, ...) kPairs times and each pair gives one
+// ratio t_copy / t_update; it prints the median and the range. On a shared
+// machine whose bandwidth drifts this is the figure to quote: both halves
+// of a pair see the same conditions.
 //
 // N = 64M elements by default; ZS_BENCH_N=<elements> for a quick run.
 // The active ISA path is ActiveIsa() (ZS_CPU_ISA=scalar|avx2|avx512 narrows it).
@@ -232,6 +237,71 @@ void Register() {
   common(benchmark::RegisterBenchmark("adamw_fp16_mixed_fp16_grad", BmAdamMixedFp16GradFp16));
 }
 
+// The update of each variant, as (begin, end) work on the shared buffers.
+struct Variant {
+  const char* name;
+  int bytes_per_elem;
+  std::function<void(size_t, size_t)> work;
+};
+
+std::vector<Variant> Variants() {
+  Buffers& b = GetBuffers();
+  static const AdamConstants c = BenchConstants();
+  return {
+      {"adamw fp32", 28,
+       [&b](size_t i, size_t e) { AdamFp32(b.p + i, b.g + i, b.m + i, b.v + i, e - i, c); }},
+      {"adamw bf16-mixed fp32-grad", 30,
+       [&b](size_t i, size_t e) {
+         AdamMixedBf16(b.p + i, b.out + i, b.g + i, b.m + i, b.v + i, e - i, c);
+       }},
+      {"adamw bf16-mixed bf16-grad", 28,
+       [&b](size_t i, size_t e) {
+         AdamMixedBf16GradBf16(b.p + i, b.out + i, b.g16 + i, b.m + i, b.v + i, e - i, c);
+       }},
+      {"adamw fp16-mixed fp32-grad", 30,
+       [&b](size_t i, size_t e) {
+         AdamMixedFp16(b.p + i, b.out + i, b.g + i, b.m + i, b.v + i, e - i, c);
+       }},
+      {"adamw fp16-mixed fp16-grad", 28,
+       [&b](size_t i, size_t e) {
+         AdamMixedFp16GradFp16(b.p + i, b.out + i, b.gh + i, b.m + i, b.v + i, e - i, c);
+       }},
+  };
+}
+
+double Seconds(int threads, size_t n, const std::function<void(size_t, size_t)>& work) {
+  const auto start = std::chrono::steady_clock::now();
+  RunSplit(threads, n, work);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void PrintPairedRatios() {
+  constexpr int kPairs = 11;
+  Buffers& b = GetBuffers();
+  std::printf("\nPaired (copy and update alternating, %d pairs): update GB/s / copy GB/s\n",
+              kPairs);
+  std::printf("%-28s %-10s %8s %8s %8s\n", "variant", "threads", "median", "min", "max");
+  for (const Variant& v : Variants()) {
+    const size_t half = static_cast<size_t>(v.bytes_per_elem) / 2;
+    auto copy = [&b, half](size_t i, size_t e) {
+      std::memcpy(b.copy_dst + i * half, b.copy_src + i * half, (e - i) * half);
+    };
+    for (int threads : {1, 2}) {
+      Seconds(threads, b.n, copy);  // warm both
+      Seconds(threads, b.n, v.work);
+      std::vector<double> ratios;
+      for (int k = 0; k < kPairs; ++k) {
+        const double t_copy = Seconds(threads, b.n, copy);
+        const double t_update = Seconds(threads, b.n, v.work);
+        ratios.push_back(t_copy / t_update);  // same bytes: the bandwidth ratio
+      }
+      std::sort(ratios.begin(), ratios.end());
+      std::printf("%-28s %d thread%s %8.3f %8.3f %8.3f\n", v.name, threads,
+                  threads == 1 ? " " : "s", ratios[kPairs / 2], ratios.front(), ratios.back());
+    }
+  }
+}
+
 void PrintSummary() {
   const auto& r = Results();
   std::printf("\nAdamW update vs memcpy of the same bytes (N = %zu, ISA path %s)\n", GetBuffers().n,
@@ -267,5 +337,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   zeroshard::kernels::PrintSummary();
+  zeroshard::kernels::PrintPairedRatios();
   return 0;
 }

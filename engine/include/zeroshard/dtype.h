@@ -45,6 +45,13 @@ inline float Bf16ToFp32(uint16_t h) {
 uint16_t Fp32ToFp16(float x);
 float Fp16ToFp32(uint16_t h);
 
+// Bulk conversions of n elements, vectorised (AVX-512 / AVX2 / scalar, chosen
+// once per process); the same bits as the scalar functions above.
+void ConvertFp32ToBf16(const float* in, uint16_t* out, size_t n);
+void ConvertBf16ToFp32(const uint16_t* in, float* out, size_t n);
+void ConvertFp32ToFp16(const float* in, uint16_t* out, size_t n);
+void ConvertFp16ToFp32(const uint16_t* in, float* out, size_t n);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_DTYPE_H_

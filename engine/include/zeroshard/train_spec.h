@@ -104,6 +104,11 @@ struct TrainSpec {
 
   LossScaleSpec loss_scale;
 
+  // Compare a hash of every rank's collectives at each Step() and fail with
+  // an error naming the ranks that diverged (it rides on the norm's
+  // all-gather; perf/runtime/sequence_check_bench measures its cost).
+  bool check_collective_sequence = true;
+
   DType param_dtype() const;
   DType effective_grad_dtype() const;
   // Range checks with the field named in the error.

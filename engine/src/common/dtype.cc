@@ -1,9 +1,10 @@
 #include "zeroshard/dtype.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/internal/fp16.h"
 
 namespace zeroshard {
 
@@ -54,57 +55,23 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       absl::StrFormat("unknown dtype '%s'; expected fp32, bf16, fp16, fp64, int64 or uint8", name));
 }
 
-uint16_t Fp32ToFp16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet.
-    return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
-  }
-  // 65520 is the midpoint between 65504 (largest half) and 65536; its tie
-  // goes to the even neighbour 65536, i.e. infinity.
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (abs >= 0x38800000u) {  // Normal half (|x| >= 2^-14).
-    const uint32_t exponent = (abs >> 23) - 127 + 15;
-    const uint32_t mantissa = abs & 0x7fffffu;
-    uint32_t half = (exponent << 10) | (mantissa >> 13);
-    const uint32_t rest = mantissa & 0x1fffu;
-    // A carry out of the mantissa correctly bumps the exponent.
-    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  // Subnormal half: units of 2^-24. |x| <= 2^-25 rounds to zero (the tie at
-  // exactly 2^-25 goes to the even value 0).
-  if (abs <= 0x33000000u) return sign;
-  const uint32_t exponent = abs >> 23;
-  const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126 - exponent;  // In [14, 24].
-  uint32_t half = mantissa >> shift;
-  const uint32_t rest = mantissa & ((1u << shift) - 1u);
-  const uint32_t halfway = 1u << (shift - 1);
-  if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-  return static_cast<uint16_t>(sign | half);
-}
+// One rule for the whole project: the kernels' scalar conversion, which their
+// SIMD paths are tested against bit for bit.
+uint16_t Fp32ToFp16(float x) { return kernels::internal::Fp32ToFp16Rne(x); }
 
-float Fp16ToFp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24 is exact in fp32.
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    std::memcpy(&bits, &magnitude, sizeof(bits));
-    bits |= sign;
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
-  }
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
+float Fp16ToFp32(uint16_t h) { return kernels::internal::Fp16ToFp32(h); }
+
+void ConvertFp32ToBf16(const float* in, uint16_t* out, size_t n) {
+  kernels::CastFp32ToBf16(in, out, n);
+}
+void ConvertBf16ToFp32(const uint16_t* in, float* out, size_t n) {
+  kernels::CastBf16ToFp32(in, out, n);
+}
+void ConvertFp32ToFp16(const float* in, uint16_t* out, size_t n) {
+  kernels::CastFp32ToFp16(in, out, n);
+}
+void ConvertFp16ToFp32(const uint16_t* in, float* out, size_t n) {
+  kernels::CastFp16ToFp32(in, out, n);
 }
 
 }  // namespace zeroshard

@@ -260,11 +260,9 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
     if (param_dtype_ == DType::kFloat32) {
       std::memcpy(dst, src, n * sizeof(float));
     } else if (param_dtype_ == DType::kBFloat16) {
-      auto* out = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToBf16(src[i]);
+      ConvertFp32ToBf16(src, static_cast<uint16_t*>(dst), static_cast<size_t>(n));
     } else {
-      auto* out = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToFp16(src[i]);
+      ConvertFp32ToFp16(src, static_cast<uint16_t*>(dst), static_cast<size_t>(n));
     }
   }
   if (mixed_) {

@@ -11,10 +11,11 @@
 namespace zeroshard::internal {
 
 void EngineImpl::NoteCollective(CollectiveKind kind, int unit, int64_t count) {
+  ++collectives_total_;
+  if (!train_.check_collective_sequence) return;
   const int64_t record[3] = {static_cast<int64_t>(kind), unit, count};
   sequence_hash_ = HashBytes(record, sizeof(record), sequence_hash_ == 0 ? 1 : sequence_hash_);
   ++sequence_count_;
-  ++collectives_total_;
 }
 
 EngineStats EngineImpl::Stats() const {

@@ -18,12 +18,19 @@ void EngineImpl::AccumulateInto(void* acc, const void* add, int64_t n) const {
     for (int64_t i = 0; i < n; ++i) a[i] += b[i];
     return;
   }
+  // 16-bit: widen blocks, add in fp32, round once per micro-batch.
+  constexpr int64_t kBlock = 1024;
+  float sum[kBlock];
+  float term[kBlock];
   uint16_t* a = static_cast<uint16_t*>(acc);
   const uint16_t* b = static_cast<const uint16_t*>(add);
-  if (grad_dtype_ == DType::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) a[i] = Fp32ToBf16(Bf16ToFp32(a[i]) + Bf16ToFp32(b[i]));
-  } else {
-    for (int64_t i = 0; i < n; ++i) a[i] = Fp32ToFp16(Fp16ToFp32(a[i]) + Fp16ToFp32(b[i]));
+  const bool bf16 = grad_dtype_ == DType::kBFloat16;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const size_t len = static_cast<size_t>(std::min(kBlock, n - begin));
+    (bf16 ? ConvertBf16ToFp32 : ConvertFp16ToFp32)(a + begin, sum, len);
+    (bf16 ? ConvertBf16ToFp32 : ConvertFp16ToFp32)(b + begin, term, len);
+    for (size_t i = 0; i < len; ++i) sum[i] += term[i];
+    (bf16 ? ConvertFp32ToBf16 : ConvertFp32ToFp16)(sum, a + begin, len);
   }
 }
 
@@ -66,16 +73,19 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   // collective-sequence record, so the divergence check costs no extra
   // round trip.
   constexpr int kLimbs = kernels::ExactSum::kLimbs;
-  constexpr int kRecord = kLimbs + 2;
-  int64_t mine[kRecord];
+  const bool check = train_.check_collective_sequence;
+  const int kRecord = check ? kLimbs + 2 : kLimbs;
+  int64_t mine[kLimbs + 2];
   for (int k = 0; k < kLimbs; ++k) mine[k] = sum.limbs()[k];
-  mine[kLimbs] = static_cast<int64_t>(sequence_hash_);
-  mine[kLimbs + 1] = sequence_count_;
+  if (check) {
+    mine[kLimbs] = static_cast<int64_t>(sequence_hash_);
+    mine[kLimbs + 1] = sequence_count_;
+  }
   std::vector<int64_t> all(static_cast<size_t>(kRecord) * world_);
   CommHandle handle = comm_.AllGather(mine, all.data(), kRecord, DType::kInt64);
   ZS_RETURN_IF_ERROR(WaitComm(handle));
   std::vector<int> differ;
-  for (int r = 1; r < world_; ++r) {
+  for (int r = 1; check && r < world_; ++r) {
     if (all[r * kRecord + kLimbs] != all[kLimbs] ||
         all[r * kRecord + kLimbs + 1] != all[kLimbs + 1]) {
       differ.push_back(r);

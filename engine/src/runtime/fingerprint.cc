@@ -82,6 +82,17 @@ uint64_t FingerprintTrainSpec(const TrainSpec& t) {
   h = HashValue(h, t.max_grad_norm);
   h = HashValue(h, t.grad_accum_steps);
   h = HashValue(h, t.num_grad_buffers);
+  h = HashValue(h, t.prefetch_units);
+  h = HashValue(h, t.max_live_gather_bytes);
+  h = HashValue(h, t.persistent_unit_numel);
+  h = HashValue(h, t.loss_scale.initial_scale);
+  h = HashValue(h, t.loss_scale.growth_factor);
+  h = HashValue(h, t.loss_scale.backoff_factor);
+  h = HashValue(h, t.loss_scale.growth_interval);
+  h = HashValue(h, t.loss_scale.hysteresis);
+  h = HashValue(h, t.loss_scale.min_scale);
+  h = HashValue(h, t.loss_scale.max_skips_at_min_scale);
+  h = HashValue(h, static_cast<uint8_t>(t.check_collective_sequence));
   return h;
 }
 

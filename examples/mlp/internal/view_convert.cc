@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "zeroshard/status.h"
@@ -25,20 +24,6 @@ absl::Status CheckView(const TensorView& view, const char* what) {
   return absl::OkStatus();
 }
 
-// Every fp16 value widened once by Fp16ToFp32: a lookup is several times
-// faster than the branchy conversion, with the same bits by construction
-// (the trainer widens a whole unit twice per micro-batch).
-const float* Fp16ToFp32Table() {
-  static const std::vector<float>* const table = [] {
-    auto* t = new std::vector<float>(size_t{1} << 16);
-    for (uint32_t h = 0; h < (uint32_t{1} << 16); ++h) {
-      (*t)[h] = Fp16ToFp32(static_cast<uint16_t>(h));
-    }
-    return t;
-  }();
-  return table->data();
-}
-
 }  // namespace
 
 bool IsSupportedViewDType(DType dtype) {
@@ -52,17 +37,12 @@ absl::Status ReadAsFp32(const TensorView& view, float* dst) {
     case DType::kFloat32:
       std::memcpy(dst, view.data, static_cast<size_t>(n) * sizeof(float));
       break;
-    case DType::kBFloat16: {
-      const uint16_t* src = view.as<const uint16_t>();
-      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(src[i]);
+    case DType::kBFloat16:
+      ConvertBf16ToFp32(view.as<const uint16_t>(), dst, static_cast<size_t>(n));
       break;
-    }
-    default: {
-      const uint16_t* src = view.as<const uint16_t>();
-      const float* table = Fp16ToFp32Table();
-      for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]];
+    default:
+      ConvertFp16ToFp32(view.as<const uint16_t>(), dst, static_cast<size_t>(n));
       break;
-    }
   }
   return absl::OkStatus();
 }
@@ -74,16 +54,12 @@ absl::Status WriteFromFp32(const float* src, const TensorView& view) {
     case DType::kFloat32:
       std::memcpy(view.data, src, static_cast<size_t>(n) * sizeof(float));
       break;
-    case DType::kBFloat16: {
-      uint16_t* dst = view.as<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToBf16(src[i]);
+    case DType::kBFloat16:
+      ConvertFp32ToBf16(src, view.as<uint16_t>(), static_cast<size_t>(n));
       break;
-    }
-    default: {
-      uint16_t* dst = view.as<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+    default:
+      ConvertFp32ToFp16(src, view.as<uint16_t>(), static_cast<size_t>(n));
       break;
-    }
   }
   return absl::OkStatus();
 }

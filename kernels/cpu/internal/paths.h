@@ -36,6 +36,22 @@ ZS_DECLARE_KERNEL_PATH(Avx512)
 
 #undef ZS_DECLARE_KERNEL_PATH
 
+// The body of a dispatching `<fn>On(isa, ...)` entry point: checks that the
+// CPU runs `isa`, then calls internal::<fn>Avx512 / <fn>Avx2 / <fn>Scalar.
+#if defined(ZS_KERNELS_X86_PATHS)
+#define ZS_DISPATCH_KERNEL(isa, fn, ...)                                                 \
+  ::zeroshard::kernels::internal::CheckIsaSupported(isa, #fn "On");                      \
+  if ((isa) == Isa::kAvx512) {                                                           \
+    return ::zeroshard::kernels::internal::fn##Avx512(__VA_ARGS__);                      \
+  }                                                                                      \
+  if ((isa) == Isa::kAvx2) return ::zeroshard::kernels::internal::fn##Avx2(__VA_ARGS__); \
+  return ::zeroshard::kernels::internal::fn##Scalar(__VA_ARGS__)
+#else
+#define ZS_DISPATCH_KERNEL(isa, fn, ...)                            \
+  ::zeroshard::kernels::internal::CheckIsaSupported(isa, #fn "On"); \
+  return ::zeroshard::kernels::internal::fn##Scalar(__VA_ARGS__)
+#endif
+
 }  // namespace zeroshard::kernels::internal
 
 #endif  // ZEROSHARD_KERNELS_CPU_INTERNAL_PATHS_H_
