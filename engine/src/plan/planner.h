@@ -2,10 +2,10 @@
 // allocated, and says what every rank will hold.
 //
 // Pure: sizes only, no Device, no Communicator. For every configuration the
-// engine runs today (ZeRO stages 0-2, fp32 or bf16 mixed, no offload,
+// engine runs today (ZeRO stages 0-3, fp32, bf16 or fp16 mixed, no offload,
 // tp = pp = 1) a candidate's `buffers` are PlanBuffers() verbatim, so the
-// plan equals the engine's ledger by construction. Stage 3, offload, fp16
-// and tensor/pipeline splits are derived from the same list analytically
+// plan equals the engine's ledger by construction. Offload and
+// tensor/pipeline splits are derived from the same list analytically
 // (docs/memory_model.md gives every formula).
 #ifndef ZEROSHARD_PLAN_PLANNER_H_
 #define ZEROSHARD_PLAN_PLANNER_H_

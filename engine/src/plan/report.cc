@@ -143,7 +143,7 @@ std::string FormatTable(const Plan& plan, bool all) {
                           WithCommas(static_cast<int64_t>(std::llround(c.tokens_per_s))));
     if (!c.engine_supported) {
       absl::StrAppend(&out,
-                      "note:     today's engine runs stages 0-2 (fp32, bf16) without offload or "
+                      "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) without offload or "
                       "tp/pp; this plan's buffers are computed analytically\n");
     }
   }

@@ -1,4 +1,4 @@
-// EngineImpl: the stage 0-2 runtime behind zeroshard::Engine.
+// EngineImpl: the ZeRO stage 0-3 runtime behind zeroshard::Engine.
 //
 // Buffers (names and sizes from BufferPlan, allocated once in Create):
 //   params   param dtype: each unit's full segment (stages 0-2, stage 3's
