@@ -29,8 +29,9 @@ $(BUILD_DIR)/CMakeCache.txt:
 
 configure: deps $(BUILD_DIR)/CMakeCache.txt
 
+# MAKELEVEL/MAKEFLAGS unset: the build's own make need not print every directory.
 build: configure
-	cmake --build $(BUILD_DIR) -j $(JOBS)
+	env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
 	$(BUILD_DIR)/examples/mlp/mlp_demo $(DEMO_ARGS)
