@@ -175,68 +175,6 @@ void BmCopy(benchmark::State& state, int bytes_per_elem) {
           });
 }
 
-void BmAdamFp32(benchmark::State& state) {
-  Buffers& b = GetBuffers();
-  const AdamConstants c = BenchConstants();
-  Measure(state, "adamw fp32", 28, [&b, &c](size_t begin, size_t end) {
-    AdamFp32(b.p + begin, b.g + begin, b.m + begin, b.v + begin, end - begin, c);
-  });
-}
-
-void BmAdamMixedBf16(benchmark::State& state) {
-  Buffers& b = GetBuffers();
-  const AdamConstants c = BenchConstants();
-  Measure(state, "adamw bf16-mixed fp32-grad", 30, [&b, &c](size_t begin, size_t end) {
-    AdamMixedBf16(b.p + begin, b.out + begin, b.g + begin, b.m + begin, b.v + begin, end - begin,
-                  c);
-  });
-}
-
-void BmAdamMixedBf16GradBf16(benchmark::State& state) {
-  Buffers& b = GetBuffers();
-  const AdamConstants c = BenchConstants();
-  Measure(state, "adamw bf16-mixed bf16-grad", 28, [&b, &c](size_t begin, size_t end) {
-    AdamMixedBf16GradBf16(b.p + begin, b.out + begin, b.g16 + begin, b.m + begin, b.v + begin,
-                          end - begin, c);
-  });
-}
-
-void BmAdamMixedFp16(benchmark::State& state) {
-  Buffers& b = GetBuffers();
-  const AdamConstants c = BenchConstants();
-  Measure(state, "adamw fp16-mixed fp32-grad", 30, [&b, &c](size_t begin, size_t end) {
-    AdamMixedFp16(b.p + begin, b.out + begin, b.g + begin, b.m + begin, b.v + begin, end - begin,
-                  c);
-  });
-}
-
-void BmAdamMixedFp16GradFp16(benchmark::State& state) {
-  Buffers& b = GetBuffers();
-  const AdamConstants c = BenchConstants();
-  Measure(state, "adamw fp16-mixed fp16-grad", 28, [&b, &c](size_t begin, size_t end) {
-    AdamMixedFp16GradFp16(b.p + begin, b.out + begin, b.gh + begin, b.m + begin, b.v + begin,
-                          end - begin, c);
-  });
-}
-
-void Register() {
-  auto common = [](benchmark::internal::Benchmark* bm) {
-    bm->Arg(1)
-        ->Arg(2)
-        ->ArgName("threads")
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(1.0);
-  };
-  common(benchmark::RegisterBenchmark("copy_28B", BmCopy, 28));
-  common(benchmark::RegisterBenchmark("copy_30B", BmCopy, 30));
-  common(benchmark::RegisterBenchmark("adamw_fp32", BmAdamFp32));
-  common(benchmark::RegisterBenchmark("adamw_bf16_mixed_fp32_grad", BmAdamMixedBf16));
-  common(benchmark::RegisterBenchmark("adamw_bf16_mixed_bf16_grad", BmAdamMixedBf16GradBf16));
-  common(benchmark::RegisterBenchmark("adamw_fp16_mixed_fp32_grad", BmAdamMixedFp16));
-  common(benchmark::RegisterBenchmark("adamw_fp16_mixed_fp16_grad", BmAdamMixedFp16GradFp16));
-}
-
 // The update of each variant, as (begin, end) work on the shared buffers.
 struct Variant {
   const char* name;
@@ -267,6 +205,26 @@ std::vector<Variant> Variants() {
          AdamMixedFp16GradFp16(b.p + i, b.out + i, b.gh + i, b.m + i, b.v + i, e - i, c);
        }},
   };
+}
+
+void Register() {
+  auto common = [](benchmark::internal::Benchmark* bm) {
+    bm->Arg(1)
+        ->Arg(2)
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
+  };
+  common(benchmark::RegisterBenchmark("copy_28B", BmCopy, 28));
+  common(benchmark::RegisterBenchmark("copy_30B", BmCopy, 30));
+  for (const Variant& v : Variants()) {
+    std::string id = v.name;  // "adamw bf16-mixed fp32-grad" -> "adamw_bf16_mixed_fp32_grad"
+    for (char& ch : id) ch = (ch == ' ' || ch == '-') ? '_' : ch;
+    common(benchmark::RegisterBenchmark(id.c_str(), [v](benchmark::State& state) {
+      Measure(state, v.name, v.bytes_per_elem, v.work);
+    }));
+  }
 }
 
 double Seconds(int threads, size_t n, const std::function<void(size_t, size_t)>& work) {

@@ -57,54 +57,26 @@ std::string AsyncCommunicator::ErrorPrefix() const {
   return absl::StrFormat("%s comm rank %d", backend(), rank_);
 }
 
+// The issuing entry points: describe the collective, queue it.
 CommHandle AsyncCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype) {
-  CollectiveArgs args;
-  args.kind = CollectiveKind::kAllReduce;
-  args.send = send;
-  args.recv = recv;
-  args.count = count;
-  args.dtype = dtype;
-  return Issue(args);
+  return Issue({CollectiveKind::kAllReduce, send, recv, count, dtype});
 }
 
 CommHandle AsyncCommunicator::ReduceScatter(const void* send, void* recv, int64_t recv_count,
                                             DType dtype) {
-  CollectiveArgs args;
-  args.kind = CollectiveKind::kReduceScatter;
-  args.send = send;
-  args.recv = recv;
-  args.count = recv_count;
-  args.dtype = dtype;
-  return Issue(args);
+  return Issue({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype});
 }
 
 CommHandle AsyncCommunicator::AllGather(const void* send, void* recv, int64_t send_count,
                                         DType dtype) {
-  CollectiveArgs args;
-  args.kind = CollectiveKind::kAllGather;
-  args.send = send;
-  args.recv = recv;
-  args.count = send_count;
-  args.dtype = dtype;
-  return Issue(args);
+  return Issue({CollectiveKind::kAllGather, send, recv, send_count, dtype});
 }
 
 CommHandle AsyncCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
-  CollectiveArgs args;
-  args.kind = CollectiveKind::kBroadcast;
-  args.send = buf;
-  args.recv = buf;
-  args.count = count;
-  args.dtype = dtype;
-  args.root = root;
-  return Issue(args);
+  return Issue({CollectiveKind::kBroadcast, buf, buf, count, dtype, root});
 }
 
-CommHandle AsyncCommunicator::Barrier() {
-  CollectiveArgs args;
-  args.kind = CollectiveKind::kBarrier;
-  return Issue(args);
-}
+CommHandle AsyncCommunicator::Barrier() { return Issue({CollectiveKind::kBarrier}); }
 
 absl::Status AsyncCommunicator::CheckArguments(const CollectiveArgs& args) const {
   const std::string where = absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));

@@ -199,6 +199,8 @@ class MpiCommunicator final : public AsyncCommunicator {
                         const CollectiveArgs& args);
   absl::Status PostRecv(Requests& requests, void* data, int64_t bytes, int peer, int tag,
                         const CollectiveArgs& args);
+  absl::Status Post(Requests& requests, void* data, int64_t bytes, int peer, int tag,
+                    const CollectiveArgs& args, bool is_recv);
   // Polls until every request completed, the deadline passed or the
   // communicator is being destroyed. On failure cancels what is left.
   absl::Status Complete(Requests& requests, const CollectiveArgs& args, absl::Time deadline,
@@ -228,27 +230,18 @@ class MpiCommunicator final : public AsyncCommunicator {
 
 absl::Status MpiCommunicator::PostSend(Requests& requests, const void* data, int64_t bytes,
                                        int peer, int tag, const CollectiveArgs& args) {
-  const char* p = static_cast<const char*>(data);
-  int64_t done = 0;
-  do {
-    const int64_t n = std::min(bytes - done, kMaxMessageBytes);
-    MPI_Request request;
-    int rc;
-    {
-      MpiCallLock lock;
-      rc = MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request);
-    }
-    if (rc != MPI_SUCCESS) return MpiError(Where(args), "MPI_Isend", rc);
-    requests.handles.push_back(request);
-    requests.peers.push_back(peer);
-    requests.is_recv.push_back(false);
-    done += n;
-  } while (done < bytes);
-  return absl::OkStatus();
+  return Post(requests, const_cast<void*>(data), bytes, peer, tag, args, /*is_recv=*/false);
 }
 
 absl::Status MpiCommunicator::PostRecv(Requests& requests, void* data, int64_t bytes, int peer,
                                        int tag, const CollectiveArgs& args) {
+  return Post(requests, data, bytes, peer, tag, args, /*is_recv=*/true);
+}
+
+// Posts one transfer as messages of at most kMaxMessageBytes (MPI counts are
+// int); a send never writes through `data`.
+absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes, int peer, int tag,
+                                   const CollectiveArgs& args, bool is_recv) {
   char* p = static_cast<char*>(data);
   int64_t done = 0;
   do {
@@ -257,12 +250,13 @@ absl::Status MpiCommunicator::PostRecv(Requests& requests, void* data, int64_t b
     int rc;
     {
       MpiCallLock lock;
-      rc = MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request);
+      rc = is_recv ? MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request)
+                   : MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request);
     }
-    if (rc != MPI_SUCCESS) return MpiError(Where(args), "MPI_Irecv", rc);
+    if (rc != MPI_SUCCESS) return MpiError(Where(args), is_recv ? "MPI_Irecv" : "MPI_Isend", rc);
     requests.handles.push_back(request);
     requests.peers.push_back(peer);
-    requests.is_recv.push_back(true);
+    requests.is_recv.push_back(is_recv);
     done += n;
   } while (done < bytes);
   return absl::OkStatus();

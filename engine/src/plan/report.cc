@@ -142,9 +142,10 @@ std::string FormatTable(const Plan& plan, bool all) {
                           c.time.tp_comm, c.time.pp_comm, c.time.offload,
                           WithCommas(static_cast<int64_t>(std::llround(c.tokens_per_s))));
     if (!c.engine_supported) {
-      absl::StrAppend(&out,
-                      "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) without offload or "
-                      "tp/pp; this plan's buffers are computed analytically\n");
+      absl::StrAppend(
+          &out,
+          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) without offload or "
+          "tp/pp; this plan's buffers are computed analytically\n");
     }
   }
   if (costs) {
