@@ -100,9 +100,9 @@ TEST_P(CommSuite, ReduceScatterMatchesReferenceAndAllReduceBits) {
           EXPECT_EQ(CheckSum(data, salt, world_size, recv_ptr, count, comm.rank() * count, what),
                     0);
           // The engine needs both collectives to give the same bits.
-          EXPECT_EQ(std::memcmp(recv_ptr, Block(all_reduce_out, dtype, count, comm.rank()),
-                                count * DTypeSize(dtype)),
-                    0)
+          EXPECT_TRUE(count == 0 ||
+                      std::memcmp(recv_ptr, Block(all_reduce_out, dtype, count, comm.rank()),
+                                  count * DTypeSize(dtype)) == 0)
               << what << ": differs from the AllReduce of the same input";
         }
       }

@@ -15,19 +15,13 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/reference/fp16_reference.h"
+#include "tests/kernels/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
 
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) | rd();
-  }();
-  return seed;
-}
-
-std::string SeedTrace() { return "random seed " + std::to_string(Seed()); }
+using testing::Seed;
+using testing::SeedTrace;
 
 float FromBits(uint32_t bits) {
   float x;

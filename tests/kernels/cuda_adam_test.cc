@@ -14,6 +14,7 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cuda/adam.cuh"
 #include "kernels/reference/adam_reference.h"
+#include "tests/kernels/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -56,10 +57,8 @@ TEST(CudaAdamTest, MatchesReferenceAndCpuBits) {
     std::printf("[  SKIPPED ] no CUDA device: CUDA AdamW not run\n");
     GTEST_SKIP() << "no CUDA device: CUDA AdamW not run";
   }
-  std::random_device rd;
-  const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) | rd();
-  SCOPED_TRACE("random seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(testing::SeedTrace());
+  std::mt19937_64 rng(testing::Seed());
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> decade(-4.0f, 0.0f);
 

@@ -17,19 +17,13 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/reference/fp16_reference.h"
 #include "kernels/reference/norm_reference.h"
+#include "tests/kernels/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
 
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) | rd();
-  }();
-  return seed;
-}
-
-std::string SeedTrace() { return "random seed " + std::to_string(Seed()); }
+using testing::Seed;
+using testing::SeedTrace;
 
 const size_t kSizes[] = {0, 1, 7, 127, 128, 129, 1000, 4099, 300007};
 
