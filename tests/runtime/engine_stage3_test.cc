@@ -240,6 +240,41 @@ TEST(LossScaleTest, Bf16SkipsNonFiniteStepsWithoutAScale) {
   EXPECT_EQ(run->stats.loss_scale, 1.0);
 }
 
+TEST(WeightDecayTest, NoDecayParamsAreExemptOnEveryShardLayout) {
+  // With zero gradients Adam's step is exactly zero, so after one step a
+  // decayed param is p * (1 - lr * wd) (in fp32) and a no_decay param is
+  // unchanged, whichever rank's shard (or decay run) holds each element.
+  SyntheticHooks zero;
+  zero.after_grads = [](int64_t, int, int, UnitView& g) {
+    for (TensorView& t : g.params) {
+      std::memset(t.data, 0, static_cast<size_t>(t.numel) * DTypeSize(t.dtype));
+    }
+  };
+  const ModelSpec spec = SyntheticSpec();
+  for (int world : {1, 3, 4}) {
+    for (int stage : {0, 1, 3}) {
+      const TrainSpec train = SyntheticTrain(stage, Precision::kFp32);
+      auto run = RunSynthetic(world, train, 1, zero);
+      ASSERT_TRUE(run.ok()) << run.status();
+      const float factor =
+          static_cast<float>(1.0 - train.optimizer.lr * train.optimizer.weight_decay);
+      size_t tensor = 0;
+      for (size_t u = 0; u < spec.units.size(); ++u) {
+        for (size_t p = 0; p < spec.units[u].params.size(); ++p, ++tensor) {
+          const std::vector<float> init = SyntheticInit(spec, u, p);
+          const bool no_decay = spec.units[u].params[p].no_decay;
+          for (size_t i = 0; i < init.size(); ++i) {
+            const float expected = no_decay ? init[i] : init[i] * factor;
+            ASSERT_EQ(run->params[tensor][i], expected)
+                << "world " << world << " stage " << stage << " " << spec.units[u].name << "."
+                << spec.units[u].params[p].name << "[" << i << "]";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Stage3Test, MisuseIsAnError) {
   const ModelSpec spec = SyntheticSpec();
   absl::Status status = RunLocalRanks(2, [&](int, Communicator& comm) -> absl::Status {
