@@ -1,0 +1,78 @@
+#include "zeroshard/train_spec.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+TEST(LrScheduleTest, ConstantIsThePeak) {
+  LrSchedule s;
+  for (int64_t step : {1, 10, 100000}) EXPECT_EQ(s.LrAt(step, 3e-4), 3e-4);
+}
+
+TEST(LrScheduleTest, WarmupIsLinearThenCosineDecaysToTheFloor) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::kWarmupCosine;
+  s.warmup_steps = 10;
+  s.total_steps = 110;
+  s.min_lr_ratio = 0.1;
+  const double peak = 2e-3;
+  for (int64_t step = 1; step <= 10; ++step) {
+    EXPECT_DOUBLE_EQ(s.LrAt(step, peak), peak * step / 10.0) << step;
+  }
+  // Half-way through the decay: the mean of peak and floor.
+  EXPECT_NEAR(s.LrAt(60, peak), 0.5 * (peak + 0.1 * peak), 1e-15);
+  for (int64_t step = 11; step < 110; ++step) {
+    const double progress = (step - 10) / 100.0;
+    const double expected = 0.1 * peak + 0.5 * (0.9 * peak) * (1.0 + std::cos(M_PI * progress));
+    EXPECT_NEAR(s.LrAt(step, peak), expected, 1e-15) << step;
+    EXPECT_LT(s.LrAt(step + 1, peak), s.LrAt(step, peak)) << step;
+  }
+  EXPECT_DOUBLE_EQ(s.LrAt(110, peak), 0.1 * peak);
+  EXPECT_DOUBLE_EQ(s.LrAt(5000, peak), 0.1 * peak);
+}
+
+TEST(TrainSpecTest, ValidationNamesTheField) {
+  struct Case {
+    void (*mutate)(TrainSpec&);
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](TrainSpec& t) { t.zero_stage = 4; }, "zero_stage"},
+      {[](TrainSpec& t) { t.optimizer.eps = 0; }, "eps"},
+      {[](TrainSpec& t) { t.optimizer.beta2 = 1.0; }, "beta2"},
+      {[](TrainSpec& t) { t.optimizer.lr = -1; }, "lr"},
+      {[](TrainSpec& t) { t.grad_accum_steps = 0; }, "grad_accum_steps"},
+      {[](TrainSpec& t) { t.grad_dtype = DType::kBFloat16; }, "grad_dtype"},
+      {[](TrainSpec& t) { t.prefetch_units = -1; }, "prefetch_units"},
+      {[](TrainSpec& t) { t.loss_scale.backoff_factor = 1.5; }, "backoff_factor"},
+      {[](TrainSpec& t) { t.loss_scale.min_scale = 1e9; }, "min_scale"},
+      {[](TrainSpec& t) {
+         t.schedule.kind = LrSchedule::Kind::kWarmupCosine;
+         t.schedule.warmup_steps = 10;
+         t.schedule.total_steps = 10;
+       },
+       "warmup"},
+  };
+  for (const Case& c : cases) {
+    TrainSpec t;
+    c.mutate(t);
+    const absl::Status status = t.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(status.message().find(c.field), std::string::npos) << status;
+  }
+  TrainSpec fp16;
+  fp16.precision = Precision::kFp16Mixed;
+  EXPECT_EQ(fp16.param_dtype(), DType::kFloat16);
+  EXPECT_EQ(fp16.effective_grad_dtype(), DType::kFloat16);
+  fp16.grad_dtype = DType::kFloat32;
+  EXPECT_TRUE(fp16.Validate().ok());
+  EXPECT_EQ(std::string(PrecisionName(Precision::kFp16Mixed)), "fp16");
+  EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16Mixed);
+  EXPECT_FALSE(ParsePrecision("fp8").ok());
+}
+
+}  // namespace
+}  // namespace zeroshard
