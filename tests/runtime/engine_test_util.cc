@@ -2,16 +2,39 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <random>
 
 #include "engine/src/runtime/engine_impl.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
 
+uint64_t TestSeed() {
+  static const uint64_t seed = [] {
+    uint64_t value;
+    if (const char* env = std::getenv("ZS_TEST_SEED")) {
+      value = std::strtoull(env, nullptr, 0);
+    } else {
+      std::random_device rd;
+      value = (static_cast<uint64_t>(rd()) << 32) | rd();
+    }
+    std::printf("engine tests: MLP seed %llu (ZS_TEST_SEED=%llu replays it)\n",
+                static_cast<unsigned long long>(value), static_cast<unsigned long long>(value));
+    return value;
+  }();
+  return seed;
+}
+
 mlp::MlpConfig SmallMlp() {
+  // Fresh weights, teacher and data every run: the equalities hold for any.
   mlp::MlpConfig cfg;
+  cfg.init_seed = TestSeed();
+  cfg.teacher_seed = TestSeed() ^ 0x9e3779b97f4a7c15ull;
+  cfg.data_seed = TestSeed() + 1;
   cfg.hidden = 32;
   cfg.blocks = 3;
   cfg.micro_batch = 8;
@@ -90,6 +113,20 @@ double MaxRelativeDifference(const RunResult& a, const RunResult& b) {
     }
   }
   return worst;
+}
+
+double RelativeL2Difference(const RunResult& a, const RunResult& b) {
+  double diff = 0.0, ref = 0.0;
+  for (size_t u = 0; u < a.params.size(); ++u) {
+    for (size_t p = 0; p < a.params[u].size(); ++p) {
+      for (size_t i = 0; i < a.params[u][p].size(); ++i) {
+        const double d = double(a.params[u][p][i]) - b.params[u][p][i];
+        diff += d * d;
+        ref += double(b.params[u][p][i]) * b.params[u][p][i];
+      }
+    }
+  }
+  return std::sqrt(diff / std::max(ref, 1e-300));
 }
 
 bool BitwiseEqual(const RunResult& a, const RunResult& b) {

@@ -32,6 +32,9 @@ struct RunResult {
   EngineStats stats;                                    // rank 0's
 };
 
+// The process's random seed: fresh each run (printed), or ZS_TEST_SEED.
+uint64_t TestSeed();
+// A small MLP whose weights, teacher and data come from TestSeed().
 mlp::MlpConfig SmallMlp();
 TrainSpec MakeTrainSpec(const RunConfig& run);
 // Trains cfg's MLP for run.steps steps on run.world local ranks; fails if any
@@ -40,6 +43,8 @@ absl::StatusOr<RunResult> TrainMlp(const mlp::MlpConfig& cfg, const RunConfig& r
 
 // Largest |a - b| / max |b| over every param tensor.
 double MaxRelativeDifference(const RunResult& a, const RunResult& b);
+// ||a - b|| / ||b|| over all weights together (L2).
+double RelativeL2Difference(const RunResult& a, const RunResult& b);
 // True when every weight has the same bits.
 bool BitwiseEqual(const RunResult& a, const RunResult& b);
 
