@@ -78,7 +78,8 @@ struct TrainSpec {
   int zero_stage = 0;
   Precision precision = Precision::kFp32;
   // Dtype of gradients and their reduction. Defaults to the param dtype;
-  // with kBf16Mixed it may be set to kFloat32.
+  // with 16-bit mixed precision it may be set to kFloat32 (fp32 reduction
+  // and accumulation, twice the gradient bytes).
   std::optional<DType> grad_dtype;
   OptimizerSpec optimizer;
   LrSchedule schedule;
