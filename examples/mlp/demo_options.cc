@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "examples/mlp/flags.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -122,32 +123,15 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
          return absl::OkStatus();
        }},
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return DemoOptions{};
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    arg = arg.substr(2);
-    std::string value;
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", arg, " needs a value"));
-    }
-    const auto it = setters.find(arg);
-    if (it == setters.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", arg));
-    }
-    ZS_RETURN_IF_ERROR(it->second(arg, value));
-  }
+  ZS_RETURN_IF_ERROR(ForEachFlag(
+      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
+        const auto it = setters.find(name);
+        if (it == setters.end()) {
+          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+        }
+        return it->second(name, value);
+      }));
+  if (*help) return DemoOptions{};
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   // Range checks of the engine's own spec (e.g. the supported stages), so a
   // bad flag is refused before anything runs.

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "examples/mlp/flags.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -87,50 +88,34 @@ absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
     *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
     return absl::OkStatus();
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return opts;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    arg = arg.substr(2);
-    std::string value;
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", arg, " needs a value"));
-    }
-    if (arg == "backend") {
-      if (value != "mpi" && value != "local") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("flag --backend: bad value '", value, "', expected mpi or local"));
-      }
-      opts.backend_mpi = value == "mpi";
-    } else if (arg == "ranks") {
-      ZS_RETURN_IF_ERROR(int_flag(arg, value, 1, &opts.ranks));
-    } else if (arg == "steps") {
-      ZS_RETURN_IF_ERROR(int_flag(arg, value, 1, &opts.steps));
-    } else if (arg == "warmup") {
-      // At least one: the first step records the gather order that later
-      // steps prefetch along, so it must not be timed.
-      ZS_RETURN_IF_ERROR(int_flag(arg, value, 1, &opts.warmup));
-    } else if (arg == "hidden") {
-      ZS_RETURN_IF_ERROR(int_flag(arg, value, 1, &opts.model.hidden));
-    } else if (arg == "blocks") {
-      ZS_RETURN_IF_ERROR(int_flag(arg, value, 1, &opts.model.blocks));
-    } else if (arg == "micro-batch") {
-      ZS_RETURN_IF_ERROR(int_flag(arg, value, 1, &opts.model.micro_batch));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", arg));
-    }
-  }
+  ZS_RETURN_IF_ERROR(mlp::ForEachFlag(
+      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
+        if (name == "backend") {
+          if (value != "mpi" && value != "local") {
+            return absl::InvalidArgumentError(
+                absl::StrCat("flag --backend: bad value '", value, "', expected mpi or local"));
+          }
+          opts.backend_mpi = value == "mpi";
+        } else if (name == "ranks") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.ranks));
+        } else if (name == "steps") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.steps));
+        } else if (name == "warmup") {
+          // At least one: the first step records the gather order that later
+          // steps prefetch along, so it must not be timed.
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.warmup));
+        } else if (name == "hidden") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.hidden));
+        } else if (name == "blocks") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.blocks));
+        } else if (name == "micro-batch") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.micro_batch));
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+        }
+        return absl::OkStatus();
+      }));
+  if (*help) return opts;
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   return opts;
 }

@@ -9,14 +9,15 @@
 // R times (so drift on a shared machine hits both alike), and prints the mean
 // ms per step of each and their difference as a fraction of the step.
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "engine/src/runtime/fingerprint.h"
+#include "examples/mlp/flags.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/engine.h"
@@ -88,34 +89,30 @@ double NanosPerRecord() {
 
 int Main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help") {
-      std::printf(
-          "usage: sequence_check_bench [--ranks N] [--stage S] [--steps N] [--repeats R]\n");
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "sequence_check_bench: %s needs a value (see --help)\n", flag.c_str());
-      return 2;
-    }
-    const int value = std::atoi(argv[++i]);
-    if (flag == "--ranks")
-      o.ranks = value;
-    else if (flag == "--stage")
-      o.stage = value;
-    else if (flag == "--steps")
-      o.steps = value;
-    else if (flag == "--repeats")
-      o.repeats = value;
-    else {
-      std::fprintf(stderr, "sequence_check_bench: unknown flag %s (see --help)\n", flag.c_str());
-      return 2;
-    }
-    if (value < 0 || (value == 0 && flag != "--stage")) {
-      std::fprintf(stderr, "sequence_check_bench: %s %d is out of range\n", flag.c_str(), value);
-      return 2;
-    }
+  bool help = false;
+  const absl::Status flags = mlp::ForEachFlag(
+      argc, argv, &help, [&o](const std::string& name, const std::string& value) -> absl::Status {
+        int* target = name == "ranks"     ? &o.ranks
+                      : name == "stage"   ? &o.stage
+                      : name == "steps"   ? &o.steps
+                      : name == "repeats" ? &o.repeats
+                                          : nullptr;
+        if (target == nullptr) return absl::InvalidArgumentError("unknown flag --" + name);
+        const int min = name == "stage" ? 0 : 1;
+        if (!absl::SimpleAtoi(value, target) || *target < min) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "flag --%s: bad value '%s', expected an integer >= %d", name, value, min));
+        }
+        return absl::OkStatus();
+      });
+  if (help) {
+    std::printf("usage: sequence_check_bench [--ranks N] [--stage S] [--steps N] [--repeats R]\n");
+    return 0;
+  }
+  if (!flags.ok()) {
+    std::fprintf(stderr, "sequence_check_bench: %s (see --help)\n",
+                 std::string(flags.message()).c_str());
+    return 2;
   }
   double on = 0.0, off = 0.0, collectives = 0.0;
   for (int r = 0; r < o.repeats; ++r) {

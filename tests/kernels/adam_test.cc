@@ -15,13 +15,14 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/reference/adam_reference.h"
 #include "kernels/reference/fp16_reference.h"
-#include "tests/kernels/test_seed.h"
+#include "tests/kernels/isa_report.h"
+#include "tests/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
 
-using testing::Seed;
-using testing::SeedTrace;
+using ::zeroshard::testing::Seed;
+using ::zeroshard::testing::SeedTrace;
 
 const size_t kSizes[] = {0, 1, 7, 127, 128, 129, 1000, 4099, 300007};
 
@@ -406,22 +407,7 @@ TEST(AdamTest, ConstantsFollowTheContract) {
 
 // A path this CPU cannot run is reported, never silently counted as passed.
 TEST(AdamTest, ReportsIsaPathsNotRun) {
-  std::string not_run;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
-    bool supported = false;
-    for (Isa s : SupportedIsas()) supported |= s == isa;
-    if (supported) continue;
-    const char* flag = isa == Isa::kAvx512 ? "avx512f/avx512bw/avx512dq" : "avx2";
-    std::printf("[  NOTE    ] %s path not tested: CPU lacks %s\n",
-                isa == Isa::kAvx512 ? "AVX-512" : "AVX2", flag);
-    not_run += std::string(not_run.empty() ? "" : ",") + IsaName(isa);
-  }
-  std::string run;
-  for (Isa s : SupportedIsas()) run += std::string(run.empty() ? "" : ",") + IsaName(s);
-  std::printf("[  NOTE    ] ISA paths tested: %s; not tested: %s\n", run.c_str(),
-              not_run.empty() ? "none" : not_run.c_str());
-  RecordProperty("isa_paths_tested", run);
-  RecordProperty("isa_paths_not_tested", not_run.empty() ? "none" : not_run);
+  testing::ReportIsaPaths();
   RecordProperty("random_seed", std::to_string(Seed()));
 }
 

@@ -14,7 +14,7 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cuda/adam.cuh"
 #include "kernels/reference/adam_reference.h"
-#include "tests/kernels/test_seed.h"
+#include "tests/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -57,8 +57,8 @@ TEST(CudaAdamTest, MatchesReferenceAndCpuBits) {
     std::printf("[  SKIPPED ] no CUDA device: CUDA AdamW not run\n");
     GTEST_SKIP() << "no CUDA device: CUDA AdamW not run";
   }
-  SCOPED_TRACE(testing::SeedTrace());
-  std::mt19937_64 rng(testing::Seed());
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace());
+  std::mt19937_64 rng(::zeroshard::testing::Seed());
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> decade(-4.0f, 0.0f);
 

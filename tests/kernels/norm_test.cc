@@ -17,13 +17,14 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/reference/fp16_reference.h"
 #include "kernels/reference/norm_reference.h"
-#include "tests/kernels/test_seed.h"
+#include "tests/kernels/isa_report.h"
+#include "tests/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
 
-using testing::Seed;
-using testing::SeedTrace;
+using ::zeroshard::testing::Seed;
+using ::zeroshard::testing::SeedTrace;
 
 const size_t kSizes[] = {0, 1, 7, 127, 128, 129, 1000, 4099, 300007};
 
@@ -350,20 +351,7 @@ TEST(BlockSumSquaresFp16Test, InfOrNanGradGivesNonFiniteBlockSum) {
 }
 
 TEST(NormTest, ReportsIsaPathsNotRun) {
-  std::string run, not_run;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    bool supported = false;
-    for (Isa s : SupportedIsas()) supported |= s == isa;
-    std::string& list = supported ? run : not_run;
-    list += std::string(list.empty() ? "" : ",") + IsaName(isa);
-    if (!supported) {
-      std::printf("[  NOTE    ] %s path not tested: CPU lacks %s\n",
-                  isa == Isa::kAvx512 ? "AVX-512" : "AVX2",
-                  isa == Isa::kAvx512 ? "avx512f/avx512bw/avx512dq" : "avx2");
-    }
-  }
-  RecordProperty("isa_paths_tested", run);
-  RecordProperty("isa_paths_not_tested", not_run.empty() ? "none" : not_run);
+  testing::ReportIsaPaths();
   RecordProperty("random_seed", std::to_string(Seed()));
 }
 

@@ -3,38 +3,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <random>
 
 #include "engine/src/runtime/engine_impl.h"
+#include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
 
-uint64_t TestSeed() {
-  static const uint64_t seed = [] {
-    uint64_t value;
-    if (const char* env = std::getenv("ZS_TEST_SEED")) {
-      value = std::strtoull(env, nullptr, 0);
-    } else {
-      std::random_device rd;
-      value = (static_cast<uint64_t>(rd()) << 32) | rd();
-    }
-    std::printf("engine tests: MLP seed %llu (ZS_TEST_SEED=%llu replays it)\n",
-                static_cast<unsigned long long>(value), static_cast<unsigned long long>(value));
-    return value;
-  }();
-  return seed;
-}
-
 mlp::MlpConfig SmallMlp() {
   // Fresh weights, teacher and data every run: the equalities hold for any.
   mlp::MlpConfig cfg;
-  cfg.init_seed = TestSeed();
-  cfg.teacher_seed = TestSeed() ^ 0x9e3779b97f4a7c15ull;
-  cfg.data_seed = TestSeed() + 1;
+  cfg.init_seed = Seed();
+  cfg.teacher_seed = Seed() ^ 0x9e3779b97f4a7c15ull;
+  cfg.data_seed = Seed() + 1;
   cfg.hidden = 32;
   cfg.blocks = 3;
   cfg.micro_batch = 8;

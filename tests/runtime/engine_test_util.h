@@ -32,9 +32,8 @@ struct RunResult {
   EngineStats stats;                                    // rank 0's
 };
 
-// The process's random seed: fresh each run (printed), or ZS_TEST_SEED.
-uint64_t TestSeed();
-// A small MLP whose weights, teacher and data come from TestSeed().
+// A small MLP whose weights, teacher and data come from the test seed
+// (tests/test_seed.h: fresh each run, ZS_TEST_SEED replays).
 mlp::MlpConfig SmallMlp();
 TrainSpec MakeTrainSpec(const RunConfig& run);
 // Trains cfg's MLP for run.steps steps on run.world local ranks; fails if any

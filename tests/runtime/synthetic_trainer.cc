@@ -2,10 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <random>
 
+#include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
@@ -18,26 +17,9 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Fresh every run (printed), or ZS_TEST_SEED to replay.
-uint64_t RunSeed() {
-  static const uint64_t seed = [] {
-    uint64_t value;
-    if (const char* env = std::getenv("ZS_TEST_SEED")) {
-      value = std::strtoull(env, nullptr, 0);
-    } else {
-      std::random_device rd;
-      value = (static_cast<uint64_t>(rd()) << 32) | rd();
-    }
-    std::printf("synthetic trainer: seed %llu (ZS_TEST_SEED=%llu replays it)\n",
-                static_cast<unsigned long long>(value), static_cast<unsigned long long>(value));
-    return value;
-  }();
-  return seed;
-}
-
 // In [-1, 1), a pure function of the run seed and (a, b, c, d).
 float Uniform(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  const uint64_t h = Mix(Mix(Mix(Mix(a ^ RunSeed()) ^ b) ^ c) ^ d);
+  const uint64_t h = Mix(Mix(Mix(Mix(a ^ Seed()) ^ b) ^ c) ^ d);
   return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-52 - 1.0);
 }
 
