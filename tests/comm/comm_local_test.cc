@@ -11,9 +11,11 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "tests/comm/comm_suite.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace testing_comm {
@@ -120,6 +122,146 @@ TEST(LocalGroup, FailingRankMakesPeersFailFast) {
   EXPECT_EQ(peers_named_rank.load(), 2);
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(status.message()), HasSubstr("rank 1: boom"));
+}
+
+TEST(LocalGroup, ARankThatReturnsLeavesAndPeersFailAtOnce) {
+  // The in-process analogue of a killed rank: rank 2 stops after collective
+  // #1. Its peers must not wait out the 60 s timeout for collective #2.
+  std::atomic<int> named{0};
+  const absl::Time start = absl::Now();
+  const absl::Status status = RunLocalRanks(
+      3,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        std::vector<float> buf(4, 1.0f);
+        ZS_RETURN_IF_ERROR(comm.AllReduceSync(buf.data(), buf.data(), 4, DType::kFloat32));
+        if (rank == 2) return absl::OkStatus();
+        const absl::Status s = comm.AllReduceSync(buf.data(), buf.data(), 4, DType::kFloat32);
+        EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+        // Either rank 2's departure itself, or the peer that saw it first.
+        if (s.message().find("rank 2 left the group after its collective #1 (its function "
+                             "returned)") != absl::string_view::npos) {
+          ++named;
+        }
+        return s;
+      },
+      Timeout(absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "peers waited for the timeout";
+  EXPECT_GE(named.load(), 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 2 left the group"));
+}
+
+TEST(LocalGroup, ARankThatReturnsStillCompletesWhatItIssued) {
+  // Rank 1 issues collective #2 and returns without waiting for it: its
+  // peers complete #2 with its data, and only #3 fails.
+  std::vector<std::vector<float>> data(2, std::vector<float>(5));
+  const absl::Status status = RunLocalRanks(
+      2,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        std::vector<float>& buf = data[rank];
+        for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(rank * 10 + i);
+        ZS_RETURN_IF_ERROR(comm.BarrierSync());
+        CommHandle second = comm.AllReduce(buf.data(), buf.data(), 5, DType::kFloat32);
+        if (rank == 1) return absl::OkStatus();  // the handle is dropped, the collective runs
+        ZS_RETURN_IF_ERROR(second.Wait());
+        const absl::Status third = comm.BarrierSync();
+        EXPECT_EQ(third.code(), absl::StatusCode::kAborted) << third;
+        EXPECT_THAT(std::string(third.message()), HasSubstr("after its collective #2"));
+        return absl::OkStatus();
+      },
+      Timeout(absl::Seconds(60)));
+  EXPECT_TRUE(status.ok()) << status;
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(data[0][i], static_cast<float>(10 + 2 * i)) << i;
+}
+
+TEST(LocalGroup, AStuckRankDoesNotHangTheRun) {
+  // The in-process analogue of a stopped (SIGSTOP) rank: rank 3 blocks
+  // outside the communicator and never returns by itself. Its peers time out
+  // naming it, and RunLocalRanks gives up on it after the grace period
+  // instead of joining it forever.
+  struct Latch {
+    absl::Notification release;
+    absl::Notification finished;
+  };
+  auto latch = std::make_shared<Latch>();
+  CommOptions options = Timeout(absl::Seconds(1));
+  options.local_grace = absl::Seconds(1);
+  const absl::Time start = absl::Now();
+  const absl::Status status = RunLocalRanks(
+      4,
+      [latch](int rank, Communicator& comm) -> absl::Status {
+        std::vector<float> buf(4, 1.0f);
+        ZS_RETURN_IF_ERROR(comm.AllReduceSync(buf.data(), buf.data(), 4, DType::kFloat32));
+        if (rank == 3) {
+          latch->release.WaitForNotification();
+          latch->finished.Notify();
+          return absl::OkStatus();
+        }
+        return comm.AllReduceSync(buf.data(), buf.data(), 4, DType::kFloat32);
+      },
+      options);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_LT(took, options.timeout + options.local_grace + absl::Seconds(3)) << status;
+  EXPECT_GE(took, options.timeout) << status;
+  ASSERT_FALSE(status.ok());
+  const std::string message(status.message());
+  EXPECT_THAT(message, HasSubstr("waiting for rank(s) 3"));
+  EXPECT_THAT(message, HasSubstr("still running"));
+  EXPECT_THAT(message, HasSubstr("rank(s) 3 had not returned 1s after that failure"));
+  // Let the detached rank finish, so the process ends cleanly.
+  latch->release.Notify();
+  latch->finished.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(200));
+}
+
+TEST(LocalGroup, TimeoutComesFromTheEnvironmentWhenNotGiven) {
+  ASSERT_EQ(setenv(kCommTimeoutEnvVar, "0.3", 1), 0);
+  const absl::Time start = absl::Now();
+  const absl::Status status = RunLocalRanks(2, [](int rank, Communicator& comm) -> absl::Status {
+    if (rank == 1) {
+      absl::SleepFor(absl::Seconds(1));
+      return absl::OkStatus();
+    }
+    return comm.BarrierSync();
+  });
+  unsetenv(kCommTimeoutEnvVar);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("timed out after 300ms"));
+}
+
+TEST(CommOptions, ResolveCommTimeout) {
+  unsetenv(kCommTimeoutEnvVar);
+  EXPECT_EQ(*ResolveCommTimeout(CommOptions{}), kDefaultCommTimeout);
+  EXPECT_EQ(*ResolveCommTimeout(Timeout(absl::Seconds(7))), absl::Seconds(7));
+  struct Case {
+    const char* env;
+    absl::Duration expected;  // ZeroDuration: an error
+  };
+  const Case cases[] = {{"30", absl::Seconds(30)},       {"2.5", absl::Milliseconds(2500)},
+                        {"90s", absl::Seconds(90)},      {"2m", absl::Minutes(2)},
+                        {" 10 ", absl::Seconds(10)},     {"0", absl::ZeroDuration()},
+                        {"-3", absl::ZeroDuration()},    {"ten", absl::ZeroDuration()},
+                        {"inf", absl::ZeroDuration()},   {"nan", absl::ZeroDuration()},
+                        {"1e300", absl::ZeroDuration()}, {"5 parsecs", absl::ZeroDuration()}};
+  for (const Case& c : cases) {
+    ASSERT_EQ(setenv(kCommTimeoutEnvVar, c.env, 1), 0);
+    const absl::StatusOr<absl::Duration> got = ResolveCommTimeout(CommOptions{});
+    if (c.expected == absl::ZeroDuration()) {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << c.env;
+      EXPECT_THAT(std::string(got.status().message()), HasSubstr(kCommTimeoutEnvVar)) << c.env;
+      // The error reaches whoever creates a communicator.
+      EXPECT_EQ(CreateLocalGroup(2).status().code(), absl::StatusCode::kInvalidArgument) << c.env;
+    } else {
+      ASSERT_TRUE(got.ok()) << c.env << ": " << got.status();
+      EXPECT_EQ(*got, c.expected) << c.env;
+    }
+    // An explicit timeout wins over the environment.
+    EXPECT_EQ(*ResolveCommTimeout(Timeout(absl::Seconds(3))), absl::Seconds(3)) << c.env;
+  }
+  unsetenv(kCommTimeoutEnvVar);
+  EXPECT_EQ(ResolveCommTimeout(Timeout(absl::Seconds(-1))).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LocalGroup, DestroyingTheGroupFailsPendingCollectives) {

@@ -16,6 +16,7 @@ namespace testing_comm {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Sizes that exercise empty, single-element, odd and non-divisible paths.
 constexpr int64_t kSizes[] = {0, 1, 7, 131, 1009};
@@ -404,33 +405,64 @@ TEST_P(CommSuite, InvalidArgumentsFailOnTheHandleAndPoison) {
   }
 }
 
-TEST_P(CommSuite, MissingRankTimesOutAndIsNamed) {
+TEST_P(CommSuite, StuckRankTimesOutAndIsNamed) {
   if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
   const absl::Duration timeout = absl::Seconds(1);
   world().Run(Timeout(timeout), [&](Communicator& comm) {
-    const int skipper = comm.size() - 1;
+    const int stuck = comm.size() - 1;
     std::vector<float> buf(7, 1.0f);
     ASSERT_TRUE(comm.AllReduceSync(buf.data(), buf.data(), 7, DType::kFloat32).ok());
-    if (comm.rank() == skipper) return;  // Never issues collective #2.
-
+    if (comm.rank() == stuck) {
+      // Busy elsewhere (a hung data loader, a deadlock) well past the peers'
+      // timeout, then gone without issuing collective #2.
+      absl::SleepFor(timeout + absl::Milliseconds(1500));
+      return;
+    }
     const absl::Time start = absl::Now();
     const absl::Status status = comm.AllReduce(buf.data(), buf.data(), 7, DType::kFloat32).Wait();
     const absl::Duration took = absl::Now() - start;
-    ASSERT_FALSE(status.ok()) << "rank " << comm.rank() << " finished without rank " << skipper;
+    ASSERT_FALSE(status.ok()) << "rank " << comm.rank() << " finished without rank " << stuck;
     // Either this rank timed out itself, or (local) a peer that timed out
-    // left first; both messages name the missing rank.
+    // left first; both messages name the stuck rank and say it is running.
     EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
                 status.code() == absl::StatusCode::kAborted)
         << status;
     const std::string message(status.message());
-    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", skipper)));
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", stuck)));
     EXPECT_THAT(message, HasSubstr("timed out after 1s"));
     EXPECT_THAT(message, HasSubstr("AllReduce #2"));
+    // Alive, not dead: the backend tells the two apart.
+    EXPECT_THAT(message, HasSubstr("running"));
+    EXPECT_THAT(message, Not(HasSubstr("died")));
     EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
     // Poisoned: fails fast from now on.
     const absl::Time again = absl::Now();
     EXPECT_FALSE(comm.Barrier().Wait().ok());
     EXPECT_LT(absl::Now() - again, absl::Milliseconds(500));
+  });
+}
+
+TEST_P(CommSuite, DifferentTagsAreAMismatch) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  world().Run(Timeout(absl::Seconds(10)), [&](Communicator& comm) {
+    // Same kind, count and dtype: only the tag says the data differs.
+    const int odd_one = comm.size() - 1;
+    const uint64_t tag = comm.rank() == odd_one ? 9 : 4;
+    std::vector<float> mine(6, 1.0f);
+    std::vector<float> all(6 * comm.size());
+    const absl::Status status =
+        comm.AllGather(mine.data(), all.data(), 6, DType::kFloat32, tag).Wait();
+    ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    const std::string message(status.message());
+    EXPECT_THAT(message, HasSubstr(comm.rank() == odd_one ? "tag 9 vs 4" : "tag 4 vs 9"));
+    EXPECT_THAT(message, HasSubstr("count 6, fp32, tag"));
+  });
+  // Equal tags pass (and 0 is no tag).
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    std::vector<float> buf(3, 1.0f);
+    EXPECT_TRUE(comm.AllReduce(buf.data(), buf.data(), 3, DType::kFloat32, 77).Wait().ok());
+    EXPECT_TRUE(comm.Broadcast(buf.data(), 3, DType::kFloat32, 0, 5).Wait().ok());
+    EXPECT_TRUE(comm.AllReduce(buf.data(), buf.data(), 3, DType::kFloat32).Wait().ok());
   });
 }
 

@@ -4,8 +4,25 @@
 // in issue order on the communicator's progress thread. Buffers must stay
 // valid and untouched (send) / unread (recv) until the handle's Wait()
 // returns. Every wait has a timeout: a peer that never arrives, or that
-// left the group, becomes an error naming the rank, never a hang. After an
-// error the communicator is poisoned: every later call fails fast.
+// left the group, becomes an error naming the rank, never a hang. Where the
+// transport can tell, a dead peer fails the collective at once and is told
+// apart from a stuck one (local: always; mpi: peers on the same machine, see
+// docs/communicator.md). After an error the communicator is poisoned: every
+// later call fails fast. A failed job should end with AbortJob(), not with
+// an orderly shutdown that a dead or stuck peer would block; on MPI the
+// transport may still read or write the buffers of the failed collective
+// (a transfer from a stopped peer cannot always be cancelled), so they must
+// not be freed or reused before the process ends.
+//
+// Status codes of a collective (CommHandle::Wait):
+//   InvalidArgument     bad arguments (negative count, null buffer, overlap)
+//   FailedPrecondition  the ranks issued different collectives (kind, count,
+//                       dtype, root or tag), naming both ranks
+//   DeadlineExceeded    a peer did not arrive within the timeout, naming it
+//                       and what is known of it (stuck, stopped, running)
+//   Aborted             a peer left the group, failed or died, naming it
+//   Cancelled           the communicator was destroyed while waiting
+//   Internal            the transport (MPI) returned an error code
 //
 // Reductions are sums. They are deterministic and bit-reproducible on every
 // backend: element i of the result is ((x_0[i] + x_1[i]) + x_2[i]) + ...
@@ -56,10 +73,26 @@ class CommHandle {
   absl::Status waited_status_;
 };
 
+// The environment variable that sets the collective timeout when
+// CommOptions::timeout is left at zero: seconds ("30", "2.5") or a duration
+// with a unit ("90s", "2m").
+inline constexpr char kCommTimeoutEnvVar[] = "ZS_COMM_TIMEOUT";
+// The timeout when neither CommOptions::timeout nor ZS_COMM_TIMEOUT says.
+inline constexpr absl::Duration kDefaultCommTimeout = absl::Seconds(120);
+
 struct CommOptions {
-  // How long one collective may wait for its peers before it fails.
-  absl::Duration timeout = absl::Seconds(120);
+  // How long one collective may wait for its peers before it fails. Zero:
+  // $ZS_COMM_TIMEOUT when set, else kDefaultCommTimeout (120 s).
+  absl::Duration timeout = absl::ZeroDuration();
+  // RunLocalRanks only: once one rank has failed, how long the other ranks
+  // may take to return before RunLocalRanks stops waiting for them.
+  absl::Duration local_grace = absl::Seconds(2);
 };
+
+// The timeout `options` resolves to (see CommOptions::timeout).
+// InvalidArgument for a negative timeout, or for a ZS_COMM_TIMEOUT that is not
+// a positive number of seconds or duration (the message names the variable).
+absl::StatusOr<absl::Duration> ResolveCommTimeout(const CommOptions& options);
 
 class Communicator {
  public:
@@ -70,19 +103,40 @@ class Communicator {
   // "local" or "mpi".
   virtual std::string backend() const = 0;
 
+  // Every collective takes an optional `tag`: a label of what the data is
+  // (the engine passes 1 + the unit index), compared across ranks like the
+  // kind, count and dtype, so two ranks that move different data of the same
+  // size fail with FailedPrecondition instead of mixing it. 0 = no label.
+
   // Sum of `count` elements over all ranks into `recv` on every rank.
   // `send == recv` (in place) is allowed.
-  virtual CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  virtual CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+                               uint64_t tag) = 0;
   // `send` holds size()*recv_count elements; rank r receives the sum of every
   // rank's block r. `recv` may alias block rank() of `send` (in place).
-  virtual CommHandle ReduceScatter(const void* send, void* recv, int64_t recv_count,
-                                   DType dtype) = 0;
+  virtual CommHandle ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                   uint64_t tag) = 0;
   // Every rank contributes send_count elements; `recv` (size()*send_count)
   // gets them in rank order. `send` may alias block rank() of `recv`.
-  virtual CommHandle AllGather(const void* send, void* recv, int64_t send_count, DType dtype) = 0;
+  virtual CommHandle AllGather(const void* send, void* recv, int64_t send_count, DType dtype,
+                               uint64_t tag) = 0;
   // `root`'s buffer is copied to every rank's `buf`.
-  virtual CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root, uint64_t tag) = 0;
   virtual CommHandle Barrier() = 0;
+
+  // The same without a tag.
+  CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) {
+    return AllReduce(send, recv, count, dtype, 0);
+  }
+  CommHandle ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype) {
+    return ReduceScatter(send, recv, recv_count, dtype, 0);
+  }
+  CommHandle AllGather(const void* send, void* recv, int64_t send_count, DType dtype) {
+    return AllGather(send, recv, send_count, dtype, 0);
+  }
+  CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root) {
+    return Broadcast(buf, count, dtype, root, 0);
+  }
 
   // Blocking conveniences: issue, then Wait().
   absl::Status AllReduceSync(const void* send, void* recv, int64_t count, DType dtype) {
@@ -91,6 +145,7 @@ class Communicator {
   absl::Status AllGatherSync(const void* send, void* recv, int64_t count, DType dtype) {
     return AllGather(send, recv, count, dtype).Wait();
   }
+  absl::Status BarrierSync() { return Barrier().Wait(); }
 };
 
 // Creates a group of `world_size` in-process ranks (one communicator each,
@@ -100,9 +155,18 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(
     int world_size, CommOptions options = {});
 
 // Runs `fn(rank, comm)` on one thread per rank of a fresh local group and
-// returns the first error any rank returned (others are joined first). A rank
-// that fails marks itself gone so its peers fail fast instead of waiting out
-// the timeout.
+// returns the first error any rank returned, prefixed with "rank R: ".
+//
+// A rank whose `fn` returns leaves the group at once: an error marks it gone,
+// so every collective its peers have not yet committed fails now (Aborted,
+// naming it) instead of waiting out the timeout; an OK return lets its peers
+// finish the collectives it issued, and fails the later ones the same way.
+// Once a rank has failed, the others get `options.local_grace` to return;
+// ranks still running after that (blocked outside the communicator) are
+// named in the returned error and their threads are detached: they keep
+// running with whatever `fn` captured, so the caller must then end the
+// process (AbortJob) rather than free what `fn` uses. Without a failure
+// RunLocalRanks waits for every rank.
 absl::Status RunLocalRanks(int world_size,
                            const std::function<absl::Status(int rank, Communicator& comm)>& fn,
                            CommOptions options = {});
@@ -112,8 +176,17 @@ bool HaveMpi();
 // Initialises MPI (thread level at least SERIALIZED) if needed and returns a
 // communicator over MPI_COMM_WORLD. Unimplemented in builds without MPI.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions options = {});
-// Finalises MPI if this process initialised it. Call once at the end of main.
+// Finalises MPI if this process initialised it. Call once at the end of a
+// successful main; after a failure call AbortJob instead (MPI_Finalize waits
+// for every peer, and a dead or stuck one never comes).
 void FinalizeMpi();
+
+// Ends the whole job after a failure, once the caller has printed its error:
+// flushes stdout and stderr, then MPI_Abort on MPI_COMM_WORLD when MPI is
+// initialised (the launcher then ends every rank and exits non-zero), else
+// std::_Exit. For main() in tools and examples only: a library never ends
+// its host process.
+[[noreturn]] void AbortJob(int exit_code);
 
 }  // namespace zeroshard
 

@@ -58,25 +58,32 @@ std::string AsyncCommunicator::ErrorPrefix() const {
 }
 
 // The issuing entry points: describe the collective, queue it.
-CommHandle AsyncCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype) {
-  return Issue({CollectiveKind::kAllReduce, send, recv, count, dtype});
+CommHandle AsyncCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+                                        uint64_t tag) {
+  return Issue({CollectiveKind::kAllReduce, send, recv, count, dtype, /*root=*/0, tag});
 }
 
 CommHandle AsyncCommunicator::ReduceScatter(const void* send, void* recv, int64_t recv_count,
-                                            DType dtype) {
-  return Issue({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype});
+                                            DType dtype, uint64_t tag) {
+  return Issue({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype, /*root=*/0, tag});
 }
 
 CommHandle AsyncCommunicator::AllGather(const void* send, void* recv, int64_t send_count,
-                                        DType dtype) {
-  return Issue({CollectiveKind::kAllGather, send, recv, send_count, dtype});
+                                        DType dtype, uint64_t tag) {
+  return Issue({CollectiveKind::kAllGather, send, recv, send_count, dtype, /*root=*/0, tag});
 }
 
-CommHandle AsyncCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
-  return Issue({CollectiveKind::kBroadcast, buf, buf, count, dtype, root});
+CommHandle AsyncCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root,
+                                        uint64_t tag) {
+  return Issue({CollectiveKind::kBroadcast, buf, buf, count, dtype, root, tag});
 }
 
 CommHandle AsyncCommunicator::Barrier() { return Issue({CollectiveKind::kBarrier}); }
+
+uint64_t AsyncCommunicator::issued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_seq_ - 1;
+}
 
 absl::Status AsyncCommunicator::CheckArguments(const CollectiveArgs& args) const {
   const std::string where = absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));

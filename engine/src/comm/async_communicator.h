@@ -31,13 +31,25 @@ class AsyncCommunicator : public Communicator {
   // Issuing is thread-safe (a mutex orders concurrent callers), but the issue
   // order is what matches collectives across ranks, so one rank should issue
   // from one thread (or order its threads itself).
-  CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) final;
-  CommHandle ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype) final;
-  CommHandle AllGather(const void* send, void* recv, int64_t send_count, DType dtype) final;
-  CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root) final;
+  using Communicator::AllGather;
+  using Communicator::AllReduce;
+  using Communicator::Broadcast;
+  using Communicator::ReduceScatter;
+  CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+                       uint64_t tag) final;
+  CommHandle ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                           uint64_t tag) final;
+  CommHandle AllGather(const void* send, void* recv, int64_t send_count, DType dtype,
+                       uint64_t tag) final;
+  CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root, uint64_t tag) final;
   CommHandle Barrier() final;
 
+  // How many collectives this rank has issued so far (the sequence number of
+  // the last one).
+  uint64_t issued() const;
+
  protected:
+  // `options.timeout` must already be resolved (ResolveCommTimeout).
   AsyncCommunicator(int rank, int size, CommOptions options);
 
   // Starts the progress thread; the derived constructor calls it last.
@@ -75,7 +87,7 @@ class AsyncCommunicator : public Communicator {
   const int size_;
   const CommOptions options_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<PendingOp> queue_;
   uint64_t next_seq_ = 1;

@@ -42,15 +42,16 @@ const char* CollectiveName(CollectiveKind kind) {
 }
 
 std::string DescribeCollective(const CollectiveArgs& args) {
+  const std::string tag = args.tag != 0 ? absl::StrFormat(", tag %d", args.tag) : "";
   switch (args.kind) {
     case CollectiveKind::kBarrier:
       return absl::StrFormat("Barrier #%d", args.seq);
     case CollectiveKind::kBroadcast:
-      return absl::StrFormat("Broadcast #%d (count %d, %s, root %d)", args.seq, args.count,
-                             DTypeName(args.dtype), args.root);
+      return absl::StrFormat("Broadcast #%d (count %d, %s, root %d%s)", args.seq, args.count,
+                             DTypeName(args.dtype), args.root, tag);
     default:
-      return absl::StrFormat("%s #%d (count %d, %s)", CollectiveName(args.kind), args.seq,
-                             args.count, DTypeName(args.dtype));
+      return absl::StrFormat("%s #%d (count %d, %s%s)", CollectiveName(args.kind), args.seq,
+                             args.count, DTypeName(args.dtype), tag);
   }
 }
 
@@ -68,6 +69,9 @@ std::string DescribeMismatch(const CollectiveArgs& mine, const CollectiveArgs& t
   }
   if (mine.kind == CollectiveKind::kBroadcast && mine.root != theirs.root) {
     return absl::StrFormat("root %d vs %d", mine.root, theirs.root);
+  }
+  if (mine.tag != theirs.tag) {
+    return absl::StrFormat("tag %d vs %d: the ranks move different data", mine.tag, theirs.tag);
   }
   return "";
 }

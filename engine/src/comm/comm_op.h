@@ -49,15 +49,19 @@ struct CollectiveArgs {
   int64_t count = 0;
   DType dtype = DType::kUInt8;
   int root = 0;
+  // The caller's label of the data (Communicator: `tag`); 0 = none.
+  uint64_t tag = 0;
   // 1-based position of this collective among those issued by this rank.
   uint64_t seq = 0;
 };
 
-// "AllReduce #17 (count 1009, fp32)" — for error messages.
+// "AllReduce #17 (count 1009, fp32)", "AllGather #3 (count 128, bf16, tag 4)"
+// — for error messages.
 std::string DescribeCollective(const CollectiveArgs& args);
 
 // Describes what differs between two ranks' views of the same collective, or
-// returns "" when they match (kind, count, dtype and, for Broadcast, root).
+// returns "" when they match (kind, count, dtype, tag and, for Broadcast,
+// root).
 std::string DescribeMismatch(const CollectiveArgs& mine, const CollectiveArgs& theirs);
 
 // Element range [*offset, *offset + *length) of piece `index` when `count`

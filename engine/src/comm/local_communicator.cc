@@ -4,13 +4,17 @@
 // result by reading its peers' buffers directly. No data is staged.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -39,6 +43,12 @@ namespace {
 //      is past commit and only copies memory.
 // A rank cannot post s+1 before all ranks are done with s, so one slot per
 // rank is enough.
+//
+// A rank leaves in one of two ways: gone (it failed, or its communicator was
+// destroyed), which fails every uncommitted collective at once; or left
+// after collective n (its function returned normally), which lets the
+// collectives it issued complete and fails only those after n. Either way
+// its peers never wait out the timeout for it.
 class LocalHub {
  public:
   explicit LocalHub(int world_size) : slots_(world_size) {}
@@ -78,11 +88,23 @@ class LocalHub {
     return absl::OkStatus();
   }
 
-  // Marks `rank` as having left the group: collectives not yet committed fail
-  // at once on every rank instead of waiting out their timeout.
+  // Marks `rank` as gone: collectives not yet committed fail at once on
+  // every rank instead of waiting out their timeout.
   void MarkGone(int rank, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     MarkGoneLocked(rank, reason);
+  }
+
+  // `rank` will issue nothing after its collective `last_seq`: later
+  // collectives of its peers fail at once.
+  void MarkLeft(int rank, uint64_t last_seq, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& slot = slots_[rank];
+    if (slot.gone || slot.left) return;
+    slot.left = true;
+    slot.left_after_seq = last_seq;
+    slot.gone_reason = reason;
+    cv_.notify_all();
   }
 
   // The communicator of `rank` is being destroyed: its waiting collective
@@ -98,7 +120,9 @@ class LocalHub {
     CollectiveArgs posted;  // posted.seq == 0: nothing posted yet.
     uint64_t done_seq = 0;
     bool gone = false;
-    std::string gone_reason;
+    bool left = false;            // left normally: issues nothing after left_after_seq
+    uint64_t left_after_seq = 0;  // its last collective
+    std::string gone_reason;      // why it is gone or left
     bool aborted = false;
   };
 
@@ -136,7 +160,14 @@ class LocalHub {
       }
     }
     for (int p = 0; p < static_cast<int>(slots_.size()); ++p) {
-      if (!slots_[p].gone) continue;
+      const Slot& peer = slots_[p];
+      if (peer.left && !peer.gone && peer.left_after_seq < args.seq) {
+        return absl::AbortedError(absl::StrFormat(
+            "%s: %s failed: rank %d left the group after its collective #%d (%s) and will issue "
+            "no more; every rank must issue the same collectives",
+            prefix, what, p, peer.left_after_seq, peer.gone_reason));
+      }
+      if (!peer.gone) continue;
       std::string still_missing;
       if (!missing.empty()) {
         still_missing =
@@ -174,12 +205,14 @@ class LocalHub {
                          ? absl::StrFormat("rank %d has not run any collective", p)
                          : absl::StrFormat("rank %d's last collective was #%d", p, reached));
     }
+    // Missing ranks are neither gone nor left (that fails at once): their
+    // threads are still running, blocked or busy outside the communicator.
     return absl::DeadlineExceededError(absl::StrFormat(
         "%s: timed out after %s in %s waiting for rank(s) %s; %s never issued this collective "
-        "(%s)",
+        "and %s still running: stuck (blocked, deadlocked) or slower than the timeout (%s)",
         prefix, absl::FormatDuration(timeout), DescribeCollective(args),
         absl::StrJoin(missing, ", "), missing.size() == 1 ? "that rank" : "those ranks",
-        absl::StrJoin(last, ", ")));
+        missing.size() == 1 ? "is" : "are", absl::StrJoin(last, ", ")));
   }
 
   // Step 3 for `rank`: every rank computes a disjoint part of the outputs.
@@ -257,6 +290,8 @@ class LocalCommunicator final : public AsyncCommunicator {
   std::string backend() const override { return "local"; }
 
   LocalHub& hub() { return *hub_; }
+  // This rank issues nothing more: peers' later collectives fail at once.
+  void Leave(const std::string& reason) { hub_->MarkLeft(rank(), issued(), reason); }
 
  protected:
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override {
@@ -282,10 +317,12 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(int 
         "CreateLocalGroup: world size %d is out of range; use 1..%d (one thread per rank)",
         world_size, kMaxLocalRanks));
   }
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "CreateLocalGroup: timeout %s must be positive", absl::FormatDuration(options.timeout)));
+  absl::StatusOr<absl::Duration> timeout = ResolveCommTimeout(options);
+  if (!timeout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateLocalGroup: ", timeout.status().message()));
   }
+  options.timeout = *timeout;
   auto hub = std::make_shared<internal::LocalHub>(world_size);
   std::vector<std::unique_ptr<Communicator>> group;
   group.reserve(world_size);
@@ -295,33 +332,95 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(int 
   return group;
 }
 
+namespace {
+
+// What the rank threads of one RunLocalRanks share. Owned jointly by the
+// caller and every thread, so that a thread RunLocalRanks stopped waiting
+// for (and detached) still finds its communicator and function.
+struct LocalRun {
+  std::vector<std::unique_ptr<Communicator>> group;
+  std::function<absl::Status(int rank, Communicator& comm)> fn;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<bool> returned;
+  int returned_count = 0;
+  absl::Status first_error;  // In time order: later errors are usually echoes.
+  absl::Time first_error_time;
+};
+
+void RunRank(const std::shared_ptr<LocalRun>& run, int rank) {
+  const absl::Status status = run->fn(rank, *run->group[rank]);
+  auto& comm = static_cast<internal::LocalCommunicator&>(*run->group[rank]);
+  if (status.ok()) {
+    comm.Leave("its function returned");
+  } else {
+    comm.hub().MarkGone(rank, std::string(status.message()));
+  }
+  std::lock_guard<std::mutex> lock(run->mu);
+  run->returned[rank] = true;
+  ++run->returned_count;
+  if (!status.ok() && run->first_error.ok()) {
+    run->first_error =
+        absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message()));
+    run->first_error_time = absl::Now();
+  }
+  run->cv.notify_all();
+}
+
+}  // namespace
+
 absl::Status RunLocalRanks(int world_size,
                            const std::function<absl::Status(int rank, Communicator& comm)>& fn,
                            CommOptions options) {
+  if (options.local_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RunLocalRanks: local_grace %s must not be negative",
+                        absl::FormatDuration(options.local_grace)));
+  }
   auto group_or = CreateLocalGroup(world_size, options);
   if (!group_or.ok()) return group_or.status();
-  std::vector<std::unique_ptr<Communicator>> group = std::move(group_or).value();
-
-  std::mutex mu;
-  absl::Status first_error;  // In time order: later errors are usually echoes.
+  auto run = std::make_shared<LocalRun>();
+  run->group = std::move(group_or).value();
+  run->fn = fn;
+  run->returned.assign(world_size, false);
   std::vector<std::thread> threads;
   threads.reserve(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
-      absl::Status status = fn(r, *group[r]);
-      if (status.ok()) return;
-      auto& comm = static_cast<internal::LocalCommunicator&>(*group[r]);
-      comm.hub().MarkGone(r, std::string(status.message()));
-      std::lock_guard<std::mutex> lock(mu);
-      if (first_error.ok()) {
-        first_error =
-            absl::Status(status.code(), absl::StrFormat("rank %d: %s", r, status.message()));
+  for (int r = 0; r < world_size; ++r) threads.emplace_back([run, r] { RunRank(run, r); });
+
+  // Every rank returns; or, after a failure, the others get the grace period.
+  std::vector<int> stuck;
+  absl::Status result;
+  {
+    std::unique_lock<std::mutex> lock(run->mu);
+    while (run->returned_count < world_size) {
+      if (run->first_error.ok()) {
+        run->cv.wait(lock);
+        continue;
       }
-    });
+      const absl::Time give_up = run->first_error_time + options.local_grace;
+      if (absl::Now() >= give_up) break;
+      run->cv.wait_until(lock, absl::ToChronoTime(give_up));
+    }
+    for (int r = 0; r < world_size; ++r) {
+      if (!run->returned[r]) stuck.push_back(r);
+    }
+    result = run->first_error;
   }
-  for (std::thread& t : threads) t.join();
-  group.clear();
-  return first_error;
+  for (int r = 0; r < world_size; ++r) {
+    if (std::find(stuck.begin(), stuck.end(), r) != stuck.end()) {
+      threads[r].detach();
+    } else {
+      threads[r].join();
+    }
+  }
+  if (stuck.empty()) return result;
+  return absl::Status(
+      result.code(),
+      absl::StrFormat("%s; rank(s) %s had not returned %s after that failure (blocked outside "
+                      "the communicator?): their threads were detached and keep running, so end "
+                      "the process (AbortJob) instead of freeing what they use",
+                      result.message(), absl::StrJoin(stuck, ", "),
+                      absl::FormatDuration(options.local_grace)));
 }
 
 }  // namespace zeroshard

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -22,11 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
 #include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/process_probe.h"
 #include "engine/src/comm/reduce.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/status.h"
@@ -120,6 +124,36 @@ absl::Status EnsureMpiInitialized() {
   return absl::OkStatus();
 }
 
+// Polls a collective request of communicator creation until it completes or
+// `deadline` passes. On a timeout the request is left behind (a collective
+// cannot be cancelled): the caller is expected to end the job.
+absl::Status WaitForCreation(MPI_Request* request, absl::Time deadline, absl::Duration timeout,
+                             const char* call) {
+  int idle_polls = 0;
+  while (true) {
+    int done = 0;
+    int rc;
+    {
+      MpiCallLock lock;
+      rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) return MpiError("CreateMpiCommunicator", call, rc);
+    if (done) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "CreateMpiCommunicator: timed out after %s in %s: not every rank is creating its "
+          "communicator (a rank died, is stuck, or does not call CreateMpiCommunicator the same "
+          "number of times); end the job with AbortJob",
+          absl::FormatDuration(timeout), call));
+    }
+    if (++idle_polls < 2000) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
 // The descriptor every rank sends to every peer at the start of a collective.
 struct Descriptor {
   int64_t kind;
@@ -128,12 +162,17 @@ struct Descriptor {
   int64_t root;
   int64_t seq;
   int64_t instance;
+  uint64_t tag;
 };
 
 Descriptor ToDescriptor(const CollectiveArgs& args, uint64_t instance) {
-  return Descriptor{static_cast<int64_t>(args.kind),  args.count,
-                    static_cast<int64_t>(args.dtype), args.root,
-                    static_cast<int64_t>(args.seq),   static_cast<int64_t>(instance)};
+  return Descriptor{static_cast<int64_t>(args.kind),
+                    args.count,
+                    static_cast<int64_t>(args.dtype),
+                    args.root,
+                    static_cast<int64_t>(args.seq),
+                    static_cast<int64_t>(instance),
+                    args.tag};
 }
 
 CollectiveArgs FromDescriptor(const Descriptor& d) {
@@ -143,8 +182,15 @@ CollectiveArgs FromDescriptor(const Descriptor& d) {
   args.dtype = static_cast<DType>(d.dtype);
   args.root = static_cast<int>(d.root);
   args.seq = static_cast<uint64_t>(d.seq);
+  args.tag = d.tag;
   return args;
 }
+
+// How often a rank that waits checks whether the peers it waits for still
+// exist. OpenMPI's launcher ends the job 1 s after a process dies (SIGCONT,
+// then SIGTERM a second later); 20 ms leaves the survivors ample time to say
+// which rank died first.
+constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
 
 // Which part of a collective a set of requests belongs to (for errors).
 enum class Phase { kDescriptors, kData };
@@ -152,8 +198,11 @@ enum class Phase { kDescriptors, kData };
 class MpiCommunicator final : public AsyncCommunicator {
  public:
   MpiCommunicator(MPI_Comm comm, int rank, int size, int64_t tag_space, uint64_t instance,
-                  CommOptions options)
-      : AsyncCommunicator(rank, size, options), comm_(comm), instance_(instance) {
+                  std::vector<ProcessIdentity> processes, CommOptions options)
+      : AsyncCommunicator(rank, size, options),
+        comm_(comm),
+        instance_(instance),
+        processes_(std::move(processes)) {
     int tag_bits = 0;
     while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
     seq_bits_ = std::min(tag_bits, 20);
@@ -163,6 +212,15 @@ class MpiCommunicator final : public AsyncCommunicator {
 
   ~MpiCommunicator() override {
     Shutdown();
+    if (receives_in_limbo_) {
+      // MPI may still write into them: keep them for the life of the process
+      // (which, after a communicator failure, should end soon: AbortJob).
+      static auto* graveyard = new std::vector<std::vector<char>>();
+      static auto* descriptor_graveyard = new std::vector<std::vector<Descriptor>>();
+      std::lock_guard<std::mutex> lock(g_init_mu);
+      graveyard->push_back(std::move(scratch_));
+      descriptor_graveyard->push_back(std::move(peer_descriptors_));
+    }
     MpiCallLock lock;
     MPI_Comm_free(&comm_);
   }
@@ -205,7 +263,8 @@ class MpiCommunicator final : public AsyncCommunicator {
   // communicator is being destroyed. On failure cancels what is left.
   absl::Status Complete(Requests& requests, const CollectiveArgs& args, absl::Time deadline,
                         Phase phase);
-  static void Abandon(Requests& requests);
+  // Gives up on the requests still open without blocking (see the body).
+  void Abandon(Requests& requests);
 
   absl::Status ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline);
   // Reduce-scatter over blocks: block p is [offset(p), offset(p)+length(p))
@@ -220,12 +279,24 @@ class MpiCommunicator final : public AsyncCommunicator {
                                const std::vector<int64_t>& offsets,
                                const std::vector<int64_t>& lengths, absl::Time deadline);
 
+  // "rank 2 (pid 4242 on node7)".
+  std::string DescribeRank(int peer) const;
+  // The first of `peers` whose process is gone, or -1.
+  int FindDeadPeer(const std::set<int>& peers) const;
+
   MPI_Comm comm_;
   const uint64_t instance_;
+  // Every rank's process, in rank order (exchanged at creation).
+  const std::vector<ProcessIdentity> processes_;
   int seq_bits_ = 0;
   int instance_bits_ = 0;
   std::atomic<bool> abort_{false};
-  std::vector<char> scratch_;
+  std::vector<char> scratch_;                 // reduce-scatter chunks from peers
+  std::vector<Descriptor> peer_descriptors_;  // the descriptor exchange's receive buffer
+  // A receive could not be cancelled (a transfer from a stopped or dead peer
+  // was under way): MPI may still write into its buffer, so the buffers this
+  // communicator owns must outlive it.
+  bool receives_in_limbo_ = false;
 };
 
 absl::Status MpiCommunicator::PostSend(Requests& requests, const void* data, int64_t bytes,
@@ -264,19 +335,48 @@ absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes
 
 void MpiCommunicator::Abandon(Requests& requests) {
   MpiCallLock lock;
+  std::vector<MPI_Request> cancelled;
   for (size_t i = 0; i < requests.handles.size(); ++i) {
     MPI_Request& request = requests.handles[i];
     if (request == MPI_REQUEST_NULL) continue;
     if (requests.is_recv[i]) {
-      // A cancelled receive completes at once; its buffer is then free.
       MPI_Cancel(&request);
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      cancelled.push_back(request);
     } else {
       // Sends cannot be cancelled reliably: let MPI finish or drop them. The
       // communicator is poisoned after this, so nothing else uses the tag.
       MPI_Request_free(&request);
     }
+    request = MPI_REQUEST_NULL;
   }
+  // A cancelled receive that had not matched completes at once. One that was
+  // mid-transfer from a peer that stopped or died never does, and waiting for
+  // it (MPI_Wait) would hang this rank forever: poll briefly, then let go.
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(50);
+  int done = 0;
+  const int n = static_cast<int>(cancelled.size());
+  while (n > 0) {
+    MPI_Testall(n, cancelled.data(), &done, MPI_STATUSES_IGNORE);
+    if (done || absl::Now() >= give_up) break;
+    sched_yield();
+  }
+  if (n > 0 && !done) {
+    receives_in_limbo_ = true;
+    for (MPI_Request& request : cancelled) {
+      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+    }
+  }
+}
+
+std::string MpiCommunicator::DescribeRank(int peer) const {
+  return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(processes_[peer]));
+}
+
+int MpiCommunicator::FindDeadPeer(const std::set<int>& peers) const {
+  for (int peer : peers) {
+    if (ProbeProcess(processes_[peer], processes_[rank()]) == ProcessState::kGone) return peer;
+  }
+  return -1;
 }
 
 absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs& args,
@@ -285,6 +385,14 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
   std::vector<int> indices(n);
   int remaining = n;
   int idle_polls = 0;
+  absl::Time next_liveness_check = absl::Now() + kLivenessInterval;
+  // The peers whose requests are still open.
+  auto pending_peers = [&](std::set<int>* missing_from, std::set<int>* not_taken_by) {
+    for (int i = 0; i < n; ++i) {
+      if (requests.handles[i] == MPI_REQUEST_NULL) continue;
+      (requests.is_recv[i] ? missing_from : not_taken_by)->insert(requests.peers[i]);
+    }
+  };
   while (remaining > 0) {
     int completed = 0;
     int rc;
@@ -304,16 +412,28 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       continue;
     }
     const bool aborted = abort_.load();
-    if (aborted || absl::Now() >= deadline) {
+    const absl::Time now = absl::Now();
+    if (!aborted && now < deadline && now >= next_liveness_check) {
+      // A peer on this machine whose process is gone will never send: fail
+      // now, naming it, rather than at the deadline.
+      next_liveness_check = now + kLivenessInterval;
+      std::set<int> peers;
+      pending_peers(&peers, &peers);
+      const int dead = FindDeadPeer(peers);
+      if (dead >= 0) {
+        Abandon(requests);
+        return absl::AbortedError(absl::StrFormat(
+            "%s: %s failed: %s %s; the job cannot continue", ErrorPrefix(),
+            DescribeCollective(args), DescribeRank(dead), DescribeState(ProcessState::kGone)));
+      }
+    }
+    if (aborted || now >= deadline) {
       std::set<int> missing_from;
       std::set<int> not_taken_by;
-      for (int i = 0; i < n; ++i) {
-        if (requests.handles[i] == MPI_REQUEST_NULL) continue;
-        (requests.is_recv[i] ? missing_from : not_taken_by).insert(requests.peers[i]);
-      }
+      pending_peers(&missing_from, &not_taken_by);
       Abandon(requests);
-      const std::string waiting_for =
-          absl::StrJoin(missing_from.empty() ? not_taken_by : missing_from, ", ");
+      const std::set<int>& waited = missing_from.empty() ? not_taken_by : missing_from;
+      const std::string waiting_for = absl::StrJoin(waited, ", ");
       if (aborted) {
         return absl::CancelledError(absl::StrFormat(
             "%s failed: the communicator was destroyed while waiting for rank(s) %s", Where(args),
@@ -321,18 +441,25 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       }
       std::string why;
       if (phase == Phase::kDescriptors && !missing_from.empty()) {
-        why = absl::StrFormat("%s never issued this collective (or is stuck before it)",
+        why = absl::StrFormat("%s never issued this collective",
                               missing_from.size() == 1 ? "that rank" : "those ranks");
       } else if (!missing_from.empty()) {
-        why =
-            "they issued this collective but their data never arrived (a peer died or is "
-            "stuck)";
+        why = "they issued this collective but their data never arrived";
       } else {
-        why = "they never received our data (a peer died or is stuck)";
+        why = "they never received our data";
       }
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "%s: timed out after %s in %s waiting for rank(s) %s; %s", ErrorPrefix(),
-          absl::FormatDuration(options().timeout), DescribeCollective(args), waiting_for, why));
+      // What this rank can see of each peer it waited for: stopped, running,
+      // gone, or out of sight on another machine.
+      std::vector<std::string> states;
+      for (int peer : waited) {
+        states.push_back(
+            absl::StrCat(DescribeRank(peer), " ",
+                         DescribeState(ProbeProcess(processes_[peer], processes_[rank()]))));
+      }
+      return absl::DeadlineExceededError(
+          absl::StrFormat("%s: timed out after %s in %s waiting for rank(s) %s; %s: %s",
+                          ErrorPrefix(), absl::FormatDuration(options().timeout),
+                          DescribeCollective(args), waiting_for, why, absl::StrJoin(states, "; ")));
     }
     // Spin politely first (MPI progresses only inside our Test calls), then
     // back off so a rank that waits for a late peer does not burn a core.
@@ -348,7 +475,8 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
 absl::Status MpiCommunicator::ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline) {
   const int world = size();
   const Descriptor mine = ToDescriptor(args, instance_);
-  std::vector<Descriptor> theirs(world);
+  std::vector<Descriptor>& theirs = peer_descriptors_;
+  theirs.assign(world, Descriptor{});
   Requests requests;
   const int tag = Tag(args);
   for (int p = 0; p < world; ++p) {
@@ -525,23 +653,34 @@ absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Ti
 bool HaveMpi() { return true; }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions options) {
-  if (options.timeout <= absl::ZeroDuration()) {
+  absl::StatusOr<absl::Duration> timeout = ResolveCommTimeout(options);
+  if (!timeout.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("CreateMpiCommunicator: timeout %s must be positive",
-                        absl::FormatDuration(options.timeout)));
+        absl::StrCat("CreateMpiCommunicator: ", timeout.status().message()));
   }
+  options.timeout = *timeout;
   ZS_RETURN_IF_ERROR(internal::EnsureMpiInitialized());
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 0;
   int64_t tag_space = 32768;  // MPI guarantees tags up to at least 32767.
+  std::vector<internal::ProcessIdentity> processes;
+  // Creation is collective (every rank must create its communicator): the
+  // nonblocking forms let a missing rank become a timeout, not a hang.
+  const absl::Time deadline = absl::Now() + options.timeout;
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc;
   {
     internal::MpiCallLock lock;
-    // MPI_Comm_dup is collective: every rank must create its communicator.
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    if (rc != MPI_SUCCESS) {
-      return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_dup(MPI_COMM_WORLD)", rc);
-    }
+    rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request);
+  }
+  if (rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_idup(MPI_COMM_WORLD)", rc);
+  }
+  ZS_RETURN_IF_ERROR(
+      internal::WaitForCreation(&request, deadline, options.timeout, "MPI_Comm_idup"));
+  {
+    internal::MpiCallLock lock;
     rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm, &rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
@@ -555,13 +694,28 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
       tag_space = static_cast<int64_t>(*static_cast<int*>(tag_ub)) + 1;
     }
   }
+  // Every rank learns every rank's process, so that a rank waiting for a
+  // peer on the same machine can tell a dead peer from a stuck one.
+  const internal::ProcessIdentity self = internal::ThisProcess();
+  processes.resize(size);
+  {
+    internal::MpiCallLock lock;
+    rc = MPI_Iallgather(&self, sizeof(self), MPI_BYTE, processes.data(), sizeof(self), MPI_BYTE,
+                        comm, &request);
+  }
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
+    return internal::MpiError("CreateMpiCommunicator", "MPI_Iallgather(process identities)", rc);
+  }
+  ZS_RETURN_IF_ERROR(
+      internal::WaitForCreation(&request, deadline, options.timeout, "MPI_Iallgather"));
   uint64_t instance;
   {
     std::lock_guard<std::mutex> lock(internal::g_init_mu);
     instance = internal::g_instances_created++;
   }
-  return std::unique_ptr<Communicator>(
-      std::make_unique<internal::MpiCommunicator>(comm, rank, size, tag_space, instance, options));
+  return std::unique_ptr<Communicator>(std::make_unique<internal::MpiCommunicator>(
+      comm, rank, size, tag_space, instance, std::move(processes), options));
 }
 
 void FinalizeMpi() {
@@ -569,6 +723,37 @@ void FinalizeMpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (internal::g_we_initialized && !finalized) MPI_Finalize();
+}
+
+void AbortJob(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) {
+    // The launcher forwards our stderr through a pipe but learns of the abort
+    // through its own channel, and prints its notice first unless the error
+    // had time to arrive: give it that time.
+    absl::SleepFor(absl::Milliseconds(250));
+    // Some launcher settings (OpenMPI's --enable-recovery) keep the job alive
+    // after MPI_Abort and leave the caller blocked in it: end this process
+    // regardless once the launcher had its chance.
+    std::thread([exit_code] {
+      absl::SleepFor(absl::Seconds(3));
+      std::_Exit(exit_code);
+    }).detach();
+    // Below MPI_THREAD_MULTIPLE a progress thread may be inside an MPI call:
+    // take the call lock if it comes free soon, abort regardless otherwise.
+    std::unique_lock<std::mutex> lock(internal::g_call_mu, std::defer_lock);
+    if (internal::g_thread_level < MPI_THREAD_MULTIPLE) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(1);
+      while (!lock.try_lock() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    }
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
+  std::_Exit(exit_code);
 }
 
 }  // namespace zeroshard
