@@ -90,6 +90,14 @@ std::vector<float> InitialParam(const MlpConfig& cfg, int unit, int param) {
   return RandomParam(cfg, cfg.init_seed, unit, param);
 }
 
+std::vector<TrainerSetting> TrainerSettings(const MlpConfig& cfg) {
+  // Seeds are compared bit for bit; int64 holds every uint64 pattern.
+  return {TrainerSetting::Int("micro_batch", cfg.micro_batch),
+          TrainerSetting::Int("init_seed", static_cast<int64_t>(cfg.init_seed)),
+          TrainerSetting::Int("teacher_seed", static_cast<int64_t>(cfg.teacher_seed)),
+          TrainerSetting::Int("data_seed", static_cast<int64_t>(cfg.data_seed))};
+}
+
 absl::Status InitEngineParams(Engine& engine, const MlpConfig& cfg) {
   const ModelSpec& spec = engine.model();
   if (static_cast<int>(spec.units.size()) != cfg.blocks) {

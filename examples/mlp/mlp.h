@@ -52,6 +52,12 @@ std::vector<float> InitialParam(const MlpConfig& cfg, int unit, int param);
 // The same distribution under another seed (the teacher uses teacher_seed).
 std::vector<float> RandomParam(const MlpConfig& cfg, uint64_t seed, int unit, int param);
 
+// What every rank of an MLP run must share beyond what the engine checks
+// itself (the model spec and initial weights): the micro-batch size and the
+// teacher and data seeds. Pass them to Engine::Start so that a rank started
+// with another --micro-batch or seed is refused by name.
+std::vector<TrainerSetting> TrainerSettings(const MlpConfig& cfg);
+
 // SetParam for every param of every unit with InitialParam. Call before
 // engine.Start(). Errors: the engine's (e.g. a ModelSpec that is not
 // BuildModelSpec(cfg)).

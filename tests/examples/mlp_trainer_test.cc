@@ -74,7 +74,7 @@ class FakeEngine final : public Engine {
   }
 
   absl::Status SetParam(int, int, absl::Span<const float>) override { return absl::OkStatus(); }
-  absl::Status Start() override { return absl::OkStatus(); }
+  absl::Status Start(absl::Span<const TrainerSetting>) override { return absl::OkStatus(); }
   absl::StatusOr<UnitView> Gather(int unit) override {
     Log("G", unit);
     if (gathered_ != -1) ++violations_;

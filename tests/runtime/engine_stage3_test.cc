@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -140,15 +141,80 @@ TEST(SequenceCheckTest, ARankGatheringADifferentUnitFailsWithinSecondsNamingIt) 
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     ASSERT_FALSE(run.ok()) << "prefetch " << prefetch;
+    EXPECT_EQ(run.status().code(), absl::StatusCode::kFailedPrecondition) << run.status();
     EXPECT_LT(seconds, 10.0) << run.status();
     const std::string message(run.status().message());
     EXPECT_NE(message.find("rank"), std::string::npos) << message;
     if (prefetch == 0) {
-      // Same sizes and counts: only the sequence check can see it.
-      EXPECT_NE(message.find("collective sequence check at step 3"), std::string::npos) << message;
-      EXPECT_NE(message.find("rank(s) 1"), std::string::npos) << message;
+      // Same sizes and counts: the unit tag every gather carries tells the
+      // two all-gathers apart at once (block.1 is tag 2, block.3 tag 4).
+      EXPECT_TRUE(message.find("tag 4 vs 2") != std::string::npos ||
+                  message.find("tag 2 vs 4") != std::string::npos)
+          << message;
+      EXPECT_NE(message.find("the ranks move different data"), std::string::npos) << message;
     }
     std::printf("prefetch %d: failed after %.2f s: %s\n", prefetch, seconds, message.c_str());
+  }
+}
+
+TEST(SequenceCheckTest, DivergenceTheCommunicatorCannotSeeIsCaughtAtTheStep) {
+  // Between steps, rank 0 reads a param (GetParam: an fp32 all-gather of
+  // block.1's shards, tagged with the unit) while rank 1 gathers block.1 for
+  // compute: the same all-gather on the wire. Only the engine's record of
+  // what each collective was for differs, and the next Step() says so.
+  TrainSpec train = SyntheticTrain(3, Precision::kFp32);
+  train.prefetch_units = 0;
+  const ModelSpec spec = SyntheticSpec();
+  const absl::Status status = RunLocalRanks(
+      2,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        auto device = CreateCpuDevice();
+        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
+        ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+        ZS_RETURN_IF_ERROR(SyntheticStep(*engine, spec).status());
+        if (rank == 0) {
+          ZS_RETURN_IF_ERROR(engine->GetParam(1, 0).status());
+        } else {
+          ZS_RETURN_IF_ERROR(engine->Gather(1).status());
+          ZS_RETURN_IF_ERROR(engine->Release(1));
+        }
+        return SyntheticStep(*engine, spec).status();
+      },
+      CommOptions{absl::Seconds(20)});
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("collective sequence check at step 2"), std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("rank(s) 1"), std::string::npos) << status;
+}
+
+TEST(GetParamTest, RanksAskingForDifferentUnitsOfEqualSizeAreRefused) {
+  // block.1 and block.3 have the same shapes, so their stage-3 shard
+  // all-gathers have the same count and dtype; the unit tag tells them apart.
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
+    const ModelSpec spec = SyntheticSpec();
+    const TrainSpec train = SyntheticTrain(3, precision);
+    std::vector<std::string> messages(2);
+    const absl::Status status = RunLocalRanks(
+        2,
+        [&](int rank, Communicator& comm) -> absl::Status {
+          auto device = CreateCpuDevice();
+          ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
+          ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+          ZS_RETURN_IF_ERROR(SyntheticStep(*engine, spec).status());
+          // The same unit on every rank works...
+          ZS_ASSIGN_OR_RETURN(std::vector<float> same, engine->GetParam(1, 0));
+          // ...a different one fails on every rank, without a value.
+          const absl::StatusOr<std::vector<float>> mixed = engine->GetParam(rank == 0 ? 1 : 3, 0);
+          EXPECT_FALSE(mixed.ok()) << "rank " << rank << " got values for a mixed-up GetParam";
+          messages[rank] = std::string(mixed.status().message());
+          return mixed.status();
+        },
+        CommOptions{absl::Seconds(20)});
+    ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(messages[0].find("GetParam(block.1.w)"), std::string::npos) << messages[0];
+    EXPECT_NE(messages[1].find("GetParam(block.3.w)"), std::string::npos) << messages[1];
+    EXPECT_NE(messages[0].find("tag 2 vs 4"), std::string::npos) << messages[0];
+    EXPECT_NE(messages[1].find("tag 4 vs 2"), std::string::npos) << messages[1];
   }
 }
 

@@ -3,8 +3,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/engine_test_util.h"
 #include "zeroshard/status.h"
@@ -203,46 +207,141 @@ TEST(EngineEquivalenceTest, TrainingReducesTheLoss) {
   EXPECT_LT(result->losses.back(), 0.7 * result->losses.front());
 }
 
-// Start() must refuse ranks that disagree, naming the rank and what differs.
-absl::Status StartWithPerturbation(int world, bool other_lr, bool other_weights) {
+// Start() must refuse ranks that disagree, naming the rank, the field and
+// both values.
+struct Perturbation {
+  std::function<void(TrainSpec&)> train;      // on the last rank
+  std::function<void(ModelSpec&)> model;      // on the last rank
+  std::function<void(mlp::MlpConfig&)> data;  // the last rank's trainer settings
+  bool other_weights = false;                 // one weight of block.1 w2 on the last rank
+};
+
+absl::Status StartWithPerturbation(int world, const Perturbation& change) {
   const mlp::MlpConfig cfg = SmallMlp();
-  const ModelSpec spec = mlp::BuildModelSpec(cfg);
   return RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
+    const bool odd = rank == world - 1;
     auto device = CreateCpuDevice();
     RunConfig run;
     run.world = world;
     run.stage = 1;
     TrainSpec train = MakeTrainSpec(run);
-    if (other_lr && rank == world - 1) train.optimizer.lr *= 2;
+    ModelSpec spec = mlp::BuildModelSpec(cfg);
+    mlp::MlpConfig mine = cfg;
+    if (odd && change.train) change.train(train);
+    if (odd && change.model) change.model(spec);
+    if (odd && change.data) change.data(mine);
     ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-    ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
-    if (other_weights && rank == world - 1) {
-      std::vector<float> w = mlp::InitialParam(cfg, 1, 2);
-      w[5] += 1e-3f;
-      ZS_RETURN_IF_ERROR(engine->SetParam(1, 2, w));
+    for (int u = 0; u < static_cast<int>(spec.units.size()); ++u) {
+      for (int p = 0; p < static_cast<int>(spec.units[u].params.size()); ++p) {
+        std::vector<float> w(spec.units[u].params[p].NumElements(), 0.01f);
+        if (u < cfg.blocks && p < mlp::kNumBlockParams) {
+          w = mlp::InitialParam(cfg, u, p);
+          w.resize(spec.units[u].params[p].NumElements(), 0.01f);
+        }
+        if (odd && change.other_weights && u == 1 && p == mlp::kW2) w[5] += 1e-3f;
+        ZS_RETURN_IF_ERROR(engine->SetParam(u, p, w));
+      }
     }
-    return engine->Start();
+    return engine->Start(mlp::TrainerSettings(mine));
   });
 }
 
-TEST(EngineStartTest, RefusesRanksWithDifferentHyperParameters) {
-  absl::Status status = StartWithPerturbation(3, /*other_lr=*/true, /*other_weights=*/false);
-  ASSERT_FALSE(status.ok());
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-  EXPECT_NE(status.message().find("rank 2"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("train spec"), std::string::npos) << status;
+TEST(EngineStartTest, NamesTheTrainSpecFieldAndBothValues) {
+  Perturbation change;
+  change.train = [](TrainSpec& t) {
+    t.optimizer.lr *= 2;
+    t.grad_accum_steps = 3;
+  };
+  const absl::Status status = StartWithPerturbation(3, change);
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  const std::string message(status.message());
+  EXPECT_NE(message.find("rank 2 differs from rank 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("train spec optimizer.lr (rank 0: 0.003, rank 2: 0.006)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("train spec grad_accum_steps (rank 0: 1, rank 2: 3)"), std::string::npos)
+      << message;
 }
 
-TEST(EngineStartTest, RefusesRanksWithDifferentInitialWeights) {
-  absl::Status status = StartWithPerturbation(2, /*other_lr=*/false, /*other_weights=*/true);
-  ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.message().find("rank 1"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("initial weights of unit 'block.1'"), std::string::npos)
+TEST(EngineStartTest, NamesADifferentUnitCount) {
+  Perturbation change;
+  change.model = [](ModelSpec& spec) { spec.units.push_back({"extra", {{"w", {8}, false}}}); };
+  const absl::Status status = StartWithPerturbation(2, change);
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  const std::string message(status.message());
+  EXPECT_NE(message.find("model spec: number of units (rank 0: 3, rank 1: 4)"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("count"), std::string::npos) << "a size mismatch of the exchange itself";
+}
+
+TEST(EngineStartTest, NamesTheUnitWhoseShapeDiffers) {
+  Perturbation change;
+  change.model = [](ModelSpec& spec) { spec.units[1].params[1].shape[0] += 1; };  // block.1 b1
+  const absl::Status status = StartWithPerturbation(2, change);
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  const std::string message(status.message());
+  const mlp::MlpConfig cfg = SmallMlp();
+  const int64_t elements = mlp::BuildModelSpec(cfg).units[1].NumElements();
+  EXPECT_NE(message.find(absl::StrFormat("unit 1 ('block.1' here): rank 0 has %d elements, rank "
+                                         "1 has %d",
+                                         elements, elements + 1)),
+            std::string::npos)
+      << message;
+}
+
+TEST(EngineStartTest, NamesTheParamWhoseInitialWeightsDiffer) {
+  Perturbation change;
+  change.other_weights = true;
+  const absl::Status status = StartWithPerturbation(2, change);
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("initial weights of unit 'block.1', param 'w2'"),
+            std::string::npos)
       << status;
 }
 
-TEST(EngineStartTest, AgreeingRanksStart) {
-  EXPECT_TRUE(StartWithPerturbation(4, false, false).ok());
+TEST(EngineStartTest, NamesTheTrainerSettingAndBothValues) {
+  Perturbation change;
+  change.data = [](mlp::MlpConfig& cfg) { cfg.micro_batch *= 2; };
+  const absl::Status status = StartWithPerturbation(4, change);
+  ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  const mlp::MlpConfig cfg = SmallMlp();
+  EXPECT_NE(
+      status.message().find(absl::StrFormat(
+          "rank 3 differs from rank 0 in trainer setting micro_batch (rank 0: %d, rank 3: %d)",
+          cfg.micro_batch, 2 * cfg.micro_batch)),
+      std::string::npos)
+      << status;
+  Perturbation seed;
+  seed.data = [](mlp::MlpConfig& cfg) { cfg.data_seed += 1; };
+  EXPECT_NE(StartWithPerturbation(2, seed).message().find("trainer setting data_seed"),
+            std::string::npos);
+}
+
+TEST(EngineStartTest, AgreeingRanksStart) { EXPECT_TRUE(StartWithPerturbation(4, {}).ok()); }
+
+TEST(EngineStartTest, RefusesBadSettingsAndNonFiniteWeights) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  const ModelSpec spec = mlp::BuildModelSpec(cfg);
+  const absl::Status status = RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
+    auto device = CreateCpuDevice();
+    RunConfig run;
+    ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, MakeTrainSpec(run), *device, comm));
+    for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> w = mlp::InitialParam(cfg, 2, mlp::kW1);
+      w[17] = bad;
+      const absl::Status set = engine->SetParam(2, mlp::kW1, w);
+      EXPECT_EQ(set.code(), absl::StatusCode::kInvalidArgument) << set;
+      EXPECT_NE(set.message().find("SetParam(block.2.w1): element 17"), std::string::npos) << set;
+      EXPECT_NE(set.message().find("must be finite"), std::string::npos) << set;
+    }
+    ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
+    const TrainerSetting twice[] = {TrainerSetting::Int("seed", 1), TrainerSetting::Int("seed", 2)};
+    EXPECT_NE(engine->Start(twice).message().find("'seed' is given twice"), std::string::npos);
+    const TrainerSetting unnamed[] = {TrainerSetting::Real("", 1.0)};
+    EXPECT_NE(engine->Start(unnamed).message().find("has no name"), std::string::npos);
+    return engine->Start(mlp::TrainerSettings(cfg));
+  });
+  EXPECT_TRUE(status.ok()) << status;
 }
 
 TEST(EngineApiTest, MisuseIsAnErrorNotACrash) {

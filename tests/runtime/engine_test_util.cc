@@ -50,7 +50,7 @@ absl::StatusOr<RunResult> TrainMlp(const mlp::MlpConfig& cfg, const RunConfig& r
     auto device = CreateCpuDevice();
     ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, MakeTrainSpec(run), *device, comm));
     ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
-    ZS_RETURN_IF_ERROR(engine->Start());
+    ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(cfg)));
     mlp::MlpTrainer trainer(cfg, *engine, comm);
     for (int s = 0; s < run.steps; ++s) {
       ZS_ASSIGN_OR_RETURN(double loss, trainer.TrainStep());

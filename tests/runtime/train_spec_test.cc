@@ -1,6 +1,7 @@
 #include "zeroshard/train_spec.h"
 
 #include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 
@@ -34,6 +35,9 @@ TEST(LrScheduleTest, WarmupIsLinearThenCosineDecaysToTheFloor) {
   EXPECT_DOUBLE_EQ(s.LrAt(5000, peak), 0.1 * peak);
 }
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::nan("");
+
 TEST(TrainSpecTest, ValidationNamesTheField) {
   struct Case {
     void (*mutate)(TrainSpec&);
@@ -55,6 +59,33 @@ TEST(TrainSpecTest, ValidationNamesTheField) {
          t.schedule.total_steps = 10;
        },
        "warmup"},
+      // Non-finite values, each named.
+      {[](TrainSpec& t) { t.optimizer.weight_decay = kInf; }, "optimizer.weight_decay"},
+      {[](TrainSpec& t) { t.optimizer.eps = kInf; }, "optimizer.eps"},
+      {[](TrainSpec& t) { t.optimizer.lr = kNaN; }, "optimizer.lr"},
+      {[](TrainSpec& t) { t.optimizer.beta1 = kNaN; }, "optimizer.beta1"},
+      {[](TrainSpec& t) { t.max_grad_norm = kInf; }, "max_grad_norm"},
+      {[](TrainSpec& t) { t.loss_scale.growth_factor = kInf; }, "loss_scale.growth_factor"},
+      {[](TrainSpec& t) { t.loss_scale.initial_scale = kInf; }, "loss_scale.initial_scale"},
+      {[](TrainSpec& t) { t.loss_scale.backoff_factor = kNaN; }, "loss_scale.backoff_factor"},
+      {[](TrainSpec& t) {
+         t.schedule.kind = LrSchedule::Kind::kWarmupCosine;
+         t.schedule.total_steps = 10;
+         t.schedule.min_lr_ratio = kNaN;
+       },
+       "min_lr_ratio"},
+      // Enum values the engine does not know.
+      {[](TrainSpec& t) { t.precision = static_cast<Precision>(7); }, "precision 7"},
+      {[](TrainSpec& t) { t.optimizer.kind = static_cast<OptimizerKind>(9); }, "optimizer.kind 9"},
+      {[](TrainSpec& t) { t.schedule.kind = static_cast<LrSchedule::Kind>(5); }, "schedule.kind 5"},
+      {[](TrainSpec& t) { t.grad_dtype = DType::kInt64; }, "grad_dtype"},
+      {[](TrainSpec& t) { t.grad_dtype = static_cast<DType>(200); }, "grad_dtype 200"},
+      // Counts beyond any real run.
+      {[](TrainSpec& t) { t.grad_accum_steps = 1 << 30; }, "grad_accum_steps"},
+      {[](TrainSpec& t) { t.num_grad_buffers = 1000; }, "num_grad_buffers"},
+      {[](TrainSpec& t) { t.prefetch_units = 1 << 30; }, "prefetch_units"},
+      {[](TrainSpec& t) { t.loss_scale.hysteresis = 0; }, "loss_scale.hysteresis"},
+      {[](TrainSpec& t) { t.loss_scale.growth_interval = 0; }, "loss_scale.growth_interval"},
   };
   for (const Case& c : cases) {
     TrainSpec t;

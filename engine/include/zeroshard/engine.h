@@ -5,7 +5,8 @@
 //
 //   ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, device, comm));
 //   for each unit u, param p: engine->SetParam(u, p, initial_values);
-//   ZS_RETURN_IF_ERROR(engine->Start());   // fingerprint check across ranks
+//   ZS_RETURN_IF_ERROR(engine->Start({TrainerSetting::Int("micro_batch", 32)}));
+//                                           // fingerprint check across ranks
 //   loop:
 //     for each micro-batch:
 //       forward:  for u in order:   view = engine->Gather(u); compute; engine->Release(u)
@@ -78,6 +79,23 @@ struct StepTimes {
   absl::Duration total;
 };
 
+// A setting of the trainer that every rank must share (its micro-batch size,
+// its data seed, ...), compared across ranks by Start() beside the engine's
+// own settings, and named with both values when it differs.
+struct TrainerSetting {
+  static TrainerSetting Int(std::string name, int64_t value) {
+    return {std::move(name), /*is_real=*/false, value, 0.0};
+  }
+  static TrainerSetting Real(std::string name, double value) {
+    return {std::move(name), /*is_real=*/true, 0, value};
+  }
+
+  std::string name;
+  bool is_real = false;
+  int64_t int_value = 0;
+  double real_value = 0.0;  // compared bit for bit
+};
+
 struct EngineStats {
   int64_t steps = 0;
   int64_t skipped_steps = 0;
@@ -100,14 +118,19 @@ class Engine {
 
   // Sets the initial value of param `param` of unit `unit` (fp32, numel
   // elements; rounded to the param dtype, kept exactly in the fp32 master).
-  // Every rank passes the full tensor. Only before Start().
+  // Every rank passes the full tensor. Only before Start(). InvalidArgument
+  // for a wrong size or a value that is not finite (naming the element).
   virtual absl::Status SetParam(int unit, int param, absl::Span<const float> values) = 0;
 
-  // Compares a fingerprint of model spec, layout, train spec and initial
-  // weights across ranks; FailedPrecondition naming the first rank that
-  // differs from rank 0 and what differs. Must be called once, by every rank,
-  // before training.
-  virtual absl::Status Start() = 0;
+  // Checks that every rank agrees before training: the model spec (unit
+  // count, names, shapes, no_decay), the layout, every TrainSpec field, the
+  // initial weights of every param and the trainer's own `settings` (names
+  // and values; pass the same names in the same order on every rank). On a
+  // difference: FailedPrecondition naming the ranks that differ from rank 0,
+  // each field and both values (weights: the param). Must be called once, by
+  // every rank, before training; it issues collectives.
+  virtual absl::Status Start(absl::Span<const TrainerSetting> settings) = 0;
+  absl::Status Start() { return Start({}); }
 
   // The unit's params in the param dtype, ready for the forward (or
   // backward) pass. Stages 0-2: the resident params (waiting, after a step,
@@ -144,7 +167,8 @@ class Engine {
   virtual void RecordInputWait(absl::Duration d) = 0;
 
   // Full fp32 value of a param: the master weights (gathered across ranks
-  // when sharded, so every rank must call it together).
+  // when sharded, so every rank must call it together, for the same unit:
+  // a rank that asks for another unit fails with FailedPrecondition).
   virtual absl::StatusOr<std::vector<float>> GetParam(int unit, int param) = 0;
 
   virtual const ModelSpec& model() const = 0;

@@ -54,12 +54,41 @@ DType TrainSpec::effective_grad_dtype() const {
   return grad_dtype.has_value() ? *grad_dtype : param_dtype();
 }
 
+namespace {
+
+// Upper bounds of the integer fields: far above any real run, low enough
+// that every count derived from them (staging bytes, gather slots, step
+// numbers) stays far from overflow.
+constexpr int kMaxGradAccumSteps = 1 << 20;
+constexpr int kMaxGradBuffers = 64;
+constexpr int kMaxPrefetchUnits = 1 << 16;
+constexpr int64_t kMaxSteps = int64_t{1} << 50;
+constexpr int kMaxHysteresis = 1 << 20;
+
+bool IsFinite(double v) { return std::isfinite(v); }
+
+}  // namespace
+
 absl::Status TrainSpec::Validate() const {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError("train spec: " + what);
   };
   if (zero_stage < 0 || zero_stage > 3) {
     return bad(absl::StrFormat("zero_stage %d is not supported; use 0, 1, 2 or 3", zero_stage));
+  }
+  // Enums can hold any value of their underlying type (a cast, a corrupt
+  // config): check each against the values the engine knows.
+  if (precision != Precision::kFp32 && precision != Precision::kBf16Mixed &&
+      precision != Precision::kFp16Mixed) {
+    return bad(
+        absl::StrFormat("precision %d is not a Precision; use kFp32, kBf16Mixed or "
+                        "kFp16Mixed",
+                        static_cast<int>(precision)));
+  }
+  if (grad_dtype.has_value() && *grad_dtype != DType::kFloat32 && *grad_dtype != DType::kBFloat16 &&
+      *grad_dtype != DType::kFloat16) {
+    return bad(
+        absl::StrFormat("grad_dtype %d is not fp32, bf16 or fp16", static_cast<int>(*grad_dtype)));
   }
   const DType g = effective_grad_dtype();
   if (g != DType::kFloat32 && g != param_dtype()) {
@@ -68,33 +97,63 @@ absl::Status TrainSpec::Validate() const {
         PrecisionName(precision), DTypeName(param_dtype())));
   }
   const OptimizerSpec& o = optimizer;
-  if (!(o.lr >= 0) || !std::isfinite(o.lr)) return bad(absl::StrFormat("lr %g must be >= 0", o.lr));
-  if (!(o.beta1 >= 0 && o.beta1 < 1))
-    return bad(absl::StrFormat("beta1 %g must be in [0, 1)", o.beta1));
-  if (!(o.beta2 >= 0 && o.beta2 < 1))
-    return bad(absl::StrFormat("beta2 %g must be in [0, 1)", o.beta2));
-  if (!(o.eps > 0))
-    return bad(absl::StrFormat("eps %g must be > 0 (it keeps padding at zero)", o.eps));
-  if (!(o.weight_decay >= 0))
-    return bad(absl::StrFormat("weight_decay %g must be >= 0", o.weight_decay));
+  if (o.kind != OptimizerKind::kAdamW && o.kind != OptimizerKind::kAdamL2) {
+    return bad(absl::StrFormat("optimizer.kind %d is not an OptimizerKind; use kAdamW or kAdamL2",
+                               static_cast<int>(o.kind)));
+  }
+  if (!(o.lr >= 0) || !IsFinite(o.lr)) {
+    return bad(absl::StrFormat("optimizer.lr %g must be a finite number >= 0", o.lr));
+  }
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) {
+    return bad(absl::StrFormat("optimizer.beta1 %g must be in [0, 1)", o.beta1));
+  }
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) {
+    return bad(absl::StrFormat("optimizer.beta2 %g must be in [0, 1)", o.beta2));
+  }
+  if (!(o.eps > 0) || !IsFinite(o.eps)) {
+    return bad(absl::StrFormat(
+        "optimizer.eps %g must be a finite number > 0 (it keeps padding at zero)", o.eps));
+  }
+  if (!(o.weight_decay >= 0) || !IsFinite(o.weight_decay)) {
+    return bad(
+        absl::StrFormat("optimizer.weight_decay %g must be a finite number >= 0", o.weight_decay));
+  }
+  if (schedule.kind != LrSchedule::Kind::kConstant &&
+      schedule.kind != LrSchedule::Kind::kWarmupCosine) {
+    return bad(
+        absl::StrFormat("schedule.kind %d is not an LrSchedule::Kind; use kConstant or "
+                        "kWarmupCosine",
+                        static_cast<int>(schedule.kind)));
+  }
   if (schedule.kind == LrSchedule::Kind::kWarmupCosine) {
-    if (schedule.warmup_steps < 0 || schedule.total_steps <= schedule.warmup_steps) {
+    if (schedule.warmup_steps < 0 || schedule.total_steps <= schedule.warmup_steps ||
+        schedule.total_steps > kMaxSteps) {
       return bad(absl::StrFormat(
-          "warmup-cosine schedule needs 0 <= warmup_steps < total_steps (got %d and %d)",
+          "warmup-cosine schedule needs 0 <= schedule.warmup_steps < schedule.total_steps <= "
+          "2^50 (got %d and %d)",
           schedule.warmup_steps, schedule.total_steps));
     }
     if (!(schedule.min_lr_ratio >= 0 && schedule.min_lr_ratio <= 1)) {
-      return bad(absl::StrFormat("min_lr_ratio %g must be in [0, 1]", schedule.min_lr_ratio));
+      return bad(
+          absl::StrFormat("schedule.min_lr_ratio %g must be in [0, 1]", schedule.min_lr_ratio));
     }
   }
-  if (!(max_grad_norm >= 0))
-    return bad(absl::StrFormat("max_grad_norm %g must be >= 0", max_grad_norm));
-  if (grad_accum_steps < 1)
-    return bad(absl::StrFormat("grad_accum_steps %d must be >= 1", grad_accum_steps));
-  if (num_grad_buffers < 1)
-    return bad(absl::StrFormat("num_grad_buffers %d must be >= 1", num_grad_buffers));
-  if (prefetch_units < 0)
-    return bad(absl::StrFormat("prefetch_units %d must be >= 0", prefetch_units));
+  if (!(max_grad_norm >= 0) || !IsFinite(max_grad_norm)) {
+    return bad(absl::StrFormat(
+        "max_grad_norm %g must be a finite number >= 0 (0 turns clipping off)", max_grad_norm));
+  }
+  if (grad_accum_steps < 1 || grad_accum_steps > kMaxGradAccumSteps) {
+    return bad(absl::StrFormat("grad_accum_steps %d must be in [1, %d]", grad_accum_steps,
+                               kMaxGradAccumSteps));
+  }
+  if (num_grad_buffers < 1 || num_grad_buffers > kMaxGradBuffers) {
+    return bad(absl::StrFormat("num_grad_buffers %d must be in [1, %d]", num_grad_buffers,
+                               kMaxGradBuffers));
+  }
+  if (prefetch_units < 0 || prefetch_units > kMaxPrefetchUnits) {
+    return bad(
+        absl::StrFormat("prefetch_units %d must be in [0, %d]", prefetch_units, kMaxPrefetchUnits));
+  }
   if (max_live_gather_bytes < 0) {
     return bad(absl::StrFormat("max_live_gather_bytes %d must be >= 0", max_live_gather_bytes));
   }
@@ -102,23 +161,33 @@ absl::Status TrainSpec::Validate() const {
     return bad(absl::StrFormat("persistent_unit_numel %d must be >= 0", persistent_unit_numel));
   }
   const LossScaleSpec& ls = loss_scale;
-  if (!(ls.initial_scale > 0) || !std::isfinite(ls.initial_scale)) {
-    return bad(
-        absl::StrFormat("loss_scale.initial_scale %g must be a positive number", ls.initial_scale));
+  if (!(ls.initial_scale > 0) || !IsFinite(ls.initial_scale)) {
+    return bad(absl::StrFormat("loss_scale.initial_scale %g must be a finite number > 0",
+                               ls.initial_scale));
   }
   if (!(ls.min_scale > 0) || ls.min_scale > ls.initial_scale) {
     return bad(absl::StrFormat("loss_scale.min_scale %g must be in (0, initial_scale %g]",
                                ls.min_scale, ls.initial_scale));
   }
-  if (!(ls.growth_factor >= 1)) {
-    return bad(absl::StrFormat("loss_scale.growth_factor %g must be >= 1", ls.growth_factor));
+  if (!(ls.growth_factor >= 1) || !IsFinite(ls.growth_factor)) {
+    return bad(absl::StrFormat("loss_scale.growth_factor %g must be a finite number >= 1",
+                               ls.growth_factor));
   }
   if (!(ls.backoff_factor > 0 && ls.backoff_factor < 1)) {
     return bad(
         absl::StrFormat("loss_scale.backoff_factor %g must be in (0, 1)", ls.backoff_factor));
   }
-  if (ls.growth_interval < 1 || ls.hysteresis < 1 || ls.max_skips_at_min_scale < 1) {
-    return bad("loss_scale.growth_interval, hysteresis and max_skips_at_min_scale must be >= 1");
+  if (ls.growth_interval < 1 || ls.growth_interval > kMaxSteps) {
+    return bad(
+        absl::StrFormat("loss_scale.growth_interval %d must be in [1, 2^50]", ls.growth_interval));
+  }
+  if (ls.hysteresis < 1 || ls.hysteresis > kMaxHysteresis) {
+    return bad(absl::StrFormat("loss_scale.hysteresis %d must be in [1, %d]", ls.hysteresis,
+                               kMaxHysteresis));
+  }
+  if (ls.max_skips_at_min_scale < 1) {
+    return bad(absl::StrFormat("loss_scale.max_skips_at_min_scale %d must be >= 1",
+                               ls.max_skips_at_min_scale));
   }
   return absl::OkStatus();
 }

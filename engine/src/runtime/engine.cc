@@ -1,5 +1,6 @@
 // Engine creation, start-up checks, param and gradient views.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -247,6 +248,16 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
         absl::StrFormat("SetParam(%s.%s): got %d values, the param has %d elements",
                         model_.units[unit].name, name, values.size(), slot.numel));
   }
+  // A NaN or inf weight would poison every step (and, through the norm, every
+  // rank) long after the trainer that wrote it returned: refuse it here.
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SetParam(%s.%s): element %d is %g; initial weights must be finite (check the "
+          "initialiser or the checkpoint they came from)",
+          model_.units[unit].name, name, i, values[i]));
+    }
+  }
   // The params keep the part of the tensor this rank holds, rounded to the
   // param dtype; the master keeps the exact fp32 values of the part it owns.
   const ElementRange held = plan_.unit_resident[unit] ? ElementRange{0, seg.padded_numel}
@@ -275,55 +286,6 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
     }
   }
   param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::Start() {
-  ZS_RETURN_IF_ERROR(poisoned_);
-  if (started_) return absl::FailedPreconditionError("Start() called twice");
-  const int units = layout_.num_units();
-  for (int u = 0; u < units; ++u) {
-    for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
-      if (param_hashes_[u][p] == 0) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "Start(): param %s.%s was never set; call SetParam for every param first",
-            model_.units[u].name, model_.units[u].params[p].name));
-      }
-    }
-  }
-  // What every rank must agree on, then one entry per unit's initial weights.
-  std::vector<std::string> what = {"model spec", "layout (world size or param shapes)",
-                                   "train spec (stage, precision, optimizer, schedule, clipping, "
-                                   "accumulation)"};
-  std::vector<int64_t> mine = {static_cast<int64_t>(FingerprintModelSpec(model_)),
-                               static_cast<int64_t>(FingerprintLayout(layout_)),
-                               static_cast<int64_t>(FingerprintTrainSpec(train_))};
-  for (int u = 0; u < units; ++u) {
-    mine.push_back(static_cast<int64_t>(
-        HashBytes(param_hashes_[u].data(), param_hashes_[u].size() * sizeof(uint64_t), 0)));
-    what.push_back(absl::StrFormat("initial weights of unit '%s'", model_.units[u].name));
-  }
-  // A peer with a different number of units sends a different count: the
-  // all-gather itself then fails, naming the mismatch.
-  const int64_t count = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> all(count * world_);
-  CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
-  NoteCollective(CollectiveKind::kFingerprint, -1, count);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
-  for (int r = 1; r < world_; ++r) {
-    std::vector<std::string> differs;
-    for (int64_t k = 0; k < count; ++k) {
-      if (all[r * count + k] != all[k]) differs.push_back(what[k]);
-    }
-    if (!differs.empty()) {
-      return Poison(absl::FailedPreconditionError(absl::StrFormat(
-          "Start(): rank %d differs from rank 0 in %s; every rank must run the same code with "
-          "the same config and initial weights",
-          r, absl::StrJoin(differs, ", "))));
-    }
-  }
-  started_ = true;
-  step_begin_ = absl::Now();
   return absl::OkStatus();
 }
 
@@ -449,11 +411,12 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
       // overlaps the backward of the units before it.
       void* grads = GradsAt(unit, 0);
       if (train_.zero_stage == 0) {
-        unit_reductions_[unit] = comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_);
+        unit_reductions_[unit] =
+            comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_, UnitTag(unit));
         NoteCollective(CollectiveKind::kAllReduceGrads, unit, seg.padded_numel);
       } else {
-        unit_reductions_[unit] =
-            comm_.ReduceScatter(grads, GradsAt(unit, shard.begin), seg.shard_numel, grad_dtype_);
+        unit_reductions_[unit] = comm_.ReduceScatter(grads, GradsAt(unit, shard.begin),
+                                                     seg.shard_numel, grad_dtype_, UnitTag(unit));
         NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
       }
     }
@@ -470,7 +433,7 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
   const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
   void* recv =
       micro == 0 ? GradsAt(unit, shard.begin) : static_cast<char*>(data) + shard.begin * elem;
-  slot.reduction = comm_.ReduceScatter(data, recv, seg.shard_numel, grad_dtype_);
+  slot.reduction = comm_.ReduceScatter(data, recv, seg.shard_numel, grad_dtype_, UnitTag(unit));
   NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
   busy_slots_.push_back(open);
   return absl::OkStatus();
@@ -501,9 +464,18 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   const ElementRange shard = layout_.ShardRange(unit, rank_);
   const void* mine = mixed_ ? static_cast<const void*>(OptimizerAt(master_, unit, shard.begin))
                             : ParamsAt(unit, shard.begin);
-  CommHandle handle = comm_.AllGather(mine, segment.data(), seg.shard_numel, DType::kFloat32);
+  CommHandle handle =
+      comm_.AllGather(mine, segment.data(), seg.shard_numel, DType::kFloat32, UnitTag(unit));
   NoteCollective(CollectiveKind::kGatherForRead, unit, seg.shard_numel);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  const absl::Status gathered = WaitComm(handle);
+  if (!gathered.ok()) {
+    return absl::Status(
+        gathered.code(),
+        absl::StrFormat("GetParam(%s.%s) (collective tag %d): %s; every rank must call GetParam "
+                        "for the same unit at the same time",
+                        model_.units[unit].name, model_.units[unit].params[param].name,
+                        UnitTag(unit), gathered.message()));
+  }
   std::memcpy(out.data(), segment.data() + slot.offset, slot.numel * sizeof(float));
   return out;
 }

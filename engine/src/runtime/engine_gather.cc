@@ -50,7 +50,7 @@ absl::Status EngineImpl::IssueUnitGather(int unit, int slot) {
   // Every rank's shard lands at its offset in the slot: the unit's segment,
   // padding (zero in every shard) included.
   g.gather = comm_.AllGather(ParamsAt(unit, layout_.ShardRange(unit, rank_).begin),
-                             GatherSlotData(slot), seg.shard_numel, param_dtype_);
+                             GatherSlotData(slot), seg.shard_numel, param_dtype_, UnitTag(unit));
   NoteCollective(CollectiveKind::kGatherUnit, unit, seg.shard_numel);
   return absl::OkStatus();
 }

@@ -42,7 +42,8 @@ class EngineImpl final : public Engine {
   absl::Status Allocate();
 
   absl::Status SetParam(int unit, int param, absl::Span<const float> values) override;
-  absl::Status Start() override;
+  using Engine::Start;
+  absl::Status Start(absl::Span<const TrainerSetting> settings) override;
   absl::StatusOr<UnitView> Gather(int unit) override;
   absl::Status Release(int unit) override;
   absl::StatusOr<UnitView> GradView(int unit) override;
@@ -79,6 +80,9 @@ class EngineImpl final : public Engine {
   };
 
   absl::Status CheckUnit(int unit, const char* call) const;
+  // The label every collective of `unit` carries (Communicator tag): two
+  // ranks that move different units of equal size fail instead of mixing.
+  static uint64_t UnitTag(int unit) { return static_cast<uint64_t>(unit) + 1; }
   absl::Status CheckStarted(const char* call) const;
   absl::Status Poison(absl::Status status);
   // Waits on `handle`, counting the time as exposed communication.
@@ -153,7 +157,13 @@ class EngineImpl final : public Engine {
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, staging_, norm_blocks_, gather_pool_;
   std::vector<int64_t> param_offset_;  // per unit: first element in params_
 
-  // Start-up.
+  // Start-up (engine_start.cc).
+  // What Start() compares when the fixed-size header matched.
+  // Per rank that differs from rank 0: which units differ (one all-gather of
+  // each unit's element count and fingerprint; same unit count on every rank).
+  absl::StatusOr<std::vector<std::string>> UnitDifferences();
+  absl::Status CheckWeightsAndSettingsAgree(absl::Span<const TrainerSetting> settings);
+  absl::Status StartMismatch(const std::vector<std::string>& per_rank) const;
   bool started_ = false;
   std::vector<std::vector<uint64_t>> param_hashes_;  // 0 = not set
   absl::Status poisoned_;

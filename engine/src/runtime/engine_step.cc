@@ -237,8 +237,9 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!plan_.unit_resident[u]) continue;
       const UnitSegment& seg = layout_.unit(u);
-      param_gathers_[u] = comm_.AllGather(ParamsAt(u, layout_.ShardRange(u, rank_).begin),
-                                          ParamsAt(u, 0), seg.shard_numel, param_dtype_);
+      param_gathers_[u] =
+          comm_.AllGather(ParamsAt(u, layout_.ShardRange(u, rank_).begin), ParamsAt(u, 0),
+                          seg.shard_numel, param_dtype_, UnitTag(u));
       NoteCollective(CollectiveKind::kAllGatherParams, u, seg.shard_numel);
     }
   }

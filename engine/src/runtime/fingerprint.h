@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "engine/src/layout/flat_layout.h"
 #include "zeroshard/model_spec.h"
@@ -17,8 +19,34 @@ namespace zeroshard::internal {
 uint64_t HashBytes(const void* data, size_t bytes, uint64_t seed);
 
 uint64_t FingerprintModelSpec(const ModelSpec& spec);
+// One unit: its name and every param's name, shape and no_decay.
+uint64_t FingerprintUnitSpec(const UnitSpec& unit);
 uint64_t FingerprintLayout(const FlatLayout& layout);
 uint64_t FingerprintTrainSpec(const TrainSpec& train);
+
+// One value every rank must share, as Start() exchanges it: named, with a
+// kind that says how to print it.
+struct StartField {
+  enum class Kind : uint8_t {
+    kInt,
+    kReal,  // `bits` is the double's bit pattern: compared exactly
+    kBool,
+    kPrecision,
+    kDType,
+    kOptimizer,
+    kSchedule,
+    kHash,  // a fingerprint: only "differs" can be said
+  };
+  std::string name;
+  Kind kind = Kind::kInt;
+  int64_t bits = 0;
+};
+
+// Every field of `train`, named as in the struct ("optimizer.lr").
+std::vector<StartField> TrainSpecFields(const TrainSpec& train);
+// The value for messages: "0.001", "bf16", "AdamW", "true".
+std::string FormatStartValue(StartField::Kind kind, int64_t bits);
+int64_t RealBits(double value);
 
 }  // namespace zeroshard::internal
 
