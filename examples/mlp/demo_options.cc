@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "examples/mlp/flags.h"
 #include "zeroshard/status.h"
 
@@ -62,10 +63,19 @@ void PrintUsage(std::FILE* out) {
       "  --clip C           max global gradient norm, 0 = off (default %g)\n"
       "  --backend B        local (threads) or mpi (one process per rank under mpirun;\n"
       "                     rank 0 prints) (default local)\n"
-      "  --help             this text\n",
+      "  --comm-timeout S   seconds a collective waits for a missing rank before the\n"
+      "                     run fails naming it (default: $%s, else %.0f)\n"
+      "  --help             this text\n"
+      "A failed rank prints its error and ends the whole job (exit status 1).\n",
       d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
       d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
-      d.weight_decay, d.clip);
+      d.weight_decay, d.clip, kCommTimeoutEnvVar, absl::ToDoubleSeconds(kDefaultCommTimeout));
+}
+
+CommOptions MakeCommOptions(const DemoOptions& opts) {
+  CommOptions options;
+  options.timeout = absl::Seconds(opts.comm_timeout_s);  // 0: the environment or the default
+  return options;
 }
 
 TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
@@ -109,6 +119,15 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       {"weight-decay",
        [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.weight_decay); }},
       {"clip", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.clip); }},
+      {"comm-timeout",
+       [&](auto& f, auto& v) -> absl::Status {
+         double seconds = 0;
+         if (!absl::SimpleAtod(v, &seconds) || !(seconds > 0) || seconds > 1e6) {
+           return BadValue(f, v, "a number of seconds in (0, 1e6]");
+         }
+         opts.comm_timeout_s = seconds;
+         return absl::OkStatus();
+       }},
       {"precision",
        [&](auto& f, auto& v) -> absl::Status {
          absl::StatusOr<Precision> p = ParsePrecision(v);

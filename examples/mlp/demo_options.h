@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "examples/mlp/mlp.h"
+#include "zeroshard/communicator.h"
 #include "zeroshard/train_spec.h"
 
 namespace zeroshard {
@@ -34,7 +35,12 @@ struct DemoOptions {
   // first steps only.
   double clip = 2.0;
   bool backend_mpi = false;
+  // Communicator timeout per collective; 0: $ZS_COMM_TIMEOUT, else 120 s.
+  double comm_timeout_s = 0.0;
 };
+
+// The communicator options of the run (--comm-timeout).
+CommOptions MakeCommOptions(const DemoOptions& opts);
 
 // Parses --name value / --name=value flags. Sets *help and returns defaults
 // on --help or -h. InvalidArgument naming the flag on an unknown flag, a

@@ -95,7 +95,7 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
       std::unique_ptr<Engine> engine,
       Engine::Create(BuildModelSpec(opts.model), MakeTrainSpec(opts, stage, accum), *device, comm));
   ZS_RETURN_IF_ERROR(InitEngineParams(*engine, opts.model));
-  ZS_RETURN_IF_ERROR(engine->Start());
+  ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(opts.model)));
   MlpTrainer trainer(opts.model, *engine, comm);
   ProgressBar bar(label, opts.steps);
   for (int64_t s = 0; s < opts.steps; ++s) {
@@ -159,48 +159,55 @@ absl::Status DistributedRank(const DemoOptions& opts, Communicator& comm, DemoRe
 }
 
 absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) {
-  return RunLocalRanks(1, [&](int, Communicator& comm) {
-    return TrainRank(opts, /*stage=*/0, world * opts.accum, "baseline, 1 rank", comm,
-                     &results->baseline);
-  });
+  return RunLocalRanks(
+      1,
+      [&](int, Communicator& comm) {
+        return TrainRank(opts, /*stage=*/0, world * opts.accum, "baseline, 1 rank", comm,
+                         &results->baseline);
+      },
+      MakeCommOptions(opts));
 }
 
-int Fail(const absl::Status& status) {
+// Prints the error and ends the whole job: the other ranks may be dead or
+// stuck, so there is no orderly shutdown to wait for (with MPI, MPI_Abort
+// makes the launcher end every rank; a local run's stuck threads end with
+// the process).
+[[noreturn]] void Fail(const absl::Status& status) {
   std::fprintf(stderr, "mlp_demo: run failed: %s\n", status.ToString().c_str());
-  return 1;
+  AbortJob(1);
 }
 
 int RunLocal(const DemoOptions& opts) {
   DemoResults results;
   results.world = opts.ranks;
   absl::Status status = RunLocalRanks(
-      opts.ranks, [&](int, Communicator& comm) { return DistributedRank(opts, comm, &results); });
-  if (!status.ok()) return Fail(status);
+      opts.ranks, [&](int, Communicator& comm) { return DistributedRank(opts, comm, &results); },
+      MakeCommOptions(opts));
+  if (!status.ok()) Fail(status);
   status = Baseline(opts, opts.ranks, &results);
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) Fail(status);
   PrintReport(opts, results, stdout);
   return 0;
 }
 
 int RunMpi(const DemoOptions& opts) {
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
-  if (!comm.ok()) return Fail(comm.status());
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator(MakeCommOptions(opts));
+  if (!comm.ok()) Fail(comm.status());
   const bool lead = (*comm)->rank() == 0;
   DemoResults results;
   results.world = (*comm)->size();
   absl::Status status = DistributedRank(opts, **comm, &results);
   // The baseline is one rank: rank 0 runs it alone, the others are done.
   if (status.ok() && lead) status = Baseline(opts, results.world, &results);
-  int code = 0;
   if (!status.ok()) {
-    code = Fail(absl::Status(status.code(),
-                             absl::StrFormat("rank %d: %s", (*comm)->rank(), status.message())));
-  } else if (lead) {
-    PrintReport(opts, results, stdout);
+    // Not FinalizeMpi: it would wait for peers that may never come.
+    Fail(absl::Status(status.code(),
+                      absl::StrFormat("rank %d: %s", (*comm)->rank(), status.message())));
   }
+  if (lead) PrintReport(opts, results, stdout);
   comm->reset();
   FinalizeMpi();
-  return code;
+  return 0;
 }
 
 }  // namespace
