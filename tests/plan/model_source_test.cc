@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/src/plan/byte_units.h"
 #include "gtest/gtest.h"
 
@@ -173,6 +175,57 @@ TEST(ModelSourceTest, JsonSpecAndParamCount) {
   EXPECT_EQ(flat->spec.units.size(), 1u);
   EXPECT_EQ(flat->spec.NumParams(), 7500000000);
   EXPECT_FALSE(ModelFromParamCount(0).ok());
+}
+
+TEST(ModelSourceTest, SizesAreCheckedBeforeAnythingIsBuilt) {
+  const auto llama = [](const std::string& layers, const std::string& hidden,
+                        const std::string& extra) {
+    return absl::StrFormat(
+        R"({"architectures": ["LlamaForCausalLM"], "hidden_size": %s, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": %s, "vocab_size": 100%s})",
+        hidden, layers, extra);
+  };
+  // 10^8 layers would be 10^8 units: refused at once, naming the field.
+  const auto begin = std::chrono::steady_clock::now();
+  ExpectError(ModelFromHfConfig(llama("100000000", "64", ""), "deep.json").status(),
+              "deep.json: num_hidden_layers 100000000 exceeds the supported maximum 16384");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 0.1);
+  EXPECT_TRUE(ModelFromHfConfig(llama("16384", "64", ""), "ok.json").ok());
+  ExpectError(ModelFromHfConfig(llama("0", "64", ""), "c.json").status(),
+              "field 'num_hidden_layers' is 0; it must be a positive integer");
+  ExpectError(ModelFromHfConfig(llama("2", "-64", ""), "c.json").status(), "'hidden_size' is -64");
+  // Above 2^63 - 1: refused, not wrapped.
+  ExpectError(ModelFromHfConfig(llama("2", "18446744073709551615", ""), "c.json").status(),
+              "above 2^63 - 1");
+  // Products: q_proj would have 10^24 elements; the vocabulary 2^62 x h.
+  ExpectError(ModelFromHfConfig(llama("2", "1000000000000", ""), "c.json").status(),
+              "self_attn.q_proj.weight' of shape [1000000000000, 1000000000000]");
+  ExpectError(ModelFromHfConfig(llama("2", "64", R"(, "head_dim": 4611686018427387904)"), "c.json")
+                  .status(),
+              "head dimension");
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 100,
+      "n_layer": 2, "n_head": 3, "vocab_size": 10})",
+                                "g.json")
+                  .status(),
+              "n_embd 100 is not a multiple of n_head 3");
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 768,
+      "n_layer": 12, "n_head": 12, "n_positions": 1000000000000000000, "vocab_size": 50257})",
+                                "g.json")
+                  .status(),
+              "embed.wpe.weight");
+  // A JSON spec with too many units is refused before they are built.
+  std::string units;
+  for (int64_t u = 0; u <= kMaxUnits; ++u) {
+    absl::StrAppend(&units, u > 0 ? "," : "", R"({"name":"u)", u, R"(","params":[]})");
+  }
+  ExpectError(ModelFromSpecJson(absl::StrCat(R"({"units": [)", units, "]}"), "wide.json").status(),
+              "wide.json: 65537 units exceed the supported maximum 65536");
+  ExpectError(ModelFromSpecJson(R"({"units": [{"name": "a", "params": [{"name": "w",
+      "shape": [9223372036854775808]}]}]})",
+                                "big.json")
+                  .status(),
+              "above 2^63 - 1");
+  ExpectError(ModelFromParamCount(kMaxModelElements + 1).status(), "2^56");
 }
 
 TEST(ByteUnitsTest, ParsesSizesAndCounts) {

@@ -1,9 +1,12 @@
 #include "engine/src/plan/transformer_spec.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/src/common/checked_math.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace {
@@ -84,6 +87,16 @@ void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
   if (s.mlp_bias) unit.Add("mlp.down_proj.bias", {h}, kReplicated, true);
 }
 
+// ModelSpec::Validate, its error naming the model and the sizes it came from.
+absl::Status ValidateWithSizes(const ModelSpec& spec, const TransformerShape& s,
+                               const std::string& name) {
+  absl::Status valid = spec.Validate();
+  if (valid.ok()) return valid;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model '", name, "': ", valid.message(), " (from the config's sizes: hidden ", s.hidden,
+      ", intermediate ", s.intermediate, ", vocabulary ", s.vocab, ", layers ", s.layers, ")"));
+}
+
 }  // namespace
 
 absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s,
@@ -100,12 +113,25 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
   for (const auto& [what, value] : sizes) {
     if (value <= 0) return bad(absl::StrFormat("%s is %d; it must be positive", what, value));
   }
+  if (s.layers > kMaxLayers) {
+    return bad(absl::StrFormat("%d layers exceed the supported maximum %d", s.layers, kMaxLayers));
+  }
   if (s.heads % s.kv_heads != 0) {
     return bad(absl::StrFormat("%d key/value heads do not divide %d attention heads", s.kv_heads,
                                s.heads));
   }
   if (s.learned_positions && s.max_positions <= 0) {
     return bad("learned position embeddings need a positive max_position_embeddings (n_positions)");
+  }
+  // The layer builders multiply these; the ModelSpec check covers the rest.
+  const std::optional<int64_t> q = CheckedMul(s.heads, s.head_dim);
+  const std::optional<int64_t> kv = CheckedMul(s.kv_heads, s.head_dim);
+  const std::optional<int64_t> qkv = q && kv ? (CheckedInt64(*kv) * 2 + *q).value() : std::nullopt;
+  if (!qkv.has_value()) {
+    return bad(absl::StrFormat(
+        "attention heads %d x head dimension %d does not fit in a 64-bit count; check "
+        "num_attention_heads, num_key_value_heads and head_dim",
+        s.heads, s.head_dim));
   }
   const bool gpt2_names = s.architecture == "GPT2LMHeadModel";
   ModelDescription model;
@@ -131,6 +157,25 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
       AddLlamaLayer(layer, s);
     }
     layer.AppendTo(model);
+    if (i == 0) {
+      // Every layer has the same params: refuse a model with too many
+      // tensors or elements before building the other layers.
+      const int64_t per_layer = static_cast<int64_t>(model.spec.units.back().params.size());
+      if (per_layer * s.layers > kMaxModelTensors) {
+        return bad(absl::StrFormat(
+            "%d layers of %d params (tensors) each exceed the supported %d params in a model",
+            s.layers, per_layer, kMaxModelTensors));
+      }
+      ZS_RETURN_IF_ERROR(ValidateWithSizes(model.spec, s, name));
+      const CheckedInt64 elements = CheckedInt64(model.spec.units.back().NumElements()) * s.layers +
+                                    model.spec.units.front().NumElements();
+      if (!elements.ok() || *elements.value() > kMaxModelElements) {
+        return bad(absl::StrFormat(
+            "%d layers of %d params each pass the supported maximum of %d (2^56) params in a "
+            "model; check the config's sizes",
+            s.layers, model.spec.units.back().NumElements(), kMaxModelElements));
+      }
+    }
   }
 
   UnitBuilder final_norm("final_norm");
@@ -141,6 +186,7 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
     head.Add("lm_head.weight", {s.vocab, s.hidden}, 0);
     head.AppendTo(model);
   }
+  ZS_RETURN_IF_ERROR(ValidateWithSizes(model.spec, s, name));
   return model;
 }
 
