@@ -6,6 +6,11 @@
 namespace zeroshard {
 namespace {
 
+int64_t Must(const absl::StatusOr<int64_t>& bytes) {
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.value_or(-1);
+}
+
 // A GPT layer as the paper counts it: multi-head attention, 4h GELU MLP,
 // dropout, 16-bit activations.
 TransformerShape GptLayer() {
@@ -31,7 +36,7 @@ TEST(ActivationsTest, NoParallelismNoRecomputationIsSbhTimes34Plus5AsOverH) {
       shape.micro_batch = b;
       const double sbh = static_cast<double>(s * b * m.hidden);
       const double expected = sbh * (34.0 + 5.0 * m.heads * s / m.hidden);
-      EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(expected))
+      EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(expected))
           << "s " << s << " b " << b;
     }
   }
@@ -44,24 +49,25 @@ TEST(ActivationsTest, TensorSequenceParallelAndRecomputation) {
   shape.micro_batch = 4;
   shape.tp = 5;
   const double s = 1024, h = 1600, a = 25, t = 5, sbh = 1024.0 * 4 * 1600;
-  EXPECT_EQ(LayerActivationBytes(m, shape),
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)),
             static_cast<int64_t>(sbh * (10 + 24 / t + 5 * a * s / (h * t))));
   shape.sequence_parallel = true;
-  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(sbh / t * (34 + 5 * a * s / h)));
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)),
+            static_cast<int64_t>(sbh / t * (34 + 5 * a * s / h)));
   shape.recompute = Recompute::kSelective;
-  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(34 * sbh / t));
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(34 * sbh / t));
   shape.sequence_parallel = false;
-  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(sbh * (10 + 24 / t)));
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(sbh * (10 + 24 / t)));
   shape.recompute = Recompute::kFull;
-  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(2 * sbh));
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(2 * sbh));
   shape.sequence_parallel = true;
-  EXPECT_EQ(LayerActivationBytes(m, shape), static_cast<int64_t>(2 * sbh / t));
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(2 * sbh / t));
   // Full recomputation rebuilds one layer at a time.
   ActivationShape none = shape;
   none.recompute = Recompute::kNone;
-  EXPECT_EQ(RecomputeWorkingBytes(m, shape), LayerActivationBytes(m, none));
+  EXPECT_EQ(Must(RecomputeWorkingBytes(m, shape)), Must(LayerActivationBytes(m, none)));
   // Output layer: 4 sbh/t (1 + V/h).
-  EXPECT_EQ(OutputActivationBytes(m, shape),
+  EXPECT_EQ(Must(OutputActivationBytes(m, shape)),
             static_cast<int64_t>(4 * sbh / t * (1 + 50257.0 / h) + 0.5));
 }
 
@@ -71,17 +77,52 @@ TEST(ActivationsTest, GroupedQueryAttentionAndSwiGluAreCountedTensorByTensor) {
   ActivationShape shape;
   shape.seq = 256;
   shape.recompute = Recompute::kSelective;
-  const int64_t mha = LayerActivationBytes(m, shape);
+  const int64_t mha = Must(LayerActivationBytes(m, shape));
   m.kv_heads = 5;  // K and V shrink to a fifth
   const double sbh = 256.0 * 1600;
-  EXPECT_EQ(mha - LayerActivationBytes(m, shape), static_cast<int64_t>(2 * 2 * sbh * 0.8));
+  EXPECT_EQ(mha - Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(2 * 2 * sbh * 0.8));
   m.gated_mlp = true;  // gate, up, silu and product instead of GELU in/out
-  EXPECT_EQ(LayerActivationBytes(m, shape) - (mha - static_cast<int64_t>(2 * 2 * sbh * 0.8)),
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)) - (mha - static_cast<int64_t>(2 * 2 * sbh * 0.8)),
             static_cast<int64_t>(2 * 2 * 4 * sbh));
   shape.activation_bytes = 4;  // fp32 doubles every value (no masks without dropout)
   ActivationShape half = shape;
   half.activation_bytes = 2;
-  EXPECT_EQ(LayerActivationBytes(m, shape), 2 * LayerActivationBytes(m, half));
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)), 2 * Must(LayerActivationBytes(m, half)));
+}
+
+// A Llama-3-8B layer (GQA, SwiGLU, no dropout) at 2k-128k tokens.
+TransformerShape Llama3Layer() {
+  TransformerShape m;
+  m.architecture = "LlamaForCausalLM";
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.intermediate = 14336;
+  m.layers = 32;
+  m.vocab = 128256;
+  m.gated_mlp = true;
+  return m;
+}
+
+TEST(ActivationsTest, BytesPast2To63AreAnErrorNamingTheFlags) {
+  const TransformerShape m = Llama3Layer();
+  ActivationShape shape;
+  shape.seq = int64_t{1} << 40;
+  shape.micro_batch = int64_t{1} << 20;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    shape.recompute = r;
+    const absl::StatusOr<int64_t> bytes = LayerActivationBytes(m, shape);
+    ASSERT_FALSE(bytes.ok()) << *bytes;
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bytes.status().message().find("--micro-batch"), std::string::npos) << bytes.status();
+  }
+  EXPECT_FALSE(OutputActivationBytes(m, shape).ok());
+  // Just below: exact and positive.
+  shape.micro_batch = 1;
+  shape.seq = int64_t{1} << 30;
+  shape.recompute = Recompute::kFull;
+  EXPECT_EQ(Must(LayerActivationBytes(m, shape)), (int64_t{1} << 30) * 4096 * 2);
 }
 
 TEST(ActivationsTest, ParsesNames) {

@@ -2,7 +2,11 @@
 // buffers that are PlanBuffers verbatim where the engine runs the plan.
 #include "engine/src/plan/planner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/src/layout/flat_layout.h"
@@ -261,6 +265,72 @@ TEST(PlannerTest, CostReportComparesGpuCounts) {
   ASSERT_NE(chosen, nullptr);
   EXPECT_GT(chosen->epoch_cost, 0);
   EXPECT_GT(chosen->scaling_efficiency, 0);
+}
+
+PlanOptions Forced(int stage, Offload offload, int tp = 1, int pp = 1) {
+  PlanOptions options;
+  options.stage = stage;
+  options.offload = offload;
+  options.tp = tp;
+  options.pp = pp;
+  return options;
+}
+
+// The one candidate of a fully forced plan (a copy: the plan is a temporary).
+Candidate Only(const absl::StatusOr<Plan>& plan) {
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok() || plan->candidates.size() != 1) {
+    ADD_FAILURE() << "expected one candidate";
+    return Candidate{};
+  }
+  return plan->candidates.front();
+}
+
+TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  // Above 1024 data-parallel ranks the sharding candidates are sized too.
+  auto plan = Planner::Plan(*model, Cluster(4096), PlanOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_NE(plan->chosen_candidate(), nullptr);
+  EXPECT_EQ(plan->chosen_candidate()->Label(), "stage 1");
+  EXPECT_EQ(plan->chosen_candidate()->dp, 4096);
+  for (const std::string& r : plan->rejected) EXPECT_FALSE(absl::StrContains(r, "limit")) << r;
+  // 2^20 GPUs: the engine's own buffers, to the element, in well under a second.
+  const auto begin = std::chrono::steady_clock::now();
+  ClusterSpec huge = Cluster(1 << 20);
+  plan = Planner::Plan(*model, huge, PlanOptions{});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_LT(seconds, 1.0);
+  auto layout = FlatLayout::Create(model->spec, 1 << 20);
+  ASSERT_TRUE(layout.ok());
+  for (const Candidate& c : plan->candidates) {
+    if (c.Tier() != 1) continue;
+    auto expected = PlanBuffers(*layout, Planner::EngineTrainSpec(plan->options, c.stage, 1));
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ(c.per_gpu.model_states(), expected->model_state_bytes()) << c.Label();
+    EXPECT_EQ(c.per_gpu.buffers, expected->BytesIn(MemoryCategory::kCommBuffers)) << c.Label();
+  }
+  // Stage 0 holds every padded element: 16 bytes each, exactly.
+  EXPECT_EQ(plan->candidates[0].per_gpu.model_states(), 16 * layout->total_numel());
+}
+
+TEST(PlannerTest, GatherPoolNeverExceedsTheShardedUnits) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  auto layout = FlatLayout::Create(model->spec, 8);
+  ASSERT_TRUE(layout.ok());
+  for (int depth : {2, 35, 36, 64}) {
+    PlanOptions options = Forced(3, Offload::kNone);
+    options.prefetch_depth = depth;
+    const Candidate c = Only(Planner::Plan(*model, Cluster(8), options));
+    const PlacedBuffer* gather = FindBuffer(c, kParamGatherBuffer);
+    ASSERT_NE(gather, nullptr);
+    // 35 units, all sharded: at most one buffer each.
+    EXPECT_EQ(gather->buffer.numel, std::min(depth, 35) * layout->max_unit_numel()) << depth;
+  }
 }
 
 TEST(PlannerTest, PlanningTheLargestModelsIsFast) {

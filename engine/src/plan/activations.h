@@ -10,6 +10,10 @@
 // gated (SwiGLU) MLPs of any width, models without dropout and fp32
 // activations get their own exact count; for a GPT layer (MHA, 4h GELU MLP,
 // dropout, 2-byte activations) the sums are the formulas above.
+//
+// Every function returns InvalidArgument, naming --seq and --micro-batch,
+// when the bytes do not fit in int64_t (the count is formed in double and
+// range-checked before it is rounded to an integer).
 #ifndef ZEROSHARD_PLAN_ACTIVATIONS_H_
 #define ZEROSHARD_PLAN_ACTIVATIONS_H_
 
@@ -40,20 +44,24 @@ struct ActivationShape {
 
 // Bytes one layer keeps between its forward and its backward, for one
 // micro-batch (with kFull: only the stored layer input).
-int64_t LayerActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+absl::StatusOr<int64_t> LayerActivationBytes(const TransformerShape& model,
+                                             const ActivationShape& shape);
 
 // With kFull, the layer being recomputed needs its full set once (as kNone);
 // 0 otherwise.
-int64_t RecomputeWorkingBytes(const TransformerShape& model, const ActivationShape& shape);
+absl::StatusOr<int64_t> RecomputeWorkingBytes(const TransformerShape& model,
+                                              const ActivationShape& shape);
 
 // First pipeline stage, per micro-batch in flight: the embedding dropout mask
 // (sbh bytes when the model has dropout; /t with sequence parallelism).
-int64_t EmbeddingActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+absl::StatusOr<int64_t> EmbeddingActivationBytes(const TransformerShape& model,
+                                                 const ActivationShape& shape);
 
 // Last pipeline stage: final norm input, head input (2 sbh activations) and
 // fp32 logits for the cross entropy (4 sbV bytes), /t: Korthikanti's
 // 4sbh/t (1 + V/h) for 2-byte activations.
-int64_t OutputActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
+                                              const ActivationShape& shape);
 
 }  // namespace zeroshard
 

@@ -11,8 +11,8 @@ double AttentionFlopsPerToken(const ModelDescription& model, const PlanOptions& 
   const TransformerShape& t = *model.transformer;
   // Q K^T and (softmax) V: 2 matmuls of 2 s (a d) FLOPs per token per layer
   // in the forward; the backward costs twice the forward.
-  return 12.0 * static_cast<double>(options.seq) * static_cast<double>(t.heads * t.head_dim) *
-         static_cast<double>(t.layers);
+  return 12.0 * static_cast<double>(options.seq) * static_cast<double>(t.heads) *
+         static_cast<double>(t.head_dim) * static_cast<double>(t.layers);
 }
 
 int ParamBytes(PlanPrecision p) { return p == PlanPrecision::kFp32 ? 4 : 2; }
@@ -77,11 +77,13 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
   time.dp_comm = dp_comm - cluster.comm_overlap * std::min(dp_comm, time.compute);
 
   const double act_bytes = options.precision == PlanPrecision::kFp32 ? 4.0 : 2.0;
-  const double sbh_bytes =
-      model.transformer.has_value()
-          ? static_cast<double>(options.seq * options.micro_batch * model.transformer->hidden) *
-                act_bytes
-          : 0.0;
+  // In double: s x b x h may pass 2^63 even where the activations per GPU
+  // (divided by t with sequence parallelism) fit.
+  const double sbh_bytes = model.transformer.has_value()
+                               ? static_cast<double>(options.seq) *
+                                     static_cast<double>(options.micro_batch) *
+                                     static_cast<double>(model.transformer->hidden) * act_bytes
+                               : 0.0;
   if (c.tp > 1) {
     // Megatron: two all-reduces (or all-gather + reduce-scatter with
     // sequence parallelism) in the forward and two in the backward of each
