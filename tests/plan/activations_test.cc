@@ -62,10 +62,9 @@ TEST(ActivationsTest, TensorSequenceParallelAndRecomputation) {
   EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(2 * sbh));
   shape.sequence_parallel = true;
   EXPECT_EQ(Must(LayerActivationBytes(m, shape)), static_cast<int64_t>(2 * sbh / t));
-  // Full recomputation rebuilds one layer at a time.
-  ActivationShape none = shape;
-  none.recompute = Recompute::kNone;
-  EXPECT_EQ(Must(RecomputeWorkingBytes(m, shape)), Must(LayerActivationBytes(m, none)));
+  // Full recomputation rebuilds one layer at a time, with flash attention:
+  // the selective set less the stored input (34 sbh/t - 2 sbh/t with sp).
+  EXPECT_EQ(Must(RecomputeWorkingBytes(m, shape)), static_cast<int64_t>(32 * sbh / t));
   // Output layer: 4 sbh/t (1 + V/h).
   EXPECT_EQ(Must(OutputActivationBytes(m, shape)),
             static_cast<int64_t>(4 * sbh / t * (1 + 50257.0 / h) + 0.5));
@@ -103,6 +102,40 @@ TransformerShape Llama3Layer() {
   m.vocab = 128256;
   m.gated_mlp = true;
   return m;
+}
+
+TEST(ActivationsTest, FullRecomputationNeverNeedsMoreThanSelective) {
+  const TransformerShape m = Llama3Layer();
+  for (int64_t s : {2048, 4096, 32768, 131072}) {
+    for (int tp : {1, 8}) {
+      for (bool sp : {false, true}) {
+        ActivationShape full;
+        full.seq = s;
+        full.tp = tp;
+        full.sequence_parallel = sp && tp > 1;
+        full.recompute = Recompute::kFull;
+        ActivationShape selective = full;
+        selective.recompute = Recompute::kSelective;
+        const int64_t input = Must(LayerActivationBytes(m, full));
+        const int64_t working = Must(RecomputeWorkingBytes(m, full));
+        const int64_t layer = Must(LayerActivationBytes(m, selective));
+        // The rebuilt layer keeps the selective (flash-attention) set; its
+        // input is the stored checkpoint, counted once.
+        EXPECT_EQ(working, layer - input) << "s " << s << " tp " << tp << " sp " << sp;
+        // No s^2 term: the working set is linear in the sequence.
+        ActivationShape twice = full;
+        twice.seq = 2 * s;
+        EXPECT_EQ(Must(RecomputeWorkingBytes(m, twice)), 2 * working) << "s " << s;
+        for (int64_t layers : {1, 2, 32}) {
+          EXPECT_LE(layers * input + working, layers * layer) << "s " << s << " L " << layers;
+        }
+      }
+    }
+  }
+  ActivationShape none;
+  none.recompute = Recompute::kNone;
+  none.seq = 4096;
+  EXPECT_EQ(Must(RecomputeWorkingBytes(m, none)), 0);
 }
 
 TEST(ActivationsTest, BytesPast2To63AreAnErrorNamingTheFlags) {

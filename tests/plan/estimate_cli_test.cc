@@ -218,6 +218,22 @@ TEST(EstimateCliTest, OverflowingModelsAndBatchesAreRefusedWithOneLine) {
   ExpectOneErrorLine("estimate --preset gpt2 --mfu 1e-300", "--mfu");
 }
 
+TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {
+  const std::string args =
+      "estimate --preset llama-3-8b --seq 131072 --gpus "
+      "64 --tp 8 --pp 1 --stage 1 --offload "
+      "none --json --recompute ";
+  const Result full = RunCli(args + "full");
+  ASSERT_EQ(full.exit_code, 0) << full.err;  // it was 149.3 GiB: no fit
+  const Result selective = RunCli(args + "selective");
+  ASSERT_EQ(selective.exit_code, 1) << selective.err;
+  const auto full_bytes = ParseReport(full)["candidates"][0]["per_gpu_bytes"];
+  const auto selective_bytes = ParseReport(selective)["candidates"][0]["per_gpu_bytes"];
+  EXPECT_LT(full_bytes["activations"].get<int64_t>(),
+            selective_bytes["activations"].get<int64_t>());
+  EXPECT_NEAR(full_bytes["total"].get<double>() / (1 << 30), 21.2, 0.1);
+}
+
 TEST(EstimateCliTest, PlansClustersAbove1024GpusQuickly) {
   Result r = RunCli("estimate --preset llama-2-7b --gpus 4096 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -286,6 +286,34 @@ Candidate Only(const absl::StatusOr<Plan>& plan) {
   return plan->candidates.front();
 }
 
+// Full recomputation keeps each layer's input and rebuilds one layer at a
+// time with flash attention: never more than selective (which keeps every
+// layer's flash-attention set), at any length, split or pipeline.
+TEST(PlannerTest, FullRecomputationNeverNeedsMoreActivationsThanSelective) {
+  auto model = ModelFromPreset("llama-3-8b");
+  ASSERT_TRUE(model.ok());
+  for (int64_t seq : {2048, 4096, 32768, 131072}) {
+    for (const auto& [tp, pp] : std::vector<std::pair<int, int>>{{1, 1}, {8, 1}, {8, 4}, {2, 32}}) {
+      PlanOptions options = Forced(1, Offload::kNone, tp, pp);
+      options.seq = seq;
+      options.recompute = Recompute::kFull;
+      const int64_t full = Only(Planner::Plan(*model, Cluster(64), options)).per_gpu.activations;
+      options.recompute = Recompute::kSelective;
+      const int64_t selective =
+          Only(Planner::Plan(*model, Cluster(64), options)).per_gpu.activations;
+      EXPECT_LE(full, selective) << "seq " << seq << " tp " << tp << " pp " << pp;
+    }
+  }
+  // The reproducer: 128k tokens on tp 8 fit with full recomputation (it
+  // was 149.3 GiB, more than selective's 96.7).
+  PlanOptions options = Forced(1, Offload::kNone, 8, 1);
+  options.seq = 131072;
+  options.recompute = Recompute::kFull;
+  const Candidate c = Only(Planner::Plan(*model, Cluster(64), options));
+  EXPECT_TRUE(c.fits) << c.verdict;
+  EXPECT_NEAR(static_cast<double>(c.per_gpu.total()) / (1 << 30), 21.2, 0.1);
+}
+
 TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
   auto model = ModelFromPreset("llama-2-7b");
   ASSERT_TRUE(model.ok());

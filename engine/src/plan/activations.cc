@@ -112,9 +112,13 @@ absl::StatusOr<int64_t> LayerActivationBytes(const TransformerShape& model,
 absl::StatusOr<int64_t> RecomputeWorkingBytes(const TransformerShape& model,
                                               const ActivationShape& shape) {
   if (shape.recompute != Recompute::kFull) return 0;
-  ActivationShape full = shape;
-  full.recompute = Recompute::kNone;
-  return LayerActivationBytes(model, full);
+  ActivationShape rebuilt = shape;
+  rebuilt.recompute = Recompute::kSelective;
+  ZS_ASSIGN_OR_RETURN(const int64_t working_set, LayerActivationBytes(model, rebuilt));
+  ZS_ASSIGN_OR_RETURN(const int64_t stored_input, LayerActivationBytes(model, shape));
+  // The selective set holds the layer input (the first norm's input) with
+  // the same split, so the difference is never negative.
+  return working_set - stored_input;
 }
 
 absl::StatusOr<int64_t> EmbeddingActivationBytes(const TransformerShape& model,

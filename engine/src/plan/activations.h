@@ -47,8 +47,11 @@ struct ActivationShape {
 absl::StatusOr<int64_t> LayerActivationBytes(const TransformerShape& model,
                                              const ActivationShape& shape);
 
-// With kFull, the layer being recomputed needs its full set once (as kNone);
-// 0 otherwise.
+// With kFull, the extra bytes of the one layer being recomputed: the layer
+// is rebuilt with flash attention, so it needs the kSelective set (no s^2
+// scores), less its input, which is already stored. Full recomputation of L
+// layers therefore never needs more than selective: (L - 1) inputs + one
+// selective set <= L selective sets. 0 for kNone and kSelective.
 absl::StatusOr<int64_t> RecomputeWorkingBytes(const TransformerShape& model,
                                               const ActivationShape& shape);
 
