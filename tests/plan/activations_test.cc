@@ -65,7 +65,7 @@ TEST(ActivationsTest, TensorSequenceParallelAndRecomputation) {
   // Full recomputation rebuilds one layer at a time, with flash attention:
   // the selective set less the stored input (34 sbh/t - 2 sbh/t with sp).
   EXPECT_EQ(Must(RecomputeWorkingBytes(m, shape)), static_cast<int64_t>(32 * sbh / t));
-  // Output layer: 4 sbh/t (1 + V/h).
+  // Output layer with sequence parallelism: 4 sbh/t (1 + V/h).
   EXPECT_EQ(Must(OutputActivationBytes(m, shape)),
             static_cast<int64_t>(4 * sbh / t * (1 + 50257.0 / h) + 0.5));
 }
@@ -136,6 +136,26 @@ TEST(ActivationsTest, FullRecomputationNeverNeedsMoreThanSelective) {
   none.recompute = Recompute::kNone;
   none.seq = 4096;
   EXPECT_EQ(Must(RecomputeWorkingBytes(m, none)), 0);
+}
+
+TEST(ActivationsTest, OutputInputsSplitByTpOnlyWithSequenceParallelism) {
+  const TransformerShape m = Llama3Layer();
+  ActivationShape shape;
+  shape.seq = 4096;
+  shape.micro_batch = 2;
+  shape.tp = 8;
+  const double sb = 4096.0 * 2, h = 4096, v = 128256, t = 8;
+  // Without sp every rank holds the final norm's and the head's inputs
+  // whole; only the vocabulary-parallel fp32 logits split.
+  EXPECT_EQ(Must(OutputActivationBytes(m, shape)),
+            static_cast<int64_t>(2 * sb * h * 2 + 4 * sb * v / t));
+  shape.sequence_parallel = true;
+  EXPECT_EQ(Must(OutputActivationBytes(m, shape)),
+            static_cast<int64_t>((2 * sb * h * 2 + 4 * sb * v) / t));
+  shape.tp = 1;
+  shape.sequence_parallel = false;
+  EXPECT_EQ(Must(OutputActivationBytes(m, shape)),
+            static_cast<int64_t>(2 * sb * h * 2 + 4 * sb * v));
 }
 
 TEST(ActivationsTest, BytesPast2To63AreAnErrorNamingTheFlags) {

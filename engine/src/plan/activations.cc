@@ -132,10 +132,14 @@ absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
                                               const ActivationShape& shape) {
   const double sb = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch);
   const double t = static_cast<double>(shape.tp);
-  const double values =
+  // Final norm input and LM-head input: replicated across the tensor-parallel
+  // group unless sequence parallelism splits them along the sequence.
+  const double inputs =
       2.0 * sb * static_cast<double>(model.hidden) * static_cast<double>(shape.activation_bytes);
+  // fp32 logits: the head is vocabulary-parallel, each rank holds V/t.
   const double logits = 4.0 * sb * static_cast<double>(model.vocab);
-  return ToBytes((values + logits) / t, "the output layer", shape);
+  return ToBytes((shape.sequence_parallel ? inputs / t : inputs) + logits / t, "the output layer",
+                 shape);
 }
 
 }  // namespace zeroshard

@@ -60,9 +60,12 @@ absl::StatusOr<int64_t> RecomputeWorkingBytes(const TransformerShape& model,
 absl::StatusOr<int64_t> EmbeddingActivationBytes(const TransformerShape& model,
                                                  const ActivationShape& shape);
 
-// Last pipeline stage: final norm input, head input (2 sbh activations) and
-// fp32 logits for the cross entropy (4 sbV bytes), /t: Korthikanti's
-// 4sbh/t (1 + V/h) for 2-byte activations.
+// Last pipeline stage: final norm input and head input (2 sbh activations)
+// and fp32 logits for the cross entropy (4 sbV bytes). The vocabulary-
+// parallel logits split by t; the two inputs split by t only with sequence
+// parallelism (else every tensor-parallel rank holds them whole):
+//   2sbh·a + 4sbV/t     without sequence parallelism (a = activation bytes)
+//   (2sbh·a + 4sbV)/t   with it: Korthikanti's 4sbh/t (1 + V/h) for a = 2.
 absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
                                               const ActivationShape& shape);
 
