@@ -251,6 +251,23 @@ TEST(EstimateCliTest, PlansClustersAbove1024GpusQuickly) {
   EXPECT_EQ(doc["training"]["global_batch"], 1048576);
 }
 
+TEST(EstimateCliTest, Stage1OffloadPutsAGradientShardOnTheHost) {
+  const Result r = RunCli(
+      "estimate --preset llama-2-7b --gpus 8 --stage 1 "
+      "--offload optimizer --tp 1 --pp 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = ParseReport(r);
+  bool found = false;
+  for (const auto& b : doc["candidates"][0]["buffers"]) {
+    if (b["name"] == "grads_shard_host") {
+      found = true;
+      EXPECT_EQ(b["placement"], "host");
+    }
+  }
+  EXPECT_TRUE(found) << r.out.substr(0, 2000);
+  EXPECT_GT(doc["candidates"][0]["per_rank_host_bytes"]["grads"].get<int64_t>(), 0);
+}
+
 TEST(EstimateCliTest, PrefetchDepthIsCappedAtTheShardedUnits) {
   // 35 sharded units: depth 64 gets 35 gather buffers, not 64.
   auto gather = [](const std::string& depth) {

@@ -345,6 +345,29 @@ TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
   EXPECT_EQ(plan->candidates[0].per_gpu.model_states(), 16 * layout->total_numel());
 }
 
+// ZeRO-Offload at stage 1: the GPU keeps the whole gradient (it is reduced
+// there), the CPU Adam reads the rank's shard from a host buffer.
+TEST(PlannerTest, Stage1OptimizerOffloadKeepsAGradientShardOnTheHost) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  auto layout = FlatLayout::Create(model->spec, 8);
+  ASSERT_TRUE(layout.ok());
+  const Candidate s1 = Only(Planner::Plan(*model, Cluster(8), Forced(1, Offload::kOptimizer)));
+  EXPECT_EQ(s1.per_gpu.grads, 2 * layout->total_numel());
+  const PlacedBuffer* shard = FindBuffer(s1, internal::kHostGradShardBuffer);
+  ASSERT_NE(shard, nullptr);
+  EXPECT_EQ(shard->placement, Placement::kHost);
+  EXPECT_EQ(shard->buffer.numel, layout->shard_numel());
+  EXPECT_EQ(shard->buffer.dtype, DType::kBFloat16);
+  EXPECT_EQ(s1.per_rank_host.grads, 2 * layout->shard_numel());
+  // 2 (grad shard) + 12 (master, m, v) bytes per shard element, as stage 2.
+  EXPECT_EQ(s1.per_rank_host.model_states(), 14 * layout->shard_numel());
+  const Candidate s2 = Only(Planner::Plan(*model, Cluster(8), Forced(2, Offload::kOptimizer)));
+  EXPECT_EQ(s2.per_rank_host.model_states(), s1.per_rank_host.model_states());
+  EXPECT_EQ(FindBuffer(s2, internal::kHostGradShardBuffer), nullptr);
+  EXPECT_EQ(s1.per_node_host_bytes, 8 * s1.per_rank_host.total());
+}
+
 TEST(PlannerTest, GatherPoolNeverExceedsTheShardedUnits) {
   auto model = ModelFromPreset("llama-2-7b");
   ASSERT_TRUE(model.ok());

@@ -168,6 +168,13 @@ absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const FlatLayout& layout,
       out.push_back({{kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, shard},
                      Placement::kHost});
     }
+    if (c.stage < 2) {
+      // The device gradient is whole (stage 1); the CPU Adam reads the
+      // rank's reduced shard from a host buffer of its own.
+      out.push_back(
+          {{kHostGradShardBuffer, MemoryCategory::kGradients, train.effective_grad_dtype(), shard},
+           Placement::kHost});
+    }
   }
   return out;
 }

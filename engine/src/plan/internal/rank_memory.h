@@ -19,6 +19,12 @@
 namespace zeroshard {
 namespace internal {
 
+// Optimizer offload at stage 0-1: the GPU keeps the whole gradient, so the
+// CPU Adam gets its own copy of the rank's gradient shard on the host
+// (DeepSpeed ZeRO-Offload). From stage 2 the sharded `grads` buffer itself
+// moves to the host instead.
+inline constexpr char kHostGradShardBuffer[] = "grads_shard_host";
+
 // What the time model needs to know about the rank with the most params.
 struct RankSizes {
   int64_t full_numel = 0;   // the rank's flat buffer (params it computes with)
