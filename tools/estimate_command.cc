@@ -265,7 +265,7 @@ then offload, then tensor x pipeline splits.
 MODEL (exactly one):
   --preset NAME          built-in model: )" +
          absl::StrJoin(PresetNames(), ", ") + R"(
-  --hf-config FILE       Hugging Face config.json (Llama, Mistral, Qwen2, GPT-2)
+  --hf-config FILE       Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, GPT-2)
   --spec FILE            JSON spec of units and params (docs/estimator.md)
   --params N             a bare parameter count (one unit), e.g. 7.5e9 or 7.5B
 CLUSTER:

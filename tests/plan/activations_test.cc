@@ -158,6 +158,29 @@ TEST(ActivationsTest, OutputInputsSplitByTpOnlyWithSequenceParallelism) {
             static_cast<int64_t>(2 * sb * h * 2 + 4 * sb * v));
 }
 
+TEST(ActivationsTest, MixtureOfExpertsKeepsTheTopKExpertsWorkingSets) {
+  TransformerShape dense = Llama3Layer();
+  dense.intermediate = 14336;
+  TransformerShape moe = dense;
+  moe.architecture = "MixtralForCausalLM";
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  for (int tp : {1, 4}) {
+    ActivationShape shape;
+    shape.seq = 4096;
+    shape.tp = tp;
+    shape.recompute = Recompute::kSelective;
+    const double sbh = 4096.0 * 4096, f = 14336.0 / 4096, k = 2, e = 8.0 / 4096;
+    // One more expert's SwiGLU set (4f, split by t) per token, plus per
+    // token and expert the routed input copy and the expert output, and the
+    // router's softmax over 8 experts (replicated): 2-byte values.
+    const double extra = sbh * 2 * ((k - 1) * 4 * f / tp + 2 * k + e);
+    EXPECT_EQ(Must(LayerActivationBytes(moe, shape)) - Must(LayerActivationBytes(dense, shape)),
+              static_cast<int64_t>(extra))
+        << "tp " << tp;
+  }
+}
+
 TEST(ActivationsTest, BytesPast2To63AreAnErrorNamingTheFlags) {
   const TransformerShape m = Llama3Layer();
   ActivationShape shape;

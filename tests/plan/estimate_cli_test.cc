@@ -214,6 +214,8 @@ TEST(EstimateCliTest, OverflowingModelsAndBatchesAreRefusedWithOneLine) {
                      "lower --micro-batch");
   ExpectOneErrorLine("estimate --hf-config " + TestData("llama-deep-config.json"),
                      "num_hidden_layers 100000000 exceeds the supported maximum 16384");
+  ExpectOneErrorLine("estimate --hf-config " + TestData("mixtral-labelled-mistral-config.json"),
+                     "field 'num_local_experts' is 8");
   ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T", "--price 1e+308");
   ExpectOneErrorLine("estimate --preset gpt2 --mfu 1e-300", "--mfu");
 }
@@ -284,6 +286,12 @@ TEST(EstimateCliTest, PrefetchDepthIsCappedAtTheShardedUnits) {
     return int64_t{-1};
   };
   EXPECT_EQ(2 * gather("64"), 35 * gather("2"));
+}
+
+TEST(EstimateCliTest, ReadsTheMixtralPreset) {
+  const Result r = RunCli("estimate --preset mixtral-8x7b --gpus 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseReport(r)["params"].get<int64_t>(), 46702792704);
 }
 
 }  // namespace

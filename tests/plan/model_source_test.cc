@@ -177,6 +177,73 @@ TEST(ModelSourceTest, JsonSpecAndParamCount) {
   EXPECT_FALSE(ModelFromParamCount(0).ok());
 }
 
+TEST(ModelSourceTest, MixtralIsAMixtureOfExpertsWithHfNamesAndActiveParams) {
+  auto mixtral = ModelFromPreset("mixtral-8x7b");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(mixtral->spec.NumParams(), 46702792704);  // mistralai/Mixtral-8x7B-v0.1
+  ASSERT_TRUE(mixtral->transformer.has_value());
+  EXPECT_EQ(mixtral->transformer->experts, 8);
+  EXPECT_EQ(mixtral->transformer->experts_per_token, 2);
+  EXPECT_EQ(mixtral->spec.units.size(), 35u);
+  const ParamSpec* gate = FindParam(mixtral->spec, "layers.3", "block_sparse_moe.gate.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (std::vector<int64_t>{8, 4096}));
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"block_sparse_moe.experts.7.w1.weight", {14336, 4096}},
+           {"block_sparse_moe.experts.7.w2.weight", {4096, 14336}},
+           {"block_sparse_moe.experts.7.w3.weight", {14336, 4096}},
+           {"self_attn.k_proj.weight", {1024, 4096}}}) {
+    const ParamSpec* p = FindParam(mixtral->spec, "layers.3", name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(p->shape, shape) << name;
+  }
+  EXPECT_EQ(FindParam(mixtral->spec, "layers.3", "block_sparse_moe.experts.8.w1.weight"), nullptr);
+  EXPECT_EQ(FindParam(mixtral->spec, "layers.3", "mlp.up_proj.weight"), nullptr);
+  // A token runs through 2 of the 8 experts: 6 experts of 3 f h per layer idle.
+  EXPECT_EQ(mixtral->active_params, int64_t{46702792704} - int64_t{32} * 6 * 3 * 14336 * 4096);
+  // The same model read from a config.json by model_type.
+  auto config = ModelFromHfConfig(R"({"model_type": "mixtral", "hidden_size": 4096,
+      "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+      "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+      "num_experts_per_tok": 2})",
+                                  "mixtral.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->spec.NumParams(), 46702792704);
+  // Dense models: every param is active.
+  auto llama = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(llama.ok());
+  EXPECT_EQ(llama->active_params, llama->spec.NumParams());
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 5})",
+                                "topk.json")
+                  .status(),
+              "num_experts_per_tok 5 exceeds the supported maximum 4");
+}
+
+TEST(ModelSourceTest, DenseArchitecturesThatDeclareExpertsAreRefused) {
+  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}) {
+    for (const char* field : {"num_local_experts", "num_experts", "n_routed_experts",
+                              "moe_intermediate_size", "num_experts_per_tok"}) {
+      const std::string config = absl::StrFormat(
+          R"({"architectures": ["%s"], "hidden_size": 64, "intermediate_size": 128,
+              "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "%s": 8})",
+          architecture, field);
+      const absl::Status status = ModelFromHfConfig(config, "moe.json").status();
+      ExpectError(status, absl::StrCat("moe.json: field '", field, "' is 8"));
+      ExpectError(status, architecture);
+      ExpectError(status, "MixtralForCausalLM");
+      EXPECT_EQ(status.message().find('\n'), std::string::npos);
+    }
+  }
+  // A null or zero entry declares nothing.
+  auto dense = ModelFromHfConfig(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_experts": null, "moe_intermediate_size": 0})",
+                                 "dense.json");
+  EXPECT_TRUE(dense.ok()) << dense.status();
+}
+
 TEST(ModelSourceTest, SizesAreCheckedBeforeAnythingIsBuilt) {
   const auto llama = [](const std::string& layers, const std::string& hidden,
                         const std::string& extra) {

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/internal/rank_memory.h"
+#include "engine/src/plan/internal/step_time.h"
 #include "engine/src/plan/model_source.h"
 #include "gtest/gtest.h"
 
@@ -382,6 +383,18 @@ TEST(PlannerTest, GatherPoolNeverExceedsTheShardedUnits) {
     // 35 units, all sharded: at most one buffer each.
     EXPECT_EQ(gather->buffer.numel, std::min(depth, 35) * layout->max_unit_numel()) << depth;
   }
+}
+
+TEST(PlannerTest, MixtureOfExpertsComputesWithItsActiveParams) {
+  auto mixtral = ModelFromPreset("mixtral-8x7b");
+  ASSERT_TRUE(mixtral.ok());
+  PlanOptions options;
+  options.seq = 4096;
+  const double tokens = 64.0 * 4096;
+  const double attention = 12.0 * 4096 * 4096 * 32;
+  EXPECT_DOUBLE_EQ(internal::ModelFlopsPerStep(*mixtral, options, 64),
+                   tokens * (6.0 * static_cast<double>(mixtral->active_params) + attention));
+  EXPECT_LT(mixtral->active_params, mixtral->spec.NumParams() / 3);
 }
 
 TEST(PlannerTest, PlanningTheLargestModelsIsFast) {

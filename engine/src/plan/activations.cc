@@ -60,7 +60,20 @@ LayerTerms CountLayer(const TransformerShape& m) {
   t.split_values = q + kv + kv + q;
   // MLP: GELU keeps its input and output (the second projection's input);
   // SwiGLU keeps the gate and up outputs, silu(gate) and their product.
-  t.split_values += m.gated_mlp ? 4 * f : 2 * f;
+  const double mlp = m.gated_mlp ? 4 * f : 2 * f;
+  if (m.experts > 0) {
+    // Mixture of experts: each token runs through k experts, each keeping
+    // what a dense MLP keeps. Per token and expert the routing also keeps
+    // the dispatched copy of the input (the expert's first projections need
+    // it) and the expert's output (scaled by the routing weight, whose
+    // gradient needs it): full width, like the MLP input. The router keeps
+    // its softmax over the E experts.
+    const double k = static_cast<double>(m.experts_per_token);
+    t.split_values += k * mlp;
+    t.replicated_values += 2 * k + static_cast<double>(m.experts) / h;
+  } else {
+    t.split_values += mlp;
+  }
   // Scores: softmax output; with dropout also its mask and output.
   t.score_values = 1 + dropout;
   t.score_masks = dropout;

@@ -7,9 +7,10 @@
 //   sbh (10 + 24/t), 34 sbh/t            the same with selective recomputation
 //   2 sbh (/t with sequence parallelism) full recomputation (the layer input)
 // The terms are counted tensor by tensor so that grouped-query attention,
-// gated (SwiGLU) MLPs of any width, models without dropout and fp32
-// activations get their own exact count; for a GPT layer (MHA, 4h GELU MLP,
-// dropout, 2-byte activations) the sums are the formulas above.
+// gated (SwiGLU) MLPs of any width, mixtures of experts, models without
+// dropout and fp32 activations get their own exact count; for a GPT layer
+// (MHA, 4h GELU MLP, dropout, 2-byte activations) the sums are the formulas
+// above.
 //
 // Every function returns InvalidArgument, naming --seq and --micro-batch,
 // when the bytes do not fit in int64_t (the count is formed in double and

@@ -130,7 +130,31 @@ class FieldReader {
 };
 
 const char* const kSupportedArchitectures =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel";
+    "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel";
+
+// Fields with which Hugging Face configs declare a mixture of experts
+// (Mixtral, Qwen2-MoE, DeepSeek, DBRX, OLMoE, ...).
+const char* const kExpertFields[] = {"num_local_experts",   "num_experts",
+                                     "n_routed_experts",    "n_shared_experts",
+                                     "moe_num_experts",     "moe_intermediate_size",
+                                     "num_experts_per_tok", "shared_expert_intermediate_size"};
+
+// A config read as a dense model must not declare experts: the dense count
+// would be silently wrong.
+absl::Status RefuseExperts(const json& doc, const std::string& architecture,
+                           absl::string_view source) {
+  for (const char* field : kExpertFields) {
+    if (!doc.contains(field)) continue;
+    const json& v = doc.at(field);
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field '%s' is %s, so the model has experts, but %s is read as a dense model and "
+        "its count would be wrong; for a Mixtral model set \"architectures\": "
+        "[\"MixtralForCausalLM\"], otherwise describe the model with --spec",
+        source, field, v.dump(), architecture));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view source) {
   if (doc.contains("architectures") && doc["architectures"].is_array() &&
@@ -141,6 +165,7 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view so
     const std::string type = doc["model_type"].get<std::string>();
     if (type == "llama") return std::string("LlamaForCausalLM");
     if (type == "mistral") return std::string("MistralForCausalLM");
+    if (type == "mixtral") return std::string("MixtralForCausalLM");
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
     if (type == "gpt2") return std::string("GPT2LMHeadModel");
     return absl::InvalidArgumentError(
@@ -205,7 +230,12 @@ absl::StatusOr<TransformerShape> ParseLlamaFamilyConfig(const FieldReader& f,
   ZS_ASSIGN_OR_RETURN(s.head_dim, f.SizeOr("head_dim", s.hidden / s.heads));
   ZS_ASSIGN_OR_RETURN(s.tied_embeddings, f.BoolOr("tie_word_embeddings", false));
   s.gated_mlp = true;
-  if (architecture == "Qwen2ForCausalLM") {
+  if (architecture == "MixtralForCausalLM") {
+    // MixtralConfig's defaults: 8 experts, 2 per token. Mixtral has no
+    // attention or MLP biases.
+    ZS_ASSIGN_OR_RETURN(s.experts, f.SizeOr("num_local_experts", 8, kMaxExperts));
+    ZS_ASSIGN_OR_RETURN(s.experts_per_token, f.SizeOr("num_experts_per_tok", 2, s.experts));
+  } else if (architecture == "Qwen2ForCausalLM") {
     // Qwen2 always has q/k/v biases and no o_proj bias.
     s.qkv_bias = true;
   } else {
@@ -225,11 +255,12 @@ absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
   ZS_ASSIGN_OR_RETURN(json doc, ParseJson(json_text, source));
   ZS_ASSIGN_OR_RETURN(std::string architecture, ArchitectureOf(doc, source));
   FieldReader fields(doc, std::string(source));
+  if (architecture == "MixtralForCausalLM") return ParseLlamaFamilyConfig(fields, architecture);
+  const bool dense = architecture == "GPT2LMHeadModel" || architecture == "LlamaForCausalLM" ||
+                     architecture == "MistralForCausalLM" || architecture == "Qwen2ForCausalLM";
+  if (dense) ZS_RETURN_IF_ERROR(RefuseExperts(doc, architecture, source));
   if (architecture == "GPT2LMHeadModel") return ParseGpt2Config(fields);
-  if (architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
-      architecture == "Qwen2ForCausalLM") {
-    return ParseLlamaFamilyConfig(fields, architecture);
-  }
+  if (dense) return ParseLlamaFamilyConfig(fields, architecture);
   return absl::InvalidArgumentError(
       absl::StrFormat("%s: architecture '%s' is not supported; supported: %s (or describe the "
                       "model with --spec)",

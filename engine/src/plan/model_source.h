@@ -28,12 +28,16 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
                                                    absl::string_view source);
 
 // The shape fields of a Hugging Face config.json for LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel (picked by
-// "architectures", else "model_type"). Honours num_key_value_heads,
-// head_dim, tie_word_embeddings, attention_bias, mlp_bias and the dropout
-// probabilities. InvalidArgument for other architectures, malformed JSON,
-// missing or non-integer fields, and sizes that are not positive or above
-// their limit (num_hidden_layers / n_layer above kMaxLayers).
+// MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or
+// GPT2LMHeadModel (picked by "architectures", else "model_type"). Honours
+// num_key_value_heads, head_dim, tie_word_embeddings, attention_bias,
+// mlp_bias, the dropout probabilities and (Mixtral) num_local_experts and
+// num_experts_per_tok. InvalidArgument for other architectures, malformed
+// JSON, missing or non-integer fields, sizes that are not positive or above
+// their limit (num_hidden_layers / n_layer above kMaxLayers), and a dense
+// architecture whose config declares experts (num_local_experts,
+// num_experts, n_routed_experts, moe_intermediate_size, ...): counting such
+// a model as dense would be silently wrong.
 absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
                                                absl::string_view source);
 

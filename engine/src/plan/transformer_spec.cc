@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
@@ -87,6 +88,30 @@ void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
   if (s.mlp_bias) unit.Add("mlp.down_proj.bias", {h}, kReplicated, true);
 }
 
+// Mixtral: Mistral's attention, then a router and `experts` SwiGLU experts
+// (w1 gate, w3 up: column-parallel; w2 down: row-parallel). The router is
+// replicated across the tensor-parallel group.
+void AddMixtralLayer(UnitBuilder& unit, const TransformerShape& s) {
+  const int64_t h = s.hidden;
+  const int64_t q = s.heads * s.head_dim;
+  const int64_t kv = s.kv_heads * s.head_dim;
+  AddNorm(unit, "input_layernorm", s);
+  unit.Add("self_attn.q_proj.weight", {q, h}, 0);
+  unit.Add("self_attn.k_proj.weight", {kv, h}, 0);
+  unit.Add("self_attn.v_proj.weight", {kv, h}, 0);
+  unit.Add("self_attn.o_proj.weight", {h, q}, 1);
+  AddNorm(unit, "post_attention_layernorm", s);
+  unit.Add("block_sparse_moe.gate.weight", {s.experts, h}, kReplicated);
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const std::string expert = absl::StrCat("block_sparse_moe.experts.", e, ".");
+    unit.Add(expert + "w1.weight", {s.intermediate, h}, 0);
+    unit.Add(expert + "w2.weight", {h, s.intermediate}, 1);
+    unit.Add(expert + "w3.weight", {s.intermediate, h}, 0);
+  }
+}
+
+constexpr char kExpertPrefix[] = "block_sparse_moe.experts.0.";
+
 // ModelSpec::Validate, its error naming the model and the sizes it came from.
 absl::Status ValidateWithSizes(const ModelSpec& spec, const TransformerShape& s,
                                const std::string& name) {
@@ -123,6 +148,18 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
   if (s.learned_positions && s.max_positions <= 0) {
     return bad("learned position embeddings need a positive max_position_embeddings (n_positions)");
   }
+  const bool moe = s.architecture == "MixtralForCausalLM";
+  if (moe != (s.experts > 0)) {
+    return bad(moe ? "a Mixtral model needs experts (num_local_experts >= 1)"
+                   : absl::StrCat(s.architecture, " is a dense architecture but ", s.experts,
+                                  " experts are given"));
+  }
+  if (moe &&
+      (s.experts > kMaxExperts || s.experts_per_token < 1 || s.experts_per_token > s.experts)) {
+    return bad(absl::StrFormat(
+        "%d experts with %d per token: need 1 <= experts per token <= experts <= %d", s.experts,
+        s.experts_per_token, kMaxExperts));
+  }
   // The layer builders multiply these; the ModelSpec check covers the rest.
   const std::optional<int64_t> q = CheckedMul(s.heads, s.head_dim);
   const std::optional<int64_t> kv = CheckedMul(s.kv_heads, s.head_dim);
@@ -153,6 +190,8 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
     UnitBuilder layer(absl::StrCat(gpt2_names ? "h." : "layers.", i));
     if (gpt2_names) {
       AddGpt2Layer(layer, s);
+    } else if (moe) {
+      AddMixtralLayer(layer, s);
     } else {
       AddLlamaLayer(layer, s);
     }
@@ -187,6 +226,16 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
     head.AppendTo(model);
   }
   ZS_RETURN_IF_ERROR(ValidateWithSizes(model.spec, s, name));
+  model.active_params = model.spec.NumParams();
+  if (moe) {
+    // Each token passes through experts_per_token of the experts; the
+    // others' params do no work for it. Below NumParams(), so exact.
+    int64_t expert_numel = 0;
+    for (const ParamSpec& p : model.spec.units[model.first_layer_unit].params) {
+      if (absl::StartsWith(p.name, kExpertPrefix)) expert_numel += p.NumElements();
+    }
+    model.active_params -= s.layers * (s.experts - s.experts_per_token) * expert_numel;
+  }
   return model;
 }
 

@@ -15,6 +15,13 @@ double AttentionFlopsPerToken(const ModelDescription& model, const PlanOptions& 
          static_cast<double>(t.head_dim) * static_cast<double>(t.layers);
 }
 
+// Params one token computes with: a mixture of experts runs only its top-k
+// experts.
+double ActiveParams(const ModelDescription& model) {
+  return static_cast<double>(model.active_params > 0 ? model.active_params
+                                                     : model.spec.NumParams());
+}
+
 int ParamBytes(PlanPrecision p) { return p == PlanPrecision::kFp32 ? 4 : 2; }
 
 }  // namespace
@@ -22,8 +29,7 @@ int ParamBytes(PlanPrecision p) { return p == PlanPrecision::kFp32 ? 4 : 2; }
 double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
                          int64_t global_batch) {
   const double tokens = static_cast<double>(global_batch) * static_cast<double>(options.seq);
-  const double n = static_cast<double>(model.spec.NumParams());
-  return tokens * (6.0 * n + AttentionFlopsPerToken(model, options));
+  return tokens * (6.0 * ActiveParams(model) + AttentionFlopsPerToken(model, options));
 }
 
 double RingSeconds(int n, double bytes, double gbps, double latency_us) {
@@ -37,7 +43,7 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
                           const RankSizes& sizes) {
   StepTime time;
   const double tokens = static_cast<double>(global_batch) * static_cast<double>(options.seq);
-  const double n = static_cast<double>(model.spec.NumParams());
+  const double n = ActiveParams(model);
   const double attention = AttentionFlopsPerToken(model, options);
   double flops = ModelFlopsPerStep(model, options, global_batch);
   // Recomputation repeats part of the forward (a third of forward+backward).
