@@ -128,7 +128,11 @@ absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::stri
   if (given[0] == "--preset") return ModelFromPreset(v);
   if (given[0] == "--params") {
     ZS_ASSIGN_OR_RETURN(int64_t n, ParseCount(v, "--params"));
-    return ModelFromParamCount(n);
+    absl::StatusOr<ModelDescription> model = ModelFromParamCount(n);
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--params: ", model.status().message()));
+    }
+    return model;
   }
   ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v));
   if (given[0] == "--hf-config") return ModelFromHfConfig(text, v);
@@ -155,7 +159,10 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   PlanOptions& o = r.options;
   if (auto* v = get("--gpus")) {
     ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--gpus", *v));
-    if (n > 1 << 20) return absl::InvalidArgumentError("--gpus: more than 2^20 GPUs");
+    if (n > 1 << 20) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--gpus: %d is more than 2^20 (1048576) GPUs; give at most 1048576", n));
+    }
     c.gpus = static_cast<int>(n);
   }
   if (auto* v = get("--gpus-per-node")) {
@@ -258,7 +265,7 @@ then offload, then tensor x pipeline splits.
 MODEL (exactly one):
   --preset NAME          built-in model: )" +
          absl::StrJoin(PresetNames(), ", ") + R"(
-  --hf-config FILE       Hugging Face config.json (Llama, Mistral, Qwen2, GPT-2)
+  --hf-config FILE       Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, GPT-2)
   --spec FILE            JSON spec of units and params (docs/estimator.md)
   --params N             a bare parameter count (one unit), e.g. 7.5e9 or 7.5B
 CLUSTER:
@@ -281,7 +288,7 @@ TRAINING:
   --grad-accum M         micro-batches per GPU per step (default 1)
   --recompute R          none | selective | full (default selective)
   --no-sequence-parallel with tensor parallelism, keep activations replicated
-  --prefetch-depth D     stage 3 gather buffers (default 2)
+  --prefetch-depth D     stage 3 gather buffers (default 2; never more than the sharded units)
 CHOICE:
   --stage S              auto | 0 | 1 | 2 | 3 (default auto)
   --offload O            none | optimizer | optimizer+params (default: automatic)

@@ -1,7 +1,9 @@
 #include "engine/src/layout/flat_layout.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -108,11 +110,97 @@ TEST(FlatLayoutTest, ParamOffsetsDoNotDependOnWorldSize) {
   }
 }
 
+// 2^20 ranks and a model at the 2^56-element limit: every size is exact
+// (checked against 128-bit arithmetic), and nothing grows with the ranks.
+TEST(FlatLayoutTest, TheLargestWorldAndModelStayExact) {
+  ModelSpec spec;
+  const int64_t big = (int64_t{1} << 56) - 1000003;
+  spec.units.push_back({"big", {{"w", {big}, false}}});
+  spec.units.push_back({"norm", {{"scale", {7}, true}, {"bias", {5}, true}}});
+  for (int u = 0; u < 2000; ++u)
+    spec.units.push_back({"u" + std::to_string(u), {{"b", {1}, true}}});
+  const auto begin = std::chrono::steady_clock::now();
+  for (int world : {kMaxWorldSize, kMaxWorldSize - 1, 999983}) {
+    auto layout = FlatLayout::Create(spec, world);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    unsigned __int128 total = 0, shard_total = 0, max_unit = 0;
+    for (int u = 0; u < layout->num_units(); ++u) {
+      const UnitSegment& seg = layout->unit(u);
+      unsigned __int128 used = 0;
+      for (const ParamSpec& p : spec.units[u].params) {
+        used = (used + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+        used += static_cast<unsigned __int128>(p.shape[0]);
+      }
+      const unsigned __int128 per_rank = (used + world - 1) / world;
+      const unsigned __int128 shard =
+          (per_rank + kShardQuantum - 1) / kShardQuantum * kShardQuantum;
+      EXPECT_EQ(static_cast<unsigned __int128>(seg.used_numel), used) << "unit " << u;
+      EXPECT_EQ(static_cast<unsigned __int128>(seg.shard_numel), shard) << "unit " << u;
+      EXPECT_EQ(static_cast<unsigned __int128>(seg.padded_numel), shard * world) << "unit " << u;
+      EXPECT_EQ(static_cast<unsigned __int128>(seg.offset), total) << "unit " << u;
+      total += shard * world;
+      shard_total += shard;
+      if (shard * world > max_unit) max_unit = shard * world;
+    }
+    EXPECT_EQ(static_cast<unsigned __int128>(layout->total_numel()), total);
+    EXPECT_EQ(static_cast<unsigned __int128>(layout->shard_numel()), shard_total);
+    EXPECT_EQ(static_cast<unsigned __int128>(layout->max_unit_numel()), max_unit);
+    // The last rank's range ends at the padded segment.
+    EXPECT_EQ(layout->ShardRange(0, world - 1).end, layout->unit(0).padded_numel);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_LT(seconds, 1.0) << "a layout must not do per-rank work";
+}
+
+// The sizes-only layout the planner uses gives Create's segments exactly.
+TEST(FlatLayoutTest, SizesOnlyLayoutsMatchCreate) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    const ModelSpec spec = RandomSpec(rng);
+    const int world = std::uniform_int_distribution<int>(1, kMaxWorldSize)(rng);
+    auto layout = FlatLayout::Create(spec, world);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    std::vector<int64_t> used;
+    for (const UnitSpec& unit : spec.units) {
+      auto n = FlatLayout::UsedNumel(unit);
+      ASSERT_TRUE(n.ok());
+      std::vector<int64_t> numels;
+      for (const ParamSpec& p : unit.params) numels.push_back(p.NumElements());
+      EXPECT_EQ(*FlatLayout::UsedNumel(numels), *n);
+      used.push_back(*n);
+    }
+    auto sizes = FlatLayout::FromUsedNumels(used, world);
+    ASSERT_TRUE(sizes.ok()) << sizes.status();
+    ASSERT_EQ(sizes->num_units(), layout->num_units());
+    for (int u = 0; u < layout->num_units(); ++u) {
+      EXPECT_EQ(sizes->unit(u).used_numel, layout->unit(u).used_numel);
+      EXPECT_EQ(sizes->unit(u).shard_numel, layout->unit(u).shard_numel);
+      EXPECT_EQ(sizes->unit(u).padded_numel, layout->unit(u).padded_numel);
+      EXPECT_EQ(sizes->unit(u).offset, layout->unit(u).offset);
+      EXPECT_EQ(sizes->unit(u).shard_offset, layout->unit(u).shard_offset);
+      EXPECT_TRUE(sizes->unit(u).params.empty());
+    }
+    EXPECT_EQ(sizes->total_numel(), layout->total_numel());
+    EXPECT_EQ(sizes->shard_numel(), layout->shard_numel());
+    EXPECT_EQ(sizes->max_unit_numel(), layout->max_unit_numel());
+  }
+  EXPECT_FALSE(FlatLayout::FromUsedNumels({}, 1).ok());
+  EXPECT_FALSE(FlatLayout::FromUsedNumels({5, 0}, 1).ok());
+  EXPECT_FALSE(FlatLayout::FromUsedNumels({int64_t{1} << 62, int64_t{1} << 62}, 4).ok());
+  EXPECT_FALSE(FlatLayout::UsedNumel(
+                   std::vector<int64_t>{int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62})
+                   .ok());
+}
+
 TEST(FlatLayoutTest, RejectsBadWorldSizesAndSpecs) {
   ModelSpec spec;
   spec.units.push_back({"u", {{"w", {3, 4}, false}}});
   EXPECT_FALSE(FlatLayout::Create(spec, 0).ok());
-  EXPECT_FALSE(FlatLayout::Create(spec, 1025).ok());
+  EXPECT_FALSE(FlatLayout::Create(spec, kMaxWorldSize + 1).ok());
+  EXPECT_TRUE(FlatLayout::Create(spec, kMaxWorldSize).ok());
   ModelSpec bad = spec;
   bad.units[0].params[0].shape = {3, 0};
   auto status = FlatLayout::Create(bad, 2).status();

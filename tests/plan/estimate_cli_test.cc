@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -108,7 +109,9 @@ TEST(EstimateCliTest, ReadsHfConfigsSpecsAndCounts) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["params"].get<int64_t>(), 8030261248);
   r = RunCli("estimate --spec " + TestData("small-spec.json") + " --gpus 2 --gpu-mem 4GiB --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = RunCli("estimate --params 7.5e9 --gpus 64 --stage 3 --tp 1 --pp 1 --offload none --json");
+  r = RunCli(
+      "estimate --params 7.5e9 --gpus 64 --stage 3 --tp 1 --pp 1 "
+      "--offload none --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto doc = nlohmann::json::parse(r.out);
   EXPECT_NEAR(doc["candidates"][0]["per_gpu_bytes"]["model_states"].get<double>() / 1e9, 1.9, 0.05);
@@ -159,6 +162,136 @@ TEST(EstimateCliTest, BadInputIsOneErrorLineAndExitCode2) {
     }
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
   }
+}
+
+// Every number in the JSON report is finite (nlohmann writes inf and NaN
+// as null) and non-negative; "chosen" alone may be null.
+void ExpectFiniteNumbers(const nlohmann::json& node, const std::string& path) {
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) {
+      if (key == "chosen" && value.is_null()) continue;
+      ExpectFiniteNumbers(value, path + "." + key);
+    }
+  } else if (node.is_array()) {
+    for (size_t i = 0; i < node.size(); ++i) ExpectFiniteNumbers(node[i], path + "[]");
+  } else {
+    EXPECT_FALSE(node.is_null()) << path;
+    if (node.is_number()) {
+      EXPECT_TRUE(std::isfinite(node.get<double>())) << path;
+      EXPECT_GE(node.get<double>(), 0) << path;
+    }
+  }
+}
+
+nlohmann::json ParseReport(const Result& r) {
+  nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << r.out.substr(0, 400);
+  if (!doc.is_discarded()) ExpectFiniteNumbers(doc, "");
+  return doc;
+}
+
+void ExpectOneErrorLine(const std::string& args, const std::string& needle) {
+  const Result r = RunCli(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out.substr(0, 400) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.err, "zeroshard estimate: ")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, needle)) << args << ": " << r.err;
+  EXPECT_TRUE(r.out.empty()) << args << ": " << r.out.substr(0, 400);
+  EXPECT_LT(r.seconds, 2.0) << args;
+}
+
+// Counts past 2^63 used to wrap into "fits" with exit 0.
+TEST(EstimateCliTest, OverflowingModelsAndBatchesAreRefusedWithOneLine) {
+  ExpectOneErrorLine("estimate --params 4.6e18", "--params: parameter count 4600000000000000000");
+  ExpectOneErrorLine("estimate --hf-config " + TestData("llama-huge-hidden-config.json"),
+                     "'layers.0.self_attn.q_proj.weight' of shape "
+                     "[1000000000000, 1000000000000]");
+  ExpectOneErrorLine("estimate --hf-config " + TestData("gpt2-huge-positions-config.json"),
+                     "'embed.wpe.weight' of shape [1000000000000000000, 768]");
+  ExpectOneErrorLine("estimate --hf-config " + TestData("llama-huge-vocab-config.json"),
+                     "'embed.embed_tokens.weight' of shape [4611686018427387904, 4096]");
+  ExpectOneErrorLine("estimate --preset gpt2 --micro-batch 1000000000000000000",
+                     "lower --micro-batch");
+  ExpectOneErrorLine("estimate --hf-config " + TestData("llama-deep-config.json"),
+                     "num_hidden_layers 100000000 exceeds the supported maximum 16384");
+  ExpectOneErrorLine("estimate --hf-config " + TestData("mixtral-labelled-mistral-config.json"),
+                     "field 'num_local_experts' is 8");
+  ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T", "--price 1e+308");
+  ExpectOneErrorLine("estimate --preset gpt2 --mfu 1e-300", "--mfu");
+}
+
+TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {
+  const std::string args =
+      "estimate --preset llama-3-8b --seq 131072 --gpus "
+      "64 --tp 8 --pp 1 --stage 1 --offload "
+      "none --json --recompute ";
+  const Result full = RunCli(args + "full");
+  ASSERT_EQ(full.exit_code, 0) << full.err;  // it was 149.3 GiB: no fit
+  const Result selective = RunCli(args + "selective");
+  ASSERT_EQ(selective.exit_code, 1) << selective.err;
+  const auto full_bytes = ParseReport(full)["candidates"][0]["per_gpu_bytes"];
+  const auto selective_bytes = ParseReport(selective)["candidates"][0]["per_gpu_bytes"];
+  EXPECT_LT(full_bytes["activations"].get<int64_t>(),
+            selective_bytes["activations"].get<int64_t>());
+  EXPECT_NEAR(full_bytes["total"].get<double>() / (1 << 30), 21.2, 0.1);
+}
+
+TEST(EstimateCliTest, PlansClustersAbove1024GpusQuickly) {
+  Result r = RunCli("estimate --preset llama-2-7b --gpus 4096 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = ParseReport(r);
+  const auto& chosen = doc["candidates"][doc["chosen"].get<int>()];
+  EXPECT_EQ(chosen["label"], "stage 1");
+  EXPECT_EQ(chosen["dp"], 4096);
+  for (const auto& why : doc["rejected"])
+    EXPECT_FALSE(absl::StrContains(why.get<std::string>(), "limit"));
+  r = RunCli("estimate --preset llama-2-7b --gpus 1048576 --gpus-per-node 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.seconds, 1.0);
+  doc = ParseReport(r);
+  EXPECT_EQ(doc["candidates"][0]["dp"], 1048576);
+  EXPECT_EQ(doc["training"]["global_batch"], 1048576);
+}
+
+TEST(EstimateCliTest, Stage1OffloadPutsAGradientShardOnTheHost) {
+  const Result r = RunCli(
+      "estimate --preset llama-2-7b --gpus 8 --stage 1 "
+      "--offload optimizer --tp 1 --pp 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = ParseReport(r);
+  bool found = false;
+  for (const auto& b : doc["candidates"][0]["buffers"]) {
+    if (b["name"] == "grads_shard_host") {
+      found = true;
+      EXPECT_EQ(b["placement"], "host");
+    }
+  }
+  EXPECT_TRUE(found) << r.out.substr(0, 2000);
+  EXPECT_GT(doc["candidates"][0]["per_rank_host_bytes"]["grads"].get<int64_t>(), 0);
+}
+
+TEST(EstimateCliTest, PrefetchDepthIsCappedAtTheShardedUnits) {
+  // 35 sharded units: depth 64 gets 35 gather buffers, not 64.
+  auto gather = [](const std::string& depth) {
+    const Result run = RunCli(
+        "estimate --preset llama-2-7b --gpus 8 --stage 3 "
+        "--offload none --tp 1 --pp 1 --json "
+        "--prefetch-depth " +
+        depth);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    const nlohmann::json doc = ParseReport(run);
+    for (const auto& b : doc["candidates"][0]["buffers"]) {
+      if (b["name"] == "param_gather") return b["numel"].get<int64_t>();
+    }
+    return int64_t{-1};
+  };
+  EXPECT_EQ(2 * gather("64"), 35 * gather("2"));
+}
+
+TEST(EstimateCliTest, ReadsTheMixtralPreset) {
+  const Result r = RunCli("estimate --preset mixtral-8x7b --gpus 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseReport(r)["params"].get<int64_t>(), 46702792704);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/src/plan/byte_units.h"
 #include "gtest/gtest.h"
 
@@ -173,6 +175,124 @@ TEST(ModelSourceTest, JsonSpecAndParamCount) {
   EXPECT_EQ(flat->spec.units.size(), 1u);
   EXPECT_EQ(flat->spec.NumParams(), 7500000000);
   EXPECT_FALSE(ModelFromParamCount(0).ok());
+}
+
+TEST(ModelSourceTest, MixtralIsAMixtureOfExpertsWithHfNamesAndActiveParams) {
+  auto mixtral = ModelFromPreset("mixtral-8x7b");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(mixtral->spec.NumParams(), 46702792704);  // mistralai/Mixtral-8x7B-v0.1
+  ASSERT_TRUE(mixtral->transformer.has_value());
+  EXPECT_EQ(mixtral->transformer->experts, 8);
+  EXPECT_EQ(mixtral->transformer->experts_per_token, 2);
+  EXPECT_EQ(mixtral->spec.units.size(), 35u);
+  const ParamSpec* gate = FindParam(mixtral->spec, "layers.3", "block_sparse_moe.gate.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (std::vector<int64_t>{8, 4096}));
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"block_sparse_moe.experts.7.w1.weight", {14336, 4096}},
+           {"block_sparse_moe.experts.7.w2.weight", {4096, 14336}},
+           {"block_sparse_moe.experts.7.w3.weight", {14336, 4096}},
+           {"self_attn.k_proj.weight", {1024, 4096}}}) {
+    const ParamSpec* p = FindParam(mixtral->spec, "layers.3", name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(p->shape, shape) << name;
+  }
+  EXPECT_EQ(FindParam(mixtral->spec, "layers.3", "block_sparse_moe.experts.8.w1.weight"), nullptr);
+  EXPECT_EQ(FindParam(mixtral->spec, "layers.3", "mlp.up_proj.weight"), nullptr);
+  // A token runs through 2 of the 8 experts: 6 experts of 3 f h per layer idle.
+  EXPECT_EQ(mixtral->active_params, int64_t{46702792704} - int64_t{32} * 6 * 3 * 14336 * 4096);
+  // The same model read from a config.json by model_type.
+  auto config = ModelFromHfConfig(R"({"model_type": "mixtral", "hidden_size": 4096,
+      "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+      "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+      "num_experts_per_tok": 2})",
+                                  "mixtral.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->spec.NumParams(), 46702792704);
+  // Dense models: every param is active.
+  auto llama = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(llama.ok());
+  EXPECT_EQ(llama->active_params, llama->spec.NumParams());
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 5})",
+                                "topk.json")
+                  .status(),
+              "num_experts_per_tok 5 exceeds the supported maximum 4");
+}
+
+TEST(ModelSourceTest, DenseArchitecturesThatDeclareExpertsAreRefused) {
+  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}) {
+    for (const char* field : {"num_local_experts", "num_experts", "n_routed_experts",
+                              "moe_intermediate_size", "num_experts_per_tok"}) {
+      const std::string config = absl::StrFormat(
+          R"({"architectures": ["%s"], "hidden_size": 64, "intermediate_size": 128,
+              "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "%s": 8})",
+          architecture, field);
+      const absl::Status status = ModelFromHfConfig(config, "moe.json").status();
+      ExpectError(status, absl::StrCat("moe.json: field '", field, "' is 8"));
+      ExpectError(status, architecture);
+      ExpectError(status, "MixtralForCausalLM");
+      EXPECT_EQ(status.message().find('\n'), std::string::npos);
+    }
+  }
+  // A null or zero entry declares nothing.
+  auto dense = ModelFromHfConfig(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 100, "num_experts": null, "moe_intermediate_size": 0})",
+                                 "dense.json");
+  EXPECT_TRUE(dense.ok()) << dense.status();
+}
+
+TEST(ModelSourceTest, SizesAreCheckedBeforeAnythingIsBuilt) {
+  const auto llama = [](const std::string& layers, const std::string& hidden,
+                        const std::string& extra) {
+    return absl::StrFormat(
+        R"({"architectures": ["LlamaForCausalLM"], "hidden_size": %s, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": %s, "vocab_size": 100%s})",
+        hidden, layers, extra);
+  };
+  // 10^8 layers would be 10^8 units: refused at once, naming the field.
+  const auto begin = std::chrono::steady_clock::now();
+  ExpectError(ModelFromHfConfig(llama("100000000", "64", ""), "deep.json").status(),
+              "deep.json: num_hidden_layers 100000000 exceeds the supported maximum 16384");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 0.1);
+  EXPECT_TRUE(ModelFromHfConfig(llama("16384", "64", ""), "ok.json").ok());
+  ExpectError(ModelFromHfConfig(llama("0", "64", ""), "c.json").status(),
+              "field 'num_hidden_layers' is 0; it must be a positive integer");
+  ExpectError(ModelFromHfConfig(llama("2", "-64", ""), "c.json").status(), "'hidden_size' is -64");
+  // Above 2^63 - 1: refused, not wrapped.
+  ExpectError(ModelFromHfConfig(llama("2", "18446744073709551615", ""), "c.json").status(),
+              "above 2^63 - 1");
+  // Products: q_proj would have 10^24 elements; the vocabulary 2^62 x h.
+  ExpectError(ModelFromHfConfig(llama("2", "1000000000000", ""), "c.json").status(),
+              "self_attn.q_proj.weight' of shape [1000000000000, 1000000000000]");
+  ExpectError(ModelFromHfConfig(llama("2", "64", R"(, "head_dim": 4611686018427387904)"), "c.json")
+                  .status(),
+              "head dimension");
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 100,
+      "n_layer": 2, "n_head": 3, "vocab_size": 10})",
+                                "g.json")
+                  .status(),
+              "n_embd 100 is not a multiple of n_head 3");
+  ExpectError(ModelFromHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 768,
+      "n_layer": 12, "n_head": 12, "n_positions": 1000000000000000000, "vocab_size": 50257})",
+                                "g.json")
+                  .status(),
+              "embed.wpe.weight");
+  // A JSON spec with too many units is refused before they are built.
+  std::string units;
+  for (int64_t u = 0; u <= kMaxUnits; ++u) {
+    absl::StrAppend(&units, u > 0 ? "," : "", R"({"name":"u)", u, R"(","params":[]})");
+  }
+  ExpectError(ModelFromSpecJson(absl::StrCat(R"({"units": [)", units, "]}"), "wide.json").status(),
+              "wide.json: 65537 units exceed the supported maximum 65536");
+  ExpectError(ModelFromSpecJson(R"({"units": [{"name": "a", "params": [{"name": "w",
+      "shape": [9223372036854775808]}]}]})",
+                                "big.json")
+                  .status(),
+              "above 2^63 - 1");
+  ExpectError(ModelFromParamCount(kMaxModelElements + 1).status(), "2^56");
 }
 
 TEST(ByteUnitsTest, ParsesSizesAndCounts) {

@@ -2,11 +2,16 @@
 // buffers that are PlanBuffers verbatim where the engine runs the plan.
 #include "engine/src/plan/planner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/internal/rank_memory.h"
+#include "engine/src/plan/internal/step_time.h"
 #include "engine/src/plan/model_source.h"
 #include "gtest/gtest.h"
 
@@ -261,6 +266,135 @@ TEST(PlannerTest, CostReportComparesGpuCounts) {
   ASSERT_NE(chosen, nullptr);
   EXPECT_GT(chosen->epoch_cost, 0);
   EXPECT_GT(chosen->scaling_efficiency, 0);
+}
+
+PlanOptions Forced(int stage, Offload offload, int tp = 1, int pp = 1) {
+  PlanOptions options;
+  options.stage = stage;
+  options.offload = offload;
+  options.tp = tp;
+  options.pp = pp;
+  return options;
+}
+
+// The one candidate of a fully forced plan (a copy: the plan is a temporary).
+Candidate Only(const absl::StatusOr<Plan>& plan) {
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok() || plan->candidates.size() != 1) {
+    ADD_FAILURE() << "expected one candidate";
+    return Candidate{};
+  }
+  return plan->candidates.front();
+}
+
+// Full recomputation keeps each layer's input and rebuilds one layer at a
+// time with flash attention: never more than selective (which keeps every
+// layer's flash-attention set), at any length, split or pipeline.
+TEST(PlannerTest, FullRecomputationNeverNeedsMoreActivationsThanSelective) {
+  auto model = ModelFromPreset("llama-3-8b");
+  ASSERT_TRUE(model.ok());
+  for (int64_t seq : {2048, 4096, 32768, 131072}) {
+    for (const auto& [tp, pp] : std::vector<std::pair<int, int>>{{1, 1}, {8, 1}, {8, 4}, {2, 32}}) {
+      PlanOptions options = Forced(1, Offload::kNone, tp, pp);
+      options.seq = seq;
+      options.recompute = Recompute::kFull;
+      const int64_t full = Only(Planner::Plan(*model, Cluster(64), options)).per_gpu.activations;
+      options.recompute = Recompute::kSelective;
+      const int64_t selective =
+          Only(Planner::Plan(*model, Cluster(64), options)).per_gpu.activations;
+      EXPECT_LE(full, selective) << "seq " << seq << " tp " << tp << " pp " << pp;
+    }
+  }
+  // The reproducer: 128k tokens on tp 8 fit with full recomputation (it
+  // was 149.3 GiB, more than selective's 96.7).
+  PlanOptions options = Forced(1, Offload::kNone, 8, 1);
+  options.seq = 131072;
+  options.recompute = Recompute::kFull;
+  const Candidate c = Only(Planner::Plan(*model, Cluster(64), options));
+  EXPECT_TRUE(c.fits) << c.verdict;
+  EXPECT_NEAR(static_cast<double>(c.per_gpu.total()) / (1 << 30), 21.2, 0.1);
+}
+
+TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  // Above 1024 data-parallel ranks the sharding candidates are sized too.
+  auto plan = Planner::Plan(*model, Cluster(4096), PlanOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_NE(plan->chosen_candidate(), nullptr);
+  EXPECT_EQ(plan->chosen_candidate()->Label(), "stage 1");
+  EXPECT_EQ(plan->chosen_candidate()->dp, 4096);
+  for (const std::string& r : plan->rejected) EXPECT_FALSE(absl::StrContains(r, "limit")) << r;
+  // 2^20 GPUs: the engine's own buffers, to the element, in well under a second.
+  const auto begin = std::chrono::steady_clock::now();
+  ClusterSpec huge = Cluster(1 << 20);
+  plan = Planner::Plan(*model, huge, PlanOptions{});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_LT(seconds, 1.0);
+  auto layout = FlatLayout::Create(model->spec, 1 << 20);
+  ASSERT_TRUE(layout.ok());
+  for (const Candidate& c : plan->candidates) {
+    if (c.Tier() != 1) continue;
+    auto expected = PlanBuffers(*layout, Planner::EngineTrainSpec(plan->options, c.stage, 1));
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ(c.per_gpu.model_states(), expected->model_state_bytes()) << c.Label();
+    EXPECT_EQ(c.per_gpu.buffers, expected->BytesIn(MemoryCategory::kCommBuffers)) << c.Label();
+  }
+  // Stage 0 holds every padded element: 16 bytes each, exactly.
+  EXPECT_EQ(plan->candidates[0].per_gpu.model_states(), 16 * layout->total_numel());
+}
+
+// ZeRO-Offload at stage 1: the GPU keeps the whole gradient (it is reduced
+// there), the CPU Adam reads the rank's shard from a host buffer.
+TEST(PlannerTest, Stage1OptimizerOffloadKeepsAGradientShardOnTheHost) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  auto layout = FlatLayout::Create(model->spec, 8);
+  ASSERT_TRUE(layout.ok());
+  const Candidate s1 = Only(Planner::Plan(*model, Cluster(8), Forced(1, Offload::kOptimizer)));
+  EXPECT_EQ(s1.per_gpu.grads, 2 * layout->total_numel());
+  const PlacedBuffer* shard = FindBuffer(s1, internal::kHostGradShardBuffer);
+  ASSERT_NE(shard, nullptr);
+  EXPECT_EQ(shard->placement, Placement::kHost);
+  EXPECT_EQ(shard->buffer.numel, layout->shard_numel());
+  EXPECT_EQ(shard->buffer.dtype, DType::kBFloat16);
+  EXPECT_EQ(s1.per_rank_host.grads, 2 * layout->shard_numel());
+  // 2 (grad shard) + 12 (master, m, v) bytes per shard element, as stage 2.
+  EXPECT_EQ(s1.per_rank_host.model_states(), 14 * layout->shard_numel());
+  const Candidate s2 = Only(Planner::Plan(*model, Cluster(8), Forced(2, Offload::kOptimizer)));
+  EXPECT_EQ(s2.per_rank_host.model_states(), s1.per_rank_host.model_states());
+  EXPECT_EQ(FindBuffer(s2, internal::kHostGradShardBuffer), nullptr);
+  EXPECT_EQ(s1.per_node_host_bytes, 8 * s1.per_rank_host.total());
+}
+
+TEST(PlannerTest, GatherPoolNeverExceedsTheShardedUnits) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  auto layout = FlatLayout::Create(model->spec, 8);
+  ASSERT_TRUE(layout.ok());
+  for (int depth : {2, 35, 36, 64}) {
+    PlanOptions options = Forced(3, Offload::kNone);
+    options.prefetch_depth = depth;
+    const Candidate c = Only(Planner::Plan(*model, Cluster(8), options));
+    const PlacedBuffer* gather = FindBuffer(c, kParamGatherBuffer);
+    ASSERT_NE(gather, nullptr);
+    // 35 units, all sharded: at most one buffer each.
+    EXPECT_EQ(gather->buffer.numel, std::min(depth, 35) * layout->max_unit_numel()) << depth;
+  }
+}
+
+TEST(PlannerTest, MixtureOfExpertsComputesWithItsActiveParams) {
+  auto mixtral = ModelFromPreset("mixtral-8x7b");
+  ASSERT_TRUE(mixtral.ok());
+  PlanOptions options;
+  options.seq = 4096;
+  const double tokens = 64.0 * 4096;
+  const double attention = 12.0 * 4096 * 4096 * 32;
+  EXPECT_DOUBLE_EQ(internal::ModelFlopsPerStep(*mixtral, options, 64),
+                   tokens * (6.0 * static_cast<double>(mixtral->active_params) + attention));
+  EXPECT_LT(mixtral->active_params, mixtral->spec.NumParams() / 3);
 }
 
 TEST(PlannerTest, PlanningTheLargestModelsIsFast) {

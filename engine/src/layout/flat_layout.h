@@ -23,7 +23,12 @@ namespace zeroshard {
 
 inline constexpr int64_t kShardQuantum = 128;   // elements; shards are multiples of it
 inline constexpr int64_t kParamAlignment = 64;  // elements; param starts within a segment
-inline constexpr int kMaxWorldSize = 1024;
+// Ranks a layout can be split over: 2^20, the largest cluster the estimator
+// accepts. Nothing in a layout grows with the world size (per unit it keeps
+// a shard length; a rank's range is computed on demand), and every count is
+// checked: with the ModelSpec limits a padded buffer stays below 2^57
+// elements.
+inline constexpr int kMaxWorldSize = 1 << 20;
 
 struct ParamSlot {
   int64_t offset = 0;  // from the start of the unit's segment
@@ -48,8 +53,26 @@ struct ElementRange {
 
 class FlatLayout {
  public:
-  // InvalidArgument for an invalid spec or a world size outside [1, 1024].
+  // InvalidArgument for an invalid spec (ModelSpec::Validate), a world size
+  // outside [1, kMaxWorldSize], or (unreachable within the ModelSpec limits)
+  // a padded size that does not fit in int64_t.
   static absl::StatusOr<FlatLayout> Create(const ModelSpec& spec, int world_size);
+
+  // The elements a unit's params occupy in its segment, each param starting
+  // at a multiple of kParamAlignment: the used_numel Create gives the unit.
+  // InvalidArgument when the count does not fit in int64_t.
+  static absl::StatusOr<int64_t> UsedNumel(const UnitSpec& unit);
+  // The same from the params' element counts, in order.
+  static absl::StatusOr<int64_t> UsedNumel(const std::vector<int64_t>& param_numels);
+
+  // A sizes-only layout: the segments, shards and totals Create gives a spec
+  // whose units have these used_numel (UsedNumel), without the params
+  // (unit(u).params is empty, so PaddingRanges does not apply). Lets the
+  // planner size many slices of a validated model without copying it;
+  // PlanBuffers needs nothing more. InvalidArgument for no units, a size
+  // below 1, a world size outside [1, kMaxWorldSize], or a total past 2^63.
+  static absl::StatusOr<FlatLayout> FromUsedNumels(const std::vector<int64_t>& used_numel,
+                                                   int world_size);
 
   int world_size() const { return world_size_; }
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -63,15 +86,20 @@ class FlatLayout {
   // Unit u's part of rank r's shard, in segment coordinates.
   ElementRange ShardRange(int u, int rank) const;
   // The padding of unit u in segment coordinates: the gaps between params
-  // and the tail. Sorted, disjoint.
+  // and the tail. Sorted, disjoint. For layouts made by Create.
   std::vector<ElementRange> PaddingRanges(int u) const;
 
  private:
+  // Appends a segment of seg.used_numel elements, filling its shard,
+  // padding and offsets; false when a count passes 2^63.
+  bool AddSegment(UnitSegment seg);
+
   int world_size_ = 1;
   std::vector<UnitSegment> units_;
   int64_t total_numel_ = 0;
   int64_t shard_numel_ = 0;
   int64_t max_unit_numel_ = 0;
+  int64_t shard_offset_ = 0;  // running sums while segments are added
 };
 
 }  // namespace zeroshard

@@ -1,8 +1,11 @@
 #include "engine/src/plan/activations.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/common/checked_math.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 
@@ -41,8 +44,9 @@ struct LayerTerms {
 
 LayerTerms CountLayer(const TransformerShape& m) {
   const double h = static_cast<double>(m.hidden);
-  const double q = static_cast<double>(m.heads * m.head_dim) / h;      // 1 for MHA with a*d = h
-  const double kv = static_cast<double>(m.kv_heads * m.head_dim) / h;  // < 1 with grouped queries
+  // 1 for MHA with a*d = h; < 1 for K and V with grouped queries.
+  const double q = static_cast<double>(m.heads) * static_cast<double>(m.head_dim) / h;
+  const double kv = static_cast<double>(m.kv_heads) * static_cast<double>(m.head_dim) / h;
   const double f = static_cast<double>(m.intermediate) / h;
   const double dropout = m.dropout ? 1.0 : 0.0;
   LayerTerms t;
@@ -56,24 +60,53 @@ LayerTerms CountLayer(const TransformerShape& m) {
   t.split_values = q + kv + kv + q;
   // MLP: GELU keeps its input and output (the second projection's input);
   // SwiGLU keeps the gate and up outputs, silu(gate) and their product.
-  t.split_values += m.gated_mlp ? 4 * f : 2 * f;
+  const double mlp = m.gated_mlp ? 4 * f : 2 * f;
+  if (m.experts > 0) {
+    // Mixture of experts: each token runs through k experts, each keeping
+    // what a dense MLP keeps. Per token and expert the routing also keeps
+    // the dispatched copy of the input (the expert's first projections need
+    // it) and the expert's output (scaled by the routing weight, whose
+    // gradient needs it): full width, like the MLP input. The router keeps
+    // its softmax over the E experts.
+    const double k = static_cast<double>(m.experts_per_token);
+    t.split_values += k * mlp;
+    t.replicated_values += 2 * k + static_cast<double>(m.experts) / h;
+  } else {
+    t.split_values += mlp;
+  }
   // Scores: softmax output; with dropout also its mask and output.
   t.score_values = 1 + dropout;
   t.score_masks = dropout;
   return t;
 }
 
-int64_t ToBytes(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
+// `bytes` as an exact integer count, or InvalidArgument when it does not fit.
+absl::StatusOr<int64_t> ToBytes(double bytes, const char* what, const ActivationShape& shape) {
+  const std::optional<int64_t> n = RoundToInt64(bytes);
+  if (!n.has_value() || *n < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "activations: %s would keep %.3g bytes (--seq %d, --micro-batch %d), more than a 64-bit "
+        "byte count holds; lower --seq or --micro-batch",
+        what, bytes, shape.seq, shape.micro_batch));
+  }
+  return *n;
+}
+
+double Sbh(const TransformerShape& model, const ActivationShape& shape) {
+  return static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch) *
+         static_cast<double>(model.hidden);
+}
 
 }  // namespace
 
-int64_t LayerActivationBytes(const TransformerShape& model, const ActivationShape& shape) {
-  const double sbh = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch) *
-                     static_cast<double>(model.hidden);
+absl::StatusOr<int64_t> LayerActivationBytes(const TransformerShape& model,
+                                             const ActivationShape& shape) {
+  const double sbh = Sbh(model, shape);
   const double t = static_cast<double>(shape.tp);
   const double value_bytes = static_cast<double>(shape.activation_bytes);
   if (shape.recompute == Recompute::kFull) {
-    return ToBytes(sbh * value_bytes / (shape.sequence_parallel ? t : 1.0));
+    return ToBytes(sbh * value_bytes / (shape.sequence_parallel ? t : 1.0), "one layer's input",
+                   shape);
   }
   const LayerTerms terms = CountLayer(model);
   const double replicated = terms.replicated_values * value_bytes + terms.replicated_masks;
@@ -86,30 +119,40 @@ int64_t LayerActivationBytes(const TransformerShape& model, const ActivationShap
                           static_cast<double>(model.hidden);
     bytes += scores * (terms.score_values * value_bytes + terms.score_masks) / t;
   }
-  return ToBytes(bytes);
+  return ToBytes(bytes, "one layer", shape);
 }
 
-int64_t RecomputeWorkingBytes(const TransformerShape& model, const ActivationShape& shape) {
+absl::StatusOr<int64_t> RecomputeWorkingBytes(const TransformerShape& model,
+                                              const ActivationShape& shape) {
   if (shape.recompute != Recompute::kFull) return 0;
-  ActivationShape full = shape;
-  full.recompute = Recompute::kNone;
-  return LayerActivationBytes(model, full);
+  ActivationShape rebuilt = shape;
+  rebuilt.recompute = Recompute::kSelective;
+  ZS_ASSIGN_OR_RETURN(const int64_t working_set, LayerActivationBytes(model, rebuilt));
+  ZS_ASSIGN_OR_RETURN(const int64_t stored_input, LayerActivationBytes(model, shape));
+  // The selective set holds the layer input (the first norm's input) with
+  // the same split, so the difference is never negative.
+  return working_set - stored_input;
 }
 
-int64_t EmbeddingActivationBytes(const TransformerShape& model, const ActivationShape& shape) {
+absl::StatusOr<int64_t> EmbeddingActivationBytes(const TransformerShape& model,
+                                                 const ActivationShape& shape) {
   if (!model.dropout) return 0;
-  const double sbh = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch) *
-                     static_cast<double>(model.hidden);
-  return ToBytes(sbh / (shape.sequence_parallel ? shape.tp : 1));
+  return ToBytes(Sbh(model, shape) / (shape.sequence_parallel ? shape.tp : 1),
+                 "the embedding dropout mask", shape);
 }
 
-int64_t OutputActivationBytes(const TransformerShape& model, const ActivationShape& shape) {
+absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
+                                              const ActivationShape& shape) {
   const double sb = static_cast<double>(shape.seq) * static_cast<double>(shape.micro_batch);
   const double t = static_cast<double>(shape.tp);
-  const double values =
+  // Final norm input and LM-head input: replicated across the tensor-parallel
+  // group unless sequence parallelism splits them along the sequence.
+  const double inputs =
       2.0 * sb * static_cast<double>(model.hidden) * static_cast<double>(shape.activation_bytes);
+  // fp32 logits: the head is vocabulary-parallel, each rank holds V/t.
   const double logits = 4.0 * sb * static_cast<double>(model.vocab);
-  return ToBytes((values + logits) / t);
+  return ToBytes((shape.sequence_parallel ? inputs / t : inputs) + logits / t, "the output layer",
+                 shape);
 }
 
 }  // namespace zeroshard

@@ -7,9 +7,14 @@
 //   sbh (10 + 24/t), 34 sbh/t            the same with selective recomputation
 //   2 sbh (/t with sequence parallelism) full recomputation (the layer input)
 // The terms are counted tensor by tensor so that grouped-query attention,
-// gated (SwiGLU) MLPs of any width, models without dropout and fp32
-// activations get their own exact count; for a GPT layer (MHA, 4h GELU MLP,
-// dropout, 2-byte activations) the sums are the formulas above.
+// gated (SwiGLU) MLPs of any width, mixtures of experts, models without
+// dropout and fp32 activations get their own exact count; for a GPT layer
+// (MHA, 4h GELU MLP, dropout, 2-byte activations) the sums are the formulas
+// above.
+//
+// Every function returns InvalidArgument, naming --seq and --micro-batch,
+// when the bytes do not fit in int64_t (the count is formed in double and
+// range-checked before it is rounded to an integer).
 #ifndef ZEROSHARD_PLAN_ACTIVATIONS_H_
 #define ZEROSHARD_PLAN_ACTIVATIONS_H_
 
@@ -40,20 +45,30 @@ struct ActivationShape {
 
 // Bytes one layer keeps between its forward and its backward, for one
 // micro-batch (with kFull: only the stored layer input).
-int64_t LayerActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+absl::StatusOr<int64_t> LayerActivationBytes(const TransformerShape& model,
+                                             const ActivationShape& shape);
 
-// With kFull, the layer being recomputed needs its full set once (as kNone);
-// 0 otherwise.
-int64_t RecomputeWorkingBytes(const TransformerShape& model, const ActivationShape& shape);
+// With kFull, the extra bytes of the one layer being recomputed: the layer
+// is rebuilt with flash attention, so it needs the kSelective set (no s^2
+// scores), less its input, which is already stored. Full recomputation of L
+// layers therefore never needs more than selective: (L - 1) inputs + one
+// selective set <= L selective sets. 0 for kNone and kSelective.
+absl::StatusOr<int64_t> RecomputeWorkingBytes(const TransformerShape& model,
+                                              const ActivationShape& shape);
 
 // First pipeline stage, per micro-batch in flight: the embedding dropout mask
 // (sbh bytes when the model has dropout; /t with sequence parallelism).
-int64_t EmbeddingActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+absl::StatusOr<int64_t> EmbeddingActivationBytes(const TransformerShape& model,
+                                                 const ActivationShape& shape);
 
-// Last pipeline stage: final norm input, head input (2 sbh activations) and
-// fp32 logits for the cross entropy (4 sbV bytes), /t: Korthikanti's
-// 4sbh/t (1 + V/h) for 2-byte activations.
-int64_t OutputActivationBytes(const TransformerShape& model, const ActivationShape& shape);
+// Last pipeline stage: final norm input and head input (2 sbh activations)
+// and fp32 logits for the cross entropy (4 sbV bytes). The vocabulary-
+// parallel logits split by t; the two inputs split by t only with sequence
+// parallelism (else every tensor-parallel rank holds them whole):
+//   2sbh·a + 4sbV/t     without sequence parallelism (a = activation bytes)
+//   (2sbh·a + 4sbV)/t   with it: Korthikanti's 4sbh/t (1 + V/h) for a = 2.
+absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
+                                              const ActivationShape& shape);
 
 }  // namespace zeroshard
 

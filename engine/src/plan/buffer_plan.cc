@@ -1,12 +1,23 @@
 #include "engine/src/plan/buffer_plan.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/common/checked_math.h"
 #include "kernels/cpu/norm.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
+namespace {
+
+absl::Status TooLarge(const char* buffer, const char* field, int64_t value) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("train spec: buffer '%s' with %s %d has more than 2^63 elements; lower %s",
+                      buffer, field, value, field));
+}
+
+}  // namespace
 
 const PlannedBuffer* BufferPlan::Find(const std::string& name) const {
   for (const PlannedBuffer& b : buffers) {
@@ -50,14 +61,19 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   // rank's own shard.
   const int64_t optimizer_numel = train.zero_stage == 0 ? full : shard;
 
-  // Params: every unit full, except stage 3's sharded units.
+  // Params: every unit full, except stage 3's sharded units. At most the
+  // full flat buffer, so the sum cannot overflow.
   int64_t params_numel = 0;
+  int64_t sharded_units = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const UnitSegment& seg = layout.unit(u);
     const bool resident = train.zero_stage < 3 || seg.used_numel <= train.persistent_unit_numel;
     plan.unit_resident.push_back(resident);
     params_numel += resident ? seg.padded_numel : seg.shard_numel;
-    if (!resident) plan.gather_slot_numel = std::max(plan.gather_slot_numel, seg.padded_numel);
+    if (!resident) {
+      ++sharded_units;
+      plan.gather_slot_numel = std::max(plan.gather_slot_numel, seg.padded_numel);
+    }
   }
   plan.buffers.push_back(
       {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), params_numel});
@@ -77,13 +93,21 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   // every unit: its gradient buffer holds only the shard.
   if (train.zero_stage >= 2 || train.grad_accum_steps > 1) {
     plan.grad_staging_slots = train.num_grad_buffers;
-    plan.buffers.push_back({kGradStagingBuffer, MemoryCategory::kCommBuffers, grad_dtype,
-                            plan.grad_staging_slots * layout.max_unit_numel()});
+    const std::optional<int64_t> staging =
+        CheckedMul(plan.grad_staging_slots, layout.max_unit_numel());
+    if (!staging.has_value()) {
+      return TooLarge(kGradStagingBuffer, "num_grad_buffers", train.num_grad_buffers);
+    }
+    plan.buffers.push_back(
+        {kGradStagingBuffer, MemoryCategory::kCommBuffers, grad_dtype, *staging});
   }
   if (plan.gather_slot_numel > 0) {
+    // Below 2^60: a layout's padded unit is below 2^57 elements.
     const int64_t slot_bytes =
         plan.gather_slot_numel * static_cast<int64_t>(DTypeSize(train.param_dtype()));
-    int64_t slots = 1 + train.prefetch_units;
+    // The unit in use plus those prefetched, but never more buffers than
+    // there are units to gather: a unit sits in at most one buffer.
+    int64_t slots = std::min<int64_t>(int64_t{1} + train.prefetch_units, sharded_units);
     if (train.max_live_gather_bytes > 0) {
       if (train.max_live_gather_bytes < slot_bytes) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -94,14 +118,29 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       slots = std::min(slots, train.max_live_gather_bytes / slot_bytes);
     }
     plan.gather_slots = static_cast<int>(slots);
-    plan.buffers.push_back({kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
-                            slots * plan.gather_slot_numel});
+    const std::optional<int64_t> pool = CheckedMul(slots, plan.gather_slot_numel);
+    if (!pool.has_value())
+      return TooLarge(kParamGatherBuffer, "prefetch_units", train.prefetch_units);
+    plan.buffers.push_back(
+        {kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(), *pool});
   }
   // One double per norm block of the rank's shard.
-  const int64_t norm_blocks = (shard + static_cast<int64_t>(kernels::kNormBlock) - 1) /
-                              static_cast<int64_t>(kernels::kNormBlock);
+  const int64_t norm_blocks = shard / static_cast<int64_t>(kernels::kNormBlock) +
+                              (shard % static_cast<int64_t>(kernels::kNormBlock) != 0 ? 1 : 0);
   plan.buffers.push_back(
       {kNormBlocksBuffer, MemoryCategory::kWorkspace, DType::kFloat64, norm_blocks});
+  // Every buffer's bytes and their sum fit in int64_t, so bytes(), BytesIn()
+  // and total_bytes() need no checks of their own.
+  CheckedInt64 total_bytes = 0;
+  for (const PlannedBuffer& b : plan.buffers) {
+    total_bytes += CheckedInt64(b.numel) * static_cast<int64_t>(DTypeSize(b.dtype));
+    if (!total_bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "buffer plan: the bytes of buffer '%s' (%d elements of %s) bring the rank's total past "
+          "2^63; make the model smaller or shard it over more ranks",
+          b.name, b.numel, DTypeName(b.dtype)));
+    }
+  }
   return plan;
 }
 

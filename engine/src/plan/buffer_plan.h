@@ -43,8 +43,9 @@ struct BufferPlan {
   int world_size = 1;
   // Number of staging slots inside kGradStagingBuffer, each max_unit_numel long.
   int grad_staging_slots = 0;
-  // Stage 3: buffers in kParamGatherBuffer (1 + prefetch depth, or fewer
-  // under max_live_gather_bytes), each gather_slot_numel elements.
+  // Stage 3: buffers in kParamGatherBuffer (1 + prefetch depth, never more
+  // than the sharded units, fewer under max_live_gather_bytes), each
+  // gather_slot_numel elements. The engine prefetches gather_slots - 1 units.
   int gather_slots = 0;
   int64_t gather_slot_numel = 0;
   // Per unit: its params are fully resident (stages 0-2 always; stage 3 only
@@ -63,8 +64,10 @@ struct BufferPlan {
 // Per-rank buffers for `train` over `layout` (every rank allocates the same
 // sizes). Stage 0: all full. Stage 1: fp32 master and Adam moments sharded.
 // Stage 2: gradients sharded too. Stage 3: params sharded too (but for
-// persistent units), plus the gather pool. Fails on an invalid TrainSpec or
-// a gather cap below one unit.
+// persistent units), plus the gather pool: 1 + prefetch_units buffers of the
+// largest sharded unit, at most one per sharded unit. Every count is checked;
+// every buffer's bytes and the total fit in int64_t. InvalidArgument for an
+// invalid TrainSpec, a gather cap below one unit, or a size past 2^63.
 absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec& train);
 
 }  // namespace zeroshard

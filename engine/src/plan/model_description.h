@@ -15,7 +15,7 @@ namespace zeroshard {
 
 // A decoder-only transformer as a Hugging Face config.json describes it.
 struct TransformerShape {
-  std::string architecture;  // e.g. "LlamaForCausalLM", "GPT2LMHeadModel"
+  std::string architecture;  // e.g. "LlamaForCausalLM", "GPT2LMHeadModel", "MixtralForCausalLM"
   int64_t hidden = 0;        // h
   int64_t layers = 0;        // L
   int64_t heads = 0;         // a (attention heads)
@@ -24,6 +24,10 @@ struct TransformerShape {
   int64_t intermediate = 0;  // MLP width f
   int64_t vocab = 0;         // V
   int64_t max_positions = 0;
+  // Mixture of experts (Mixtral): experts per layer and experts each token
+  // is routed to; 0 for a dense MLP.
+  int64_t experts = 0;
+  int64_t experts_per_token = 0;
   bool gated_mlp = false;          // SwiGLU: gate, up and down projections (Llama family)
   bool tied_embeddings = false;    // the LM head reuses the token embedding
   bool qkv_bias = false;           // biases on q/k/v (GPT-2, Qwen2)
@@ -38,6 +42,10 @@ struct ModelDescription {
   std::string name;  // preset name, file name, or "params"
   ModelSpec spec;
   std::optional<TransformerShape> transformer;
+  // Params one token passes through, for the FLOP count: a mixture of
+  // experts uses only its top-k experts. 0 means all of them
+  // (spec.NumParams()), as for dense models and custom specs.
+  int64_t active_params = 0;
   // The units that are transformer layers: [first_layer_unit,
   // first_layer_unit + num_layer_units). Pipeline stages split these; units
   // before go to the first stage, units after to the last.

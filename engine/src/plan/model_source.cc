@@ -1,11 +1,13 @@
 #include "engine/src/plan/model_source.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/src/common/checked_math.h"
 #include "engine/src/plan/presets/hf_presets.h"
 #include "engine/src/plan/transformer_spec.h"
 #include "nlohmann/json.hpp"
@@ -28,6 +30,20 @@ absl::StatusOr<json> ParseJson(absl::string_view text, absl::string_view source)
   return doc;
 }
 
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+
+// An integer JSON value as int64_t; integers above 2^63 - 1 (which the JSON
+// reader keeps as unsigned) are refused rather than wrapped.
+absl::StatusOr<int64_t> JsonInt64(const json& v, const std::string& where,
+                                  const std::string& what) {
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is %s, above 2^63 - 1; give a smaller value", where, what, v.dump()));
+  }
+  return v.get<int64_t>();
+}
+
 // Reads object fields with errors naming the source and the field.
 class FieldReader {
  public:
@@ -45,12 +61,35 @@ class FieldReader {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: field '%s' is %s; it must be an integer", where_, key, v.dump()));
     }
-    return v.get<int64_t>();
+    return JsonInt64(v, where_, absl::StrCat("field '", key, "'"));
   }
 
   absl::StatusOr<int64_t> IntOr(const char* key, int64_t fallback) const {
     if (!Has(key)) return fallback;
     return Int(key);
+  }
+
+  // A size: an integer in [1, max]. The error names the field and the limit.
+  absl::StatusOr<int64_t> Size(const char* key, int64_t max = kNoLimit) const {
+    ZS_ASSIGN_OR_RETURN(const int64_t v, Int(key));
+    return CheckSize(key, v, max);
+  }
+
+  absl::StatusOr<int64_t> SizeOr(const char* key, int64_t fallback, int64_t max = kNoLimit) const {
+    if (!Has(key)) return fallback;
+    return Size(key, max);
+  }
+
+  absl::StatusOr<int64_t> CheckSize(const char* key, int64_t v, int64_t max) const {
+    if (v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: field '%s' is %d; it must be a positive integer", where_, key, v));
+    }
+    if (v > max) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s %d exceeds the supported maximum %d; check the config", where_, key, v, max));
+    }
+    return v;
   }
 
   absl::StatusOr<bool> BoolOr(const char* key, bool fallback) const {
@@ -83,13 +122,39 @@ class FieldReader {
     return v.get<std::string>();
   }
 
+  const std::string& where() const { return where_; }
+
  private:
   const json& object_;
   std::string where_;
 };
 
 const char* const kSupportedArchitectures =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel";
+    "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel";
+
+// Fields with which Hugging Face configs declare a mixture of experts
+// (Mixtral, Qwen2-MoE, DeepSeek, DBRX, OLMoE, ...).
+const char* const kExpertFields[] = {"num_local_experts",   "num_experts",
+                                     "n_routed_experts",    "n_shared_experts",
+                                     "moe_num_experts",     "moe_intermediate_size",
+                                     "num_experts_per_tok", "shared_expert_intermediate_size"};
+
+// A config read as a dense model must not declare experts: the dense count
+// would be silently wrong.
+absl::Status RefuseExperts(const json& doc, const std::string& architecture,
+                           absl::string_view source) {
+  for (const char* field : kExpertFields) {
+    if (!doc.contains(field)) continue;
+    const json& v = doc.at(field);
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field '%s' is %s, so the model has experts, but %s is read as a dense model and "
+        "its count would be wrong; for a Mixtral model set \"architectures\": "
+        "[\"MixtralForCausalLM\"], otherwise describe the model with --spec",
+        source, field, v.dump(), architecture));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view source) {
   if (doc.contains("architectures") && doc["architectures"].is_array() &&
@@ -100,6 +165,7 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view so
     const std::string type = doc["model_type"].get<std::string>();
     if (type == "llama") return std::string("LlamaForCausalLM");
     if (type == "mistral") return std::string("MistralForCausalLM");
+    if (type == "mixtral") return std::string("MixtralForCausalLM");
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
     if (type == "gpt2") return std::string("GPT2LMHeadModel");
     return absl::InvalidArgumentError(
@@ -115,15 +181,23 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view so
 absl::StatusOr<TransformerShape> ParseGpt2Config(const FieldReader& f) {
   TransformerShape s;
   s.architecture = "GPT2LMHeadModel";
-  ZS_ASSIGN_OR_RETURN(s.hidden, f.Int("n_embd"));
-  ZS_ASSIGN_OR_RETURN(s.layers, f.Int("n_layer"));
-  ZS_ASSIGN_OR_RETURN(s.heads, f.Int("n_head"));
-  ZS_ASSIGN_OR_RETURN(s.vocab, f.Int("vocab_size"));
-  ZS_ASSIGN_OR_RETURN(s.max_positions, f.IntOr("n_positions", 1024));
-  ZS_ASSIGN_OR_RETURN(s.intermediate, f.IntOr("n_inner", 4 * s.hidden));
+  ZS_ASSIGN_OR_RETURN(s.hidden, f.Size("n_embd"));
+  ZS_ASSIGN_OR_RETURN(s.layers, f.Size("n_layer", kMaxLayers));
+  ZS_ASSIGN_OR_RETURN(s.heads, f.Size("n_head"));
+  ZS_ASSIGN_OR_RETURN(s.vocab, f.Size("vocab_size"));
+  ZS_ASSIGN_OR_RETURN(s.max_positions, f.SizeOr("n_positions", 1024));
+  // GPT2Config's default n_inner is 4 x n_embd.
+  ZS_ASSIGN_OR_RETURN(s.intermediate,
+                      f.SizeOr("n_inner", CheckedMul(s.hidden, 4).value_or(kNoLimit)));
   ZS_ASSIGN_OR_RETURN(s.tied_embeddings, f.BoolOr("tie_word_embeddings", true));
+  if (s.hidden % s.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: n_embd %d is not a multiple of n_head %d (GPT-2 needs equal heads that fill "
+        "n_embd); check the config",
+        f.where(), s.hidden, s.heads));
+  }
   s.kv_heads = s.heads;
-  s.head_dim = s.heads > 0 ? s.hidden / s.heads : 0;
+  s.head_dim = s.hidden / s.heads;
   s.qkv_bias = s.attn_out_bias = s.mlp_bias = s.layer_norm_bias = true;
   s.learned_positions = true;
   // GPT2Config defaults every dropout to 0.1.
@@ -137,17 +211,31 @@ absl::StatusOr<TransformerShape> ParseLlamaFamilyConfig(const FieldReader& f,
                                                         const std::string& architecture) {
   TransformerShape s;
   s.architecture = architecture;
-  ZS_ASSIGN_OR_RETURN(s.hidden, f.Int("hidden_size"));
-  ZS_ASSIGN_OR_RETURN(s.layers, f.Int("num_hidden_layers"));
-  ZS_ASSIGN_OR_RETURN(s.heads, f.Int("num_attention_heads"));
-  ZS_ASSIGN_OR_RETURN(s.intermediate, f.Int("intermediate_size"));
-  ZS_ASSIGN_OR_RETURN(s.vocab, f.Int("vocab_size"));
-  ZS_ASSIGN_OR_RETURN(s.kv_heads, f.IntOr("num_key_value_heads", s.heads));
-  ZS_ASSIGN_OR_RETURN(s.max_positions, f.IntOr("max_position_embeddings", 0));
-  ZS_ASSIGN_OR_RETURN(s.head_dim, f.IntOr("head_dim", s.heads > 0 ? s.hidden / s.heads : 0));
+  ZS_ASSIGN_OR_RETURN(s.hidden, f.Size("hidden_size"));
+  ZS_ASSIGN_OR_RETURN(s.layers, f.Size("num_hidden_layers", kMaxLayers));
+  ZS_ASSIGN_OR_RETURN(s.heads, f.Size("num_attention_heads"));
+  ZS_ASSIGN_OR_RETURN(s.intermediate, f.Size("intermediate_size"));
+  ZS_ASSIGN_OR_RETURN(s.vocab, f.Size("vocab_size"));
+  ZS_ASSIGN_OR_RETURN(s.kv_heads, f.SizeOr("num_key_value_heads", s.heads));
+  if (f.Has("max_position_embeddings")) {
+    ZS_ASSIGN_OR_RETURN(s.max_positions, f.Size("max_position_embeddings"));
+  }
+  if (s.hidden / s.heads < 1 && !f.Has("head_dim")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: hidden_size %d is smaller than num_attention_heads %d; give head_dim or fix the "
+        "sizes",
+        f.where(), s.hidden, s.heads));
+  }
+  // Hugging Face's default: hidden_size // num_attention_heads.
+  ZS_ASSIGN_OR_RETURN(s.head_dim, f.SizeOr("head_dim", s.hidden / s.heads));
   ZS_ASSIGN_OR_RETURN(s.tied_embeddings, f.BoolOr("tie_word_embeddings", false));
   s.gated_mlp = true;
-  if (architecture == "Qwen2ForCausalLM") {
+  if (architecture == "MixtralForCausalLM") {
+    // MixtralConfig's defaults: 8 experts, 2 per token. Mixtral has no
+    // attention or MLP biases.
+    ZS_ASSIGN_OR_RETURN(s.experts, f.SizeOr("num_local_experts", 8, kMaxExperts));
+    ZS_ASSIGN_OR_RETURN(s.experts_per_token, f.SizeOr("num_experts_per_tok", 2, s.experts));
+  } else if (architecture == "Qwen2ForCausalLM") {
     // Qwen2 always has q/k/v biases and no o_proj bias.
     s.qkv_bias = true;
   } else {
@@ -167,11 +255,12 @@ absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
   ZS_ASSIGN_OR_RETURN(json doc, ParseJson(json_text, source));
   ZS_ASSIGN_OR_RETURN(std::string architecture, ArchitectureOf(doc, source));
   FieldReader fields(doc, std::string(source));
+  if (architecture == "MixtralForCausalLM") return ParseLlamaFamilyConfig(fields, architecture);
+  const bool dense = architecture == "GPT2LMHeadModel" || architecture == "LlamaForCausalLM" ||
+                     architecture == "MistralForCausalLM" || architecture == "Qwen2ForCausalLM";
+  if (dense) ZS_RETURN_IF_ERROR(RefuseExperts(doc, architecture, source));
   if (architecture == "GPT2LMHeadModel") return ParseGpt2Config(fields);
-  if (architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
-      architecture == "Qwen2ForCausalLM") {
-    return ParseLlamaFamilyConfig(fields, architecture);
-  }
+  if (dense) return ParseLlamaFamilyConfig(fields, architecture);
   return absl::InvalidArgumentError(
       absl::StrFormat("%s: architecture '%s' is not supported; supported: %s (or describe the "
                       "model with --spec)",
@@ -207,6 +296,11 @@ absl::StatusOr<ModelDescription> ModelFromParamCount(int64_t num_params) {
     return absl::InvalidArgumentError(
         absl::StrFormat("parameter count %d must be positive", num_params));
   }
+  if (num_params > kMaxModelElements) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "parameter count %d exceeds the supported maximum %d (2^56); give a smaller count",
+        num_params, kMaxModelElements));
+  }
   ModelDescription model;
   model.name = absl::StrCat(num_params, " params");
   UnitSpec unit;
@@ -227,6 +321,24 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
         absl::StrCat(source, ": field 'units' is missing or not an array of units"));
   }
   const json& units = doc["units"];
+  // The limits before anything grows with the counts.
+  if (static_cast<int64_t>(units.size()) > kMaxUnits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d units exceed the supported maximum %d; group layers into fewer units", source,
+        units.size(), kMaxUnits));
+  }
+  int64_t tensors = 0;
+  for (const json& unit : units) {
+    if (unit.is_object() && unit.contains("params") && unit["params"].is_array()) {
+      tensors += static_cast<int64_t>(unit["params"].size());
+    }
+  }
+  if (tensors > kMaxModelTensors) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d params (tensors) exceed the supported maximum %d; merge small params", source,
+        tensors, kMaxModelTensors));
+  }
+  model.spec.units.reserve(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     const std::string where = absl::StrFormat("%s: units[%d]", source, u);
     if (!units[u].is_object()) {
@@ -264,7 +376,8 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
           return absl::InvalidArgumentError(
               absl::StrCat(pwhere, ": shape entry ", d.dump(), " is not an integer"));
         }
-        param.shape.push_back(d.get<int64_t>());
+        ZS_ASSIGN_OR_RETURN(const int64_t extent, JsonInt64(d, pwhere, "a shape entry"));
+        param.shape.push_back(extent);
       }
       unit.params.push_back(std::move(param));
     }

@@ -20,17 +20,24 @@ namespace zeroshard {
 //               "activation_bytes_per_sample": 1048576,   (optional, default 0)
 //               "params": [{"name": "w", "shape": [512, 128], "no_decay": false}, ...]},
 //              ...]}
-// InvalidArgument for malformed JSON, missing or mistyped fields, or a spec
-// that fails ModelSpec::Validate. `source` names the file in errors.
+// InvalidArgument for malformed JSON, missing or mistyped fields, integers
+// above 2^63 - 1, more units or params than the ModelSpec limits (checked
+// before the units are built), or a spec that fails ModelSpec::Validate.
+// `source` names the file in errors.
 absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
                                                    absl::string_view source);
 
 // The shape fields of a Hugging Face config.json for LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel (picked by
-// "architectures", else "model_type"). Honours num_key_value_heads,
-// head_dim, tie_word_embeddings, attention_bias, mlp_bias and the dropout
-// probabilities. InvalidArgument for other architectures, malformed JSON,
-// missing or non-integer fields.
+// MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or
+// GPT2LMHeadModel (picked by "architectures", else "model_type"). Honours
+// num_key_value_heads, head_dim, tie_word_embeddings, attention_bias,
+// mlp_bias, the dropout probabilities and (Mixtral) num_local_experts and
+// num_experts_per_tok. InvalidArgument for other architectures, malformed
+// JSON, missing or non-integer fields, sizes that are not positive or above
+// their limit (num_hidden_layers / n_layer above kMaxLayers), and a dense
+// architecture whose config declares experts (num_local_experts,
+// num_experts, n_routed_experts, moe_intermediate_size, ...): counting such
+// a model as dense would be silently wrong.
 absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
                                                absl::string_view source);
 
@@ -45,6 +52,7 @@ std::vector<std::string> PresetNames();
 
 // `num_params` elements in one unit "params" with one param "flat": what the
 // ZeRO paper's formulas count. No activations (there is no architecture).
+// InvalidArgument unless 1 <= num_params <= kMaxModelElements.
 absl::StatusOr<ModelDescription> ModelFromParamCount(int64_t num_params);
 
 // Whole file as text. NotFound / InvalidArgument naming the path.

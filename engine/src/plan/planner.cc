@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/src/common/checked_math.h"
 #include "engine/src/plan/byte_units.h"
+#include "engine/src/plan/internal/plan_inputs.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
 #include "zeroshard/status.h"
@@ -55,6 +59,16 @@ absl::StatusOr<Offload> ParseOffload(absl::string_view name) {
       absl::StrFormat("--offload: '%s' is not one of none, optimizer, optimizer+params", name));
 }
 
+std::optional<int64_t> MemoryBreakdown::CheckedTotal() const {
+  CheckedInt64 sum = 0;
+  for (int64_t field :
+       {params, grads, master, optimizer, buffers, activations, workspace, reserve}) {
+    if (field < 0) return std::nullopt;
+    sum += field;
+  }
+  return sum.value();
+}
+
 std::string Candidate::Label() const {
   std::string s = absl::StrCat("stage ", stage);
   if (offload != Offload::kNone) absl::StrAppend(&s, " + offload ", OffloadName(offload));
@@ -82,122 +96,8 @@ TrainSpec Planner::EngineTrainSpec(const PlanOptions& options, int stage, int mi
 
 namespace {
 
-constexpr int64_t kDefaultSeq = 2048;
-constexpr int64_t kDefaultMaxSeq = 4096;
-
 absl::Status InvalidArgument(const std::string& message) {
   return absl::InvalidArgumentError(message);
-}
-
-absl::Status ValidateCluster(const ClusterSpec& c) {
-  if (c.gpus < 1) return InvalidArgument(absl::StrFormat("--gpus %d must be >= 1", c.gpus));
-  if (c.gpus_per_node < 1) {
-    return InvalidArgument(absl::StrFormat("--gpus-per-node %d must be >= 1", c.gpus_per_node));
-  }
-  if (c.gpus > c.gpus_per_node && c.gpus % c.gpus_per_node != 0) {
-    return InvalidArgument(
-        absl::StrFormat("--gpus %d is not a whole number of nodes of %d GPUs; use a multiple of %d",
-                        c.gpus, c.gpus_per_node, c.gpus_per_node));
-  }
-  if (c.gpu_mem_bytes <= 0) return InvalidArgument("--gpu-mem must be positive");
-  if (c.host_mem_bytes <= 0) return InvalidArgument("--host-mem must be positive");
-  const std::pair<const char*, double> positive[] = {{"--intra-node-bw", c.intra_node_gbps},
-                                                     {"--inter-node-bw", c.inter_node_gbps},
-                                                     {"--pcie-bw", c.pcie_gbps},
-                                                     {"--peak-tflops", c.peak_tflops},
-                                                     {"--peak-tflops-fp32", c.peak_tflops_fp32},
-                                                     {"--cpu-adam-rate", c.cpu_adam_gparams_per_s}};
-  for (const auto& [name, value] : positive) {
-    if (!(value > 0) || !std::isfinite(value)) {
-      return InvalidArgument(absl::StrFormat("%s %g must be a positive number", name, value));
-    }
-  }
-  if (!(c.mfu > 0 && c.mfu <= 1)) {
-    return InvalidArgument(absl::StrFormat("--mfu %g must be in (0, 1]", c.mfu));
-  }
-  if (!(c.comm_overlap >= 0 && c.comm_overlap <= 1)) {
-    return InvalidArgument(absl::StrFormat("comm overlap %g must be in [0, 1]", c.comm_overlap));
-  }
-  if (c.intra_node_latency_us < 0 || c.inter_node_latency_us < 0) {
-    return InvalidArgument("link latencies must be >= 0");
-  }
-  if (c.reserve_bytes < 0 || c.workspace_bytes < 0) {
-    return InvalidArgument("reserve and workspace must be >= 0");
-  }
-  return absl::OkStatus();
-}
-
-// Resolves seq and checks the options against the model and the cluster.
-absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
-                                           const ClusterSpec& cluster, PlanOptions o) {
-  const bool transformer = model.transformer.has_value();
-  if (o.seq == 0) {
-    // Long-context models train most of their steps far below their
-    // maximum context; 4096 is a common pre-training length.
-    o.seq = transformer && model.transformer->max_positions > 0
-                ? std::min<int64_t>(model.transformer->max_positions, kDefaultMaxSeq)
-                : kDefaultSeq;
-  }
-  if (o.seq < 1) return InvalidArgument(absl::StrFormat("--seq %d must be >= 1", o.seq));
-  if (transformer && model.transformer->learned_positions &&
-      o.seq > model.transformer->max_positions) {
-    return InvalidArgument(absl::StrFormat("--seq %d exceeds the model's %d learned positions",
-                                           o.seq, model.transformer->max_positions));
-  }
-  if (o.micro_batch < 1) {
-    return InvalidArgument(absl::StrFormat("--micro-batch %d must be >= 1", o.micro_batch));
-  }
-  if (o.grad_accum_steps < 1) {
-    return InvalidArgument(absl::StrFormat("--grad-accum %d must be >= 1", o.grad_accum_steps));
-  }
-  if (o.num_grad_buffers < 1 || o.prefetch_depth < 1) {
-    return InvalidArgument("gradient buffers and prefetch depth must be >= 1");
-  }
-  if (o.stage < -1 || o.stage > 3) {
-    return InvalidArgument(absl::StrFormat("--stage %d is not auto, 0, 1, 2 or 3", o.stage));
-  }
-  if (o.offload.has_value() && o.stage >= 0) {
-    if (*o.offload != Offload::kNone && o.stage == 0) {
-      return InvalidArgument("--offload needs ZeRO stage 1, 2 or 3 (stage 0 keeps no shard)");
-    }
-    if (*o.offload == Offload::kOptimizerAndParams && o.stage != 3) {
-      return InvalidArgument("--offload optimizer+params needs --stage 3 (params are sharded)");
-    }
-  }
-  if (o.tp < 0 || o.pp < 0) return InvalidArgument("--tp and --pp must be >= 1");
-  if (o.tp > 1) {
-    if (!transformer) {
-      return InvalidArgument(
-          "--tp > 1 needs a transformer (--preset or --hf-config): a custom spec does not say "
-          "how its params split");
-    }
-    const TransformerShape& t = *model.transformer;
-    if (t.heads % o.tp != 0 || t.kv_heads % o.tp != 0) {
-      return InvalidArgument(
-          absl::StrFormat("--tp %d must divide the %d attention heads and %d key/value heads", o.tp,
-                          t.heads, t.kv_heads));
-    }
-    if (o.tp > cluster.gpus_per_node) {
-      return InvalidArgument(absl::StrFormat(
-          "--tp %d exceeds the %d GPUs of a node; tensor parallelism stays within a node", o.tp,
-          cluster.gpus_per_node));
-    }
-  }
-  if (o.pp > 1) {
-    if (model.num_layer_units == 0) {
-      return InvalidArgument("--pp > 1 needs a model with layers (--preset or --hf-config)");
-    }
-    if (model.num_layer_units % o.pp != 0) {
-      return InvalidArgument(
-          absl::StrFormat("--pp %d must divide the %d layers", o.pp, model.num_layer_units));
-    }
-  }
-  const int split = std::max(o.tp, 1) * std::max(o.pp, 1);
-  if (cluster.gpus % split != 0) {
-    return InvalidArgument(
-        absl::StrFormat("--gpus %d is not divisible by tp x pp = %d", cluster.gpus, split));
-  }
-  return o;
 }
 
 std::vector<int> TensorDegrees(const ModelDescription& model, const ClusterSpec& cluster,
@@ -278,22 +178,43 @@ std::vector<Shape> Enumerate(const ModelDescription& model, const ClusterSpec& c
   return all;
 }
 
-int64_t GlobalBatch(const ClusterSpec& cluster, const PlanOptions& o) {
-  return static_cast<int64_t>(cluster.gpus) * o.micro_batch * o.grad_accum_steps;
+// Every time of a candidate is finite and >= 0, and its throughput positive.
+bool TimesAreFinite(const Candidate& c) {
+  const StepTime& t = c.time;
+  for (double v : {t.compute, t.bubble, t.dp_comm, t.tp_comm, t.pp_comm, t.offload, t.total}) {
+    if (!std::isfinite(v) || v < 0) return false;
+  }
+  return t.total > 0 && std::isfinite(c.tokens_per_s) && c.tokens_per_s > 0;
 }
 
+// A candidate that could not be sized, and why.
+struct Unsized {
+  std::string label;
+  int tier = 0;
+  std::string why;
+};
+
 // Every candidate with memory and time, and the choice; no cost report.
+// The sliced unit sizes per tensor-parallel degree, shared by every
+// evaluation of one plan (the cost sweep evaluates it at other GPU counts).
+using SliceCache = std::map<int, absl::StatusOr<internal::SliceSizes>>;
+
+// `model.spec` must have passed Validate().
 absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const ClusterSpec& cluster,
-                                         const PlanOptions& options) {
-  ZS_RETURN_IF_ERROR(ValidateCluster(cluster));
-  ZS_ASSIGN_OR_RETURN(PlanOptions o, ResolveOptions(model, cluster, options));
+                                         const PlanOptions& options, SliceCache& slices) {
+  ZS_RETURN_IF_ERROR(internal::ValidateCluster(cluster));
+  ZS_ASSIGN_OR_RETURN(PlanOptions o, internal::ResolveOptions(model, cluster, options));
   zeroshard::Plan plan;
   plan.model_name = model.name;
   plan.params = model.spec.NumParams();
   plan.num_units = static_cast<int>(model.spec.units.size());
   plan.cluster = cluster;
   plan.options = o;
-  plan.global_batch = GlobalBatch(cluster, o);
+  ZS_ASSIGN_OR_RETURN(plan.global_batch, internal::GlobalBatch(cluster, o));
+  // Every ZeRO stage and offload of one tp x pp split shares its layouts.
+  std::map<std::pair<int, int>, absl::StatusOr<internal::SplitLayout>> splits;
+  std::vector<Unsized> unsized;
+  const bool fully_forced = o.tp > 0 && o.pp > 0 && o.stage >= 0 && o.offload.has_value();
   for (const Shape& shape : Enumerate(model, cluster, o)) {
     Candidate c;
     c.stage = shape.stage;
@@ -301,19 +222,43 @@ absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const Cl
     c.tp = shape.tp;
     c.pp = shape.pp;
     c.dp = cluster.gpus / (shape.tp * shape.pp);
-    c.micro_batches = o.grad_accum_steps * shape.tp * shape.pp;
+    c.micro_batches = o.grad_accum_steps * shape.tp * shape.pp;  // an int: ResolveOptions
+    auto sizes_of_tp = slices.find(shape.tp);
+    if (sizes_of_tp == slices.end()) {
+      sizes_of_tp = slices.emplace(shape.tp, internal::SizeSlices(model, shape.tp)).first;
+    }
+    auto split = splits.find({shape.tp, shape.pp});
+    if (split == splits.end()) {
+      absl::StatusOr<internal::SplitLayout> laid_out =
+          sizes_of_tp->second.ok()
+              ? internal::LayOutSplit(model, *sizes_of_tp->second, shape.pp, c.dp)
+              : absl::StatusOr<internal::SplitLayout>(sizes_of_tp->second.status());
+      split = splits.emplace(std::make_pair(shape.tp, shape.pp), std::move(laid_out)).first;
+    }
     internal::RankSizes sizes;
-    absl::Status filled = internal::FillRankMemory(model, cluster, o, c, &sizes);
+    absl::Status filled =
+        split->second.ok() ? internal::FillRankMemory(model, cluster, o, *split->second, c, &sizes)
+                           : split->second.status();
+    if (filled.ok()) {
+      c.time = internal::EstimateStepTime(model, cluster, o, plan.global_batch, c, sizes);
+      c.tokens_per_s =
+          static_cast<double>(plan.global_batch) * static_cast<double>(o.seq) / c.time.total;
+      if (!TimesAreFinite(c)) {
+        filled = InvalidArgument(
+            "its step time is not a finite number; check the bandwidth and TFLOPS options");
+      }
+    }
     if (!filled.ok()) {
-      if (o.tp > 0 && o.pp > 0 && o.stage >= 0) return filled;  // fully forced: say why
+      if (fully_forced) return InvalidArgument(absl::StrCat(c.Label(), ": ", filled.message()));
+      unsized.push_back({c.Label(), c.Tier(), std::string(filled.message())});
       continue;
     }
-    c.time = internal::EstimateStepTime(model, cluster, o, plan.global_batch, c, sizes);
-    c.tokens_per_s =
-        static_cast<double>(plan.global_batch) * static_cast<double>(o.seq) / c.time.total;
     plan.candidates.push_back(std::move(c));
   }
   if (plan.candidates.empty()) {
+    if (!unsized.empty()) {
+      return InvalidArgument(absl::StrCat(unsized.front().label, ": ", unsized.front().why));
+    }
     return InvalidArgument("no candidate configuration could be laid out for these inputs");
   }
 
@@ -354,6 +299,23 @@ absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const Cl
     plan.rejected.push_back(absl::StrFormat("%d tensor/pipeline splits, none fits; closest %s: %s",
                                             splits_tried, closest_split->Label(),
                                             closest_split->verdict));
+  }
+  // Candidates that could not be sized (a count would pass 2^63, so they
+  // cannot fit either): named, never shown with wrapped numbers.
+  int unsized_splits = 0;
+  const Unsized* first_unsized_split = nullptr;
+  for (const Unsized& u : unsized) {
+    if (u.tier > chosen_tier) continue;
+    if (u.tier < 3) {
+      plan.rejected.push_back(absl::StrCat(u.label, ": not sized: ", u.why));
+    } else if (unsized_splits++ == 0) {
+      first_unsized_split = &u;
+    }
+  }
+  if (first_unsized_split != nullptr) {
+    plan.rejected.push_back(absl::StrFormat("%d tensor/pipeline splits not sized; first, %s: %s",
+                                            unsized_splits, first_unsized_split->label,
+                                            first_unsized_split->why));
   }
   if (plan.chosen < 0) {
     plan.why = absl::StrFormat(
@@ -404,13 +366,52 @@ void AddCosts(const PlanOptions& o, int gpus, double tokens_per_s, double base_p
   *efficiency = base_per_gpu > 0 ? tokens_per_s / gpus / base_per_gpu : 0.0;
 }
 
+// The promise of the report: every number it prints is finite and >= 0.
+// The input ranges make this hold; a failure here is a bug in the model, so
+// it is reported rather than printed.
+absl::Status CheckReportedNumbers(const zeroshard::Plan& plan) {
+  auto bad = [](const std::string& what) {
+    return absl::InternalError(absl::StrCat(
+        "the estimate's ", what,
+        " is not a finite non-negative number; please report this with the command line"));
+  };
+  auto finite = [](double v) { return std::isfinite(v) && v >= 0; };
+  if (plan.params < 0 || plan.global_batch < 0) return bad("parameter count or batch");
+  for (const Candidate& c : plan.candidates) {
+    if (!c.per_gpu.CheckedTotal().has_value() || !c.per_rank_host.CheckedTotal().has_value() ||
+        c.per_node_host_bytes < 0) {
+      return bad(absl::StrCat(c.Label(), " memory"));
+    }
+    for (const PlacedBuffer& b : c.buffers) {
+      if (b.buffer.numel < 0) return bad(absl::StrCat(c.Label(), " buffer ", b.buffer.name));
+    }
+    if (!TimesAreFinite(c)) return bad(absl::StrCat(c.Label(), " step time"));
+    if (!finite(c.epoch_s) || !finite(c.epoch_cost) || !finite(c.scaling_efficiency)) {
+      return bad(absl::StrCat(c.Label(), " cost"));
+    }
+  }
+  for (const ScalePoint& p : plan.scaling) {
+    for (double v : {p.step_s, p.tokens_per_s, p.epoch_s, p.epoch_cost, p.scaling_efficiency}) {
+      if (!finite(v)) return bad(absl::StrCat("cost sweep at ", p.gpus, " GPUs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<zeroshard::Plan> Planner::Plan(const ModelDescription& model,
                                               const ClusterSpec& cluster,
                                               const PlanOptions& options) {
-  ZS_ASSIGN_OR_RETURN(zeroshard::Plan plan, Evaluate(model, cluster, options));
-  if (options.price_per_gpu_hour <= 0 && options.dataset_tokens <= 0) return plan;
+  // Every count relies on the ModelSpec limits (at most 2^56 params).
+  absl::Status valid = model.spec.Validate();
+  if (!valid.ok()) return InvalidArgument(absl::StrCat(model.name, ": ", valid.message()));
+  SliceCache slices;
+  ZS_ASSIGN_OR_RETURN(zeroshard::Plan plan, Evaluate(model, cluster, options, slices));
+  if (options.price_per_gpu_hour <= 0 && options.dataset_tokens <= 0) {
+    ZS_RETURN_IF_ERROR(CheckReportedNumbers(plan));
+    return plan;
+  }
 
   // "Is N faster per dollar than fewer?": the automatic choice at smaller
   // GPU counts, with the same per-GPU micro-batch and accumulation.
@@ -420,8 +421,9 @@ absl::StatusOr<zeroshard::Plan> Planner::Plan(const ModelDescription& model,
     smaller.gpus = n;
     ScalePoint point;
     point.gpus = n;
-    absl::StatusOr<zeroshard::Plan> sub = n == cluster.gpus ? absl::StatusOr<zeroshard::Plan>(plan)
-                                                            : Evaluate(model, smaller, options);
+    absl::StatusOr<zeroshard::Plan> sub = n == cluster.gpus
+                                              ? absl::StatusOr<zeroshard::Plan>(plan)
+                                              : Evaluate(model, smaller, options, slices);
     if (sub.ok() && sub->chosen >= 0) {
       const Candidate& c = sub->candidates[sub->chosen];
       point.fits = true;
@@ -441,6 +443,7 @@ absl::StatusOr<zeroshard::Plan> Planner::Plan(const ModelDescription& model,
     AddCosts(plan.options, cluster.gpus, c.tokens_per_s, base_per_gpu, &c.epoch_s, &c.epoch_cost,
              &c.scaling_efficiency);
   }
+  ZS_RETURN_IF_ERROR(CheckReportedNumbers(plan));
   return plan;
 }
 

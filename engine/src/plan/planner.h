@@ -43,7 +43,11 @@ enum class Placement { kDevice, kHost };
 
 // The machines. Bandwidths are per GPU, in GB/s (10^9 bytes/s), as a ring
 // collective sees them (bus bandwidth); defaults describe H100 SXM nodes
-// with NVLink 4 and one 400 Gb/s NIC per GPU.
+// with NVLink 4 and one 400 Gb/s NIC per GPU. Planner::Plan accepts
+// gpus in [1, 2^20], gpus_per_node in [1, 1024], byte sizes up to 2^62,
+// bandwidths and peak TFLOPS in [0.001, 10^6], latencies in [0, 10^6] us,
+// mfu in [0.001, 1], CPU Adam rates in [10^-6, 10^6] Gparams/s: ranges that
+// keep every time finite.
 struct ClusterSpec {
   int gpus = 8;
   int gpus_per_node = 8;
@@ -81,10 +85,14 @@ struct PlanOptions {
   std::optional<Offload> offload;
   int tp = 0;
   int pp = 0;
-  // Cost report (0: not given).
+  // Cost report (0: not given). At most kMaxPricePerGpuHour and
+  // kMaxDatasetTokens, so every cost is finite.
   double price_per_gpu_hour = 0.0;
   double dataset_tokens = 0.0;
 };
+
+inline constexpr double kMaxPricePerGpuHour = 1e6;                  // USD
+inline constexpr double kMaxDatasetTokens = 4611686018427387904.0;  // 2^62
 
 struct PlacedBuffer {
   PlannedBuffer buffer;
@@ -102,10 +110,14 @@ struct MemoryBreakdown {
   int64_t workspace = 0;
   int64_t reserve = 0;
 
+  // The planner checks CheckedTotal() for every breakdown it reports, so
+  // these sums of non-negative fields cannot overflow there.
   int64_t model_states() const { return params + grads + master + optimizer; }
   int64_t total() const {
     return params + grads + master + optimizer + buffers + activations + workspace + reserve;
   }
+  // total(), or nullopt when the sum does not fit in int64_t.
+  std::optional<int64_t> CheckedTotal() const;
 };
 
 // Seconds per optimizer step, by cause.
@@ -187,7 +199,12 @@ class Planner {
   // (within a node, dividing attention and key/value heads) x pipeline
   // (dividing the layers) splits, the fastest that fits. InvalidArgument for
   // impossible inputs (sizes, a forced tp or pp that does not divide, an
-  // offload without the stage it needs).
+  // offload without the stage it needs), for inputs outside the documented
+  // ranges, and when a count passes 2^63 (global batch, tokens per step,
+  // micro-batches): one line naming the flag or field. A candidate whose
+  // bytes would pass 2^63 (it cannot fit: GPU memory is at most 2^62) is
+  // left out and named in `rejected`; when no candidate can be sized the
+  // first reason is the error. Every reported number is finite and >= 0.
   static absl::StatusOr<zeroshard::Plan> Plan(const ModelDescription& model,
                                               const ClusterSpec& cluster,
                                               const PlanOptions& options);

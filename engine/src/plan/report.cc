@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/src/common/checked_math.h"
 #include "engine/src/plan/byte_units.h"
 #include "nlohmann/json.hpp"
 
@@ -22,6 +24,13 @@ std::string WithCommas(int64_t n) {
     if (digits[i] != '-' && (len - 1 - i) % 3 == 0 && i != len - 1) out.push_back(',');
   }
   return out;
+}
+
+// A non-negative rate with thousands separators; in e-notation past 2^63
+// (converting such a double to an integer would be undefined).
+std::string WithCommas(double x) {
+  const std::optional<int64_t> n = RoundToInt64(x);
+  return n.has_value() ? WithCommas(*n) : absl::StrFormat("%.3e", x);
 }
 
 std::string Billions(int64_t n) { return absl::StrFormat("%.2f B", static_cast<double>(n) / 1e9); }
@@ -140,7 +149,7 @@ std::string FormatTable(const Plan& plan, bool all) {
                           "tensor-parallel %.3f + pipeline %.3f + offload %.3f; %s tokens/s\n",
                           c.time.total, c.time.compute, c.time.bubble, c.time.dp_comm,
                           c.time.tp_comm, c.time.pp_comm, c.time.offload,
-                          WithCommas(static_cast<int64_t>(std::llround(c.tokens_per_s))));
+                          WithCommas(c.tokens_per_s));
     if (!c.engine_supported) {
       absl::StrAppend(
           &out,
@@ -162,9 +171,8 @@ std::string FormatTable(const Plan& plan, bool all) {
         continue;
       }
       absl::StrAppendFormat(&out, "  %5d  %-38s %8.3f %12s %9.1f %10.0f %6.2f\n", p.gpus, p.label,
-                            p.step_s,
-                            WithCommas(static_cast<int64_t>(std::llround(p.tokens_per_s))),
-                            p.epoch_s / 3600.0, p.epoch_cost, p.scaling_efficiency);
+                            p.step_s, WithCommas(p.tokens_per_s), p.epoch_s / 3600.0, p.epoch_cost,
+                            p.scaling_efficiency);
     }
   }
   return out;

@@ -1,9 +1,13 @@
 #include "engine/src/plan/transformer_spec.h"
 
+#include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/src/common/checked_math.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace {
@@ -84,6 +88,40 @@ void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
   if (s.mlp_bias) unit.Add("mlp.down_proj.bias", {h}, kReplicated, true);
 }
 
+// Mixtral: Mistral's attention, then a router and `experts` SwiGLU experts
+// (w1 gate, w3 up: column-parallel; w2 down: row-parallel). The router is
+// replicated across the tensor-parallel group.
+void AddMixtralLayer(UnitBuilder& unit, const TransformerShape& s) {
+  const int64_t h = s.hidden;
+  const int64_t q = s.heads * s.head_dim;
+  const int64_t kv = s.kv_heads * s.head_dim;
+  AddNorm(unit, "input_layernorm", s);
+  unit.Add("self_attn.q_proj.weight", {q, h}, 0);
+  unit.Add("self_attn.k_proj.weight", {kv, h}, 0);
+  unit.Add("self_attn.v_proj.weight", {kv, h}, 0);
+  unit.Add("self_attn.o_proj.weight", {h, q}, 1);
+  AddNorm(unit, "post_attention_layernorm", s);
+  unit.Add("block_sparse_moe.gate.weight", {s.experts, h}, kReplicated);
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const std::string expert = absl::StrCat("block_sparse_moe.experts.", e, ".");
+    unit.Add(expert + "w1.weight", {s.intermediate, h}, 0);
+    unit.Add(expert + "w2.weight", {h, s.intermediate}, 1);
+    unit.Add(expert + "w3.weight", {s.intermediate, h}, 0);
+  }
+}
+
+constexpr char kExpertPrefix[] = "block_sparse_moe.experts.0.";
+
+// ModelSpec::Validate, its error naming the model and the sizes it came from.
+absl::Status ValidateWithSizes(const ModelSpec& spec, const TransformerShape& s,
+                               const std::string& name) {
+  absl::Status valid = spec.Validate();
+  if (valid.ok()) return valid;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model '", name, "': ", valid.message(), " (from the config's sizes: hidden ", s.hidden,
+      ", intermediate ", s.intermediate, ", vocabulary ", s.vocab, ", layers ", s.layers, ")"));
+}
+
 }  // namespace
 
 absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s,
@@ -100,12 +138,37 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
   for (const auto& [what, value] : sizes) {
     if (value <= 0) return bad(absl::StrFormat("%s is %d; it must be positive", what, value));
   }
+  if (s.layers > kMaxLayers) {
+    return bad(absl::StrFormat("%d layers exceed the supported maximum %d", s.layers, kMaxLayers));
+  }
   if (s.heads % s.kv_heads != 0) {
     return bad(absl::StrFormat("%d key/value heads do not divide %d attention heads", s.kv_heads,
                                s.heads));
   }
   if (s.learned_positions && s.max_positions <= 0) {
     return bad("learned position embeddings need a positive max_position_embeddings (n_positions)");
+  }
+  const bool moe = s.architecture == "MixtralForCausalLM";
+  if (moe != (s.experts > 0)) {
+    return bad(moe ? "a Mixtral model needs experts (num_local_experts >= 1)"
+                   : absl::StrCat(s.architecture, " is a dense architecture but ", s.experts,
+                                  " experts are given"));
+  }
+  if (moe &&
+      (s.experts > kMaxExperts || s.experts_per_token < 1 || s.experts_per_token > s.experts)) {
+    return bad(absl::StrFormat(
+        "%d experts with %d per token: need 1 <= experts per token <= experts <= %d", s.experts,
+        s.experts_per_token, kMaxExperts));
+  }
+  // The layer builders multiply these; the ModelSpec check covers the rest.
+  const std::optional<int64_t> q = CheckedMul(s.heads, s.head_dim);
+  const std::optional<int64_t> kv = CheckedMul(s.kv_heads, s.head_dim);
+  const std::optional<int64_t> qkv = q && kv ? (CheckedInt64(*kv) * 2 + *q).value() : std::nullopt;
+  if (!qkv.has_value()) {
+    return bad(absl::StrFormat(
+        "attention heads %d x head dimension %d does not fit in a 64-bit count; check "
+        "num_attention_heads, num_key_value_heads and head_dim",
+        s.heads, s.head_dim));
   }
   const bool gpt2_names = s.architecture == "GPT2LMHeadModel";
   ModelDescription model;
@@ -127,10 +190,31 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
     UnitBuilder layer(absl::StrCat(gpt2_names ? "h." : "layers.", i));
     if (gpt2_names) {
       AddGpt2Layer(layer, s);
+    } else if (moe) {
+      AddMixtralLayer(layer, s);
     } else {
       AddLlamaLayer(layer, s);
     }
     layer.AppendTo(model);
+    if (i == 0) {
+      // Every layer has the same params: refuse a model with too many
+      // tensors or elements before building the other layers.
+      const int64_t per_layer = static_cast<int64_t>(model.spec.units.back().params.size());
+      if (per_layer * s.layers > kMaxModelTensors) {
+        return bad(absl::StrFormat(
+            "%d layers of %d params (tensors) each exceed the supported %d params in a model",
+            s.layers, per_layer, kMaxModelTensors));
+      }
+      ZS_RETURN_IF_ERROR(ValidateWithSizes(model.spec, s, name));
+      const CheckedInt64 elements = CheckedInt64(model.spec.units.back().NumElements()) * s.layers +
+                                    model.spec.units.front().NumElements();
+      if (!elements.ok() || *elements.value() > kMaxModelElements) {
+        return bad(absl::StrFormat(
+            "%d layers of %d params each pass the supported maximum of %d (2^56) params in a "
+            "model; check the config's sizes",
+            s.layers, model.spec.units.back().NumElements(), kMaxModelElements));
+      }
+    }
   }
 
   UnitBuilder final_norm("final_norm");
@@ -140,6 +224,17 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
     UnitBuilder head("lm_head");
     head.Add("lm_head.weight", {s.vocab, s.hidden}, 0);
     head.AppendTo(model);
+  }
+  ZS_RETURN_IF_ERROR(ValidateWithSizes(model.spec, s, name));
+  model.active_params = model.spec.NumParams();
+  if (moe) {
+    // Each token passes through experts_per_token of the experts; the
+    // others' params do no work for it. Below NumParams(), so exact.
+    int64_t expert_numel = 0;
+    for (const ParamSpec& p : model.spec.units[model.first_layer_unit].params) {
+      if (absl::StartsWith(p.name, kExpertPrefix)) expert_numel += p.NumElements();
+    }
+    model.active_params -= s.layers * (s.experts - s.experts_per_token) * expert_numel;
   }
   return model;
 }

@@ -5,6 +5,7 @@
 #ifndef ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_
 #define ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,14 +13,28 @@
 
 namespace zeroshard {
 
+// Transformer layers a model may have (one unit each). Checked before any
+// unit is built, so a config with 10^8 layers is refused, not allocated.
+inline constexpr int64_t kMaxLayers = 16384;
+// Experts per layer of a mixture of experts.
+inline constexpr int64_t kMaxExperts = 4096;
+
 // Units: "embed", "layers.<i>" (GPT-2: "h.<i>"), "final_norm", "lm_head".
 // Llama family (RMSNorm, SwiGLU, grouped-query k/v): q_proj [a*d, h],
 // k_proj and v_proj [kv*d, h], o_proj [h, a*d], gate_proj and up_proj [f, h],
-// down_proj [h, f]. GPT-2 (Conv1D, [in, out]): c_attn [h, 3h], c_proj [h, h],
+// down_proj [h, f]. Mixtral (experts > 0): the attention of Mistral, then
+// block_sparse_moe.gate [E, h] (the router) and, per expert i,
+// block_sparse_moe.experts.<i>.w1 [f, h], w2 [h, f], w3 [f, h]; the
+// description's active_params counts only experts_per_token experts per layer.
+// GPT-2 (Conv1D, [in, out]): c_attn [h, 3h], c_proj [h, h],
 // c_fc [h, f], mlp.c_proj [f, h], all with biases, LayerNorms with biases,
 // learned position embeddings. Norm weights and biases are no_decay.
-// InvalidArgument when a size is not positive or kv_heads does not divide
-// heads.
+// InvalidArgument when a size is not positive, kv_heads does not divide
+// heads, layers exceed kMaxLayers, experts exceed kMaxExperts (or
+// experts_per_token is outside [1, experts]), a product such as heads x
+// head_dim overflows, or the spec breaks a ModelSpec limit (more than 2^56
+// params in all): all checked before anything proportional to the layer
+// count is allocated.
 absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& shape,
                                                        const std::string& name);
 

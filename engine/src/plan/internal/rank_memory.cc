@@ -1,9 +1,11 @@
 #include "engine/src/plan/internal/rank_memory.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/common/checked_math.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/activations.h"
 #include "engine/src/plan/buffer_plan.h"
@@ -14,6 +16,10 @@ namespace zeroshard {
 namespace internal {
 namespace {
 
+// A split dimension's extent on one of tp ranks, rounded up (as Megatron
+// pads the vocabulary).
+int64_t SplitExtent(int64_t extent, int tp) { return extent / tp + (extent % tp != 0 ? 1 : 0); }
+
 UnitSpec SliceUnit(const UnitSpec& unit, const std::vector<int>* split_dims, int tp) {
   if (tp == 1 || split_dims == nullptr) return unit;
   UnitSpec out = unit;
@@ -21,9 +27,28 @@ UnitSpec SliceUnit(const UnitSpec& unit, const std::vector<int>* split_dims, int
     const int d = (*split_dims)[p];
     if (d < 0) continue;
     int64_t& extent = out.params[p].shape[d];
-    extent = (extent + tp - 1) / tp;
+    extent = SplitExtent(extent, tp);
   }
   return out;
+}
+
+// The elements of the first `count` params of `unit` sliced as SliceUnit
+// slices them, without copying the unit. Each is at most the unsliced
+// count, which the validated spec bounds.
+std::vector<int64_t> SlicedNumels(const UnitSpec& unit, const std::vector<int>* split_dims, int tp,
+                                  size_t count) {
+  std::vector<int64_t> numels;
+  numels.reserve(count);
+  for (size_t p = 0; p < count; ++p) {
+    const ParamSpec& param = unit.params[p];
+    const int split = tp == 1 || split_dims == nullptr ? -1 : (*split_dims)[p];
+    int64_t n = 1;
+    for (size_t d = 0; d < param.shape.size(); ++d) {
+      n *= static_cast<int>(d) == split ? SplitExtent(param.shape[d], tp) : param.shape[d];
+    }
+    numels.push_back(n);
+  }
+  return numels;
 }
 
 // Range of layer units that pipeline stage `i` of `pp` owns.
@@ -32,18 +57,28 @@ std::pair<int, int> StageLayers(int num_layers, int pp, int i) {
           static_cast<int>(static_cast<int64_t>(num_layers) * (i + 1) / pp)};
 }
 
+absl::Status ActivationOverflow(int stage, const PlanOptions& options) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "activations of pipeline stage %d pass 2^63 bytes (--seq %d, --micro-batch %d); lower "
+      "--seq or --micro-batch",
+      stage, options.seq, options.micro_batch));
+}
+
 // Activation bytes one rank of pipeline stage `i` keeps at its peak. With
 // the 1F1B schedule stage i has min(pp - i, m) micro-batches in flight
 // (Narayanan et al. 2021; Korthikanti et al. 2022, Section 4.3).
-int64_t StageActivationBytes(const ModelDescription& model, const PlanOptions& options,
-                             const Candidate& c, int i, int64_t layers) {
+absl::StatusOr<int64_t> StageActivationBytes(const ModelDescription& model,
+                                             const PlanOptions& options, const Candidate& c, int i,
+                                             int64_t layers) {
   const int64_t in_flight = std::min<int64_t>(c.pp - i, c.micro_batches);
   if (!model.transformer.has_value()) {
     // Custom specs have no layer units and so run with pp = 1: every unit's
     // activations are on the one stage.
-    int64_t per_sample = 0;
+    CheckedInt64 per_sample = 0;
     for (int64_t bytes : model.activation_bytes_per_sample) per_sample += bytes;
-    return per_sample * options.micro_batch * in_flight;
+    const std::optional<int64_t> bytes = (per_sample * options.micro_batch * in_flight).value();
+    if (!bytes.has_value()) return ActivationOverflow(i, options);
+    return *bytes;
   }
   const TransformerShape& t = *model.transformer;
   ActivationShape shape;
@@ -53,38 +88,52 @@ int64_t StageActivationBytes(const ModelDescription& model, const PlanOptions& o
   shape.sequence_parallel = options.sequence_parallel && c.tp > 1;
   shape.recompute = options.recompute;
   shape.activation_bytes = options.precision == PlanPrecision::kFp32 ? 4 : 2;
-  int64_t bytes = layers * LayerActivationBytes(t, shape) * in_flight;
-  if (layers > 0) bytes += RecomputeWorkingBytes(t, shape);
-  if (i == 0) bytes += EmbeddingActivationBytes(t, shape) * in_flight;
-  if (i == c.pp - 1) bytes += OutputActivationBytes(t, shape);
-  return bytes;
+  ZS_ASSIGN_OR_RETURN(const int64_t per_layer, LayerActivationBytes(t, shape));
+  CheckedInt64 bytes = CheckedInt64(layers) * per_layer * in_flight;
+  if (layers > 0) {
+    ZS_ASSIGN_OR_RETURN(const int64_t working, RecomputeWorkingBytes(t, shape));
+    bytes += working;
+  }
+  if (i == 0) {
+    ZS_ASSIGN_OR_RETURN(const int64_t embedding, EmbeddingActivationBytes(t, shape));
+    bytes += CheckedInt64(embedding) * in_flight;
+  }
+  if (i == c.pp - 1) {
+    ZS_ASSIGN_OR_RETURN(const int64_t output, OutputActivationBytes(t, shape));
+    bytes += output;
+  }
+  if (!bytes.ok()) return ActivationOverflow(i, options);
+  return *bytes.value();
 }
 
-void AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
+int64_t& FieldOf(MemoryBreakdown& m, MemoryCategory category) {
   switch (category) {
     case MemoryCategory::kParams:
-      m.params += bytes;
-      break;
+      return m.params;
     case MemoryCategory::kGradients:
-      m.grads += bytes;
-      break;
+      return m.grads;
     case MemoryCategory::kMasterParams:
-      m.master += bytes;
-      break;
+      return m.master;
     case MemoryCategory::kOptimizerState:
-      m.optimizer += bytes;
-      break;
+      return m.optimizer;
     case MemoryCategory::kCommBuffers:
-      m.buffers += bytes;
-      break;
+      return m.buffers;
     case MemoryCategory::kActivations:
-      m.activations += bytes;
-      break;
+      return m.activations;
     case MemoryCategory::kWorkspace:
     case MemoryCategory::kCount:
-      m.workspace += bytes;
       break;
   }
+  return m.workspace;
+}
+
+// Adds `bytes` to the field of `category`; false on overflow.
+bool AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
+  int64_t& field = FieldOf(m, category);
+  const std::optional<int64_t> sum = CheckedAdd(field, bytes);
+  if (!sum.has_value()) return false;
+  field = *sum;
+  return true;
 }
 
 // The buffers of one rank: PlanBuffers (exactly what the engine allocates),
@@ -98,7 +147,8 @@ absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const FlatLayout& layout,
   for (PlannedBuffer& b : engine_plan.buffers) out.push_back({std::move(b), Placement::kDevice});
   if (c.offload != Offload::kNone) {
     // ZeRO-Offload: the fp32 states and the optimizer step move to the host;
-    // a sharded gradient is copied there for the CPU Adam.
+    // a sharded gradient is copied there for the CPU Adam. Below 2^57
+    // elements (a layout's limit), so the byte counts fit.
     const int64_t shard = c.stage == 0 ? layout.total_numel() : layout.shard_numel();
     bool has_master = false;
     for (PlacedBuffer& p : out) {
@@ -118,82 +168,156 @@ absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const FlatLayout& layout,
       out.push_back({{kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, shard},
                      Placement::kHost});
     }
+    if (c.stage < 2) {
+      // The device gradient is whole (stage 1); the CPU Adam reads the
+      // rank's reduced shard from a host buffer of its own.
+      out.push_back(
+          {{kHostGradShardBuffer, MemoryCategory::kGradients, train.effective_grad_dtype(), shard},
+           Placement::kHost});
+    }
   }
   return out;
 }
 
 }  // namespace
 
-ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage, int64_t* layers) {
-  ModelSpec out;
+StageUnits UnitsOfStage(const ModelDescription& model, int pp, int pp_stage) {
+  StageUnits out;
   const int num_units = static_cast<int>(model.spec.units.size());
   const int first = model.first_layer_unit;
   const int end_layers = first + model.num_layer_units;
-  auto split_of = [&](int u) -> const std::vector<int>* {
-    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
-  };
-  auto take = [&](int u) { out.units.push_back(SliceUnit(model.spec.units[u], split_of(u), tp)); };
   if (pp <= 1 || model.num_layer_units == 0) {
-    for (int u = 0; u < num_units; ++u) take(u);
-    *layers = model.num_layer_units;
+    for (int u = 0; u < num_units; ++u) out.units.push_back(u);
+    out.layers = model.num_layer_units;
     return out;
   }
   const auto [lo, hi] = StageLayers(model.num_layer_units, pp, pp_stage);
   if (pp_stage == 0) {
-    for (int u = 0; u < first; ++u) take(u);
+    for (int u = 0; u < first; ++u) out.units.push_back(u);
   }
-  for (int u = first + lo; u < first + hi; ++u) take(u);
+  for (int u = first + lo; u < first + hi; ++u) out.units.push_back(u);
   if (pp_stage == pp - 1) {
-    for (int u = end_layers; u < num_units; ++u) take(u);
-    if (model.transformer.has_value() && model.transformer->tied_embeddings && first > 0) {
-      // The last stage keeps its own copy of the tied token embedding for
-      // the LM head (Megatron's word-embedding copy).
-      UnitSpec head = SliceUnit(model.spec.units[0], split_of(0), tp);
-      head.name = "lm_head_tied_copy";
-      head.params.resize(1);
-      out.units.push_back(std::move(head));
-    }
+    for (int u = end_layers; u < num_units; ++u) out.units.push_back(u);
+    // The last stage keeps its own copy of the tied token embedding for the
+    // LM head (Megatron's word-embedding copy).
+    out.tied_embedding_copy =
+        model.transformer.has_value() && model.transformer->tied_embeddings && first > 0;
   }
-  *layers = hi - lo;
+  out.layers = hi - lo;
   return out;
 }
 
-absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cluster,
-                            const PlanOptions& options, Candidate& c, RankSizes* sizes) {
-  if (c.dp > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "data-parallel size %d exceeds the layout's limit of %d ranks", c.dp, kMaxWorldSize));
+ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage, int64_t* layers) {
+  auto split_of = [&](int u) -> const std::vector<int>* {
+    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
+  };
+  const StageUnits stage = UnitsOfStage(model, pp, pp_stage);
+  ModelSpec out;
+  for (int u : stage.units) out.units.push_back(SliceUnit(model.spec.units[u], split_of(u), tp));
+  if (stage.tied_embedding_copy) {
+    UnitSpec head = SliceUnit(model.spec.units[0], split_of(0), tp);
+    head.name = kTiedEmbeddingCopyUnit;
+    head.params.resize(1);
+    out.units.push_back(std::move(head));
   }
+  *layers = stage.layers;
+  return out;
+}
+
+absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp) {
+  auto split_of = [&](int u) -> const std::vector<int>* {
+    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
+  };
+  SliceSizes sizes;
+  sizes.unit_used.reserve(model.spec.units.size());
+  for (size_t u = 0; u < model.spec.units.size(); ++u) {
+    const UnitSpec& unit = model.spec.units[u];
+    ZS_ASSIGN_OR_RETURN(const int64_t used,
+                        FlatLayout::UsedNumel(SlicedNumels(unit, split_of(static_cast<int>(u)), tp,
+                                                           unit.params.size())));
+    sizes.unit_used.push_back(used);
+  }
+  if (!model.spec.units.empty()) {
+    // The tied copy holds the embedding's first param alone.
+    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used, FlatLayout::UsedNumel(SlicedNumels(
+                                                  model.spec.units[0], split_of(0), tp, 1)));
+  }
+  return sizes;
+}
+
+absl::StatusOr<SplitLayout> LayOutSplit(const ModelDescription& model, const SliceSizes& sizes,
+                                        int pp, int dp) {
+  std::vector<int> stages;
+  if (model.transformer.has_value() && pp > 3) {
+    stages = {0, 1, pp - 1};
+  } else {
+    for (int i = 0; i < pp; ++i) stages.push_back(i);
+  }
+  SplitLayout split;
+  split.stages.reserve(stages.size());
+  std::vector<int64_t> used;
+  for (int i : stages) {
+    const StageUnits units = UnitsOfStage(model, pp, i);
+    used.clear();
+    for (int u : units.units) used.push_back(sizes.unit_used[u]);
+    if (units.tied_embedding_copy) used.push_back(sizes.tied_copy_used);
+    SplitLayout::Stage stage;
+    stage.index = i;
+    stage.layers = units.layers;
+    ZS_ASSIGN_OR_RETURN(stage.layout, FlatLayout::FromUsedNumels(used, dp));
+    split.stages.push_back(std::move(stage));
+  }
+  return split;
+}
+
+absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cluster,
+                            const PlanOptions& options, const SplitLayout& split, Candidate& c,
+                            RankSizes* sizes) {
   c.engine_supported = c.offload == Offload::kNone && c.tp == 1 && c.pp == 1;
   int64_t worst_total = -1;
   *sizes = RankSizes{};
-  for (int i = 0; i < c.pp; ++i) {
-    int64_t layers = 0;
-    const ModelSpec slice = RankSlice(model, c.tp, c.pp, i, &layers);
-    ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(slice, c.dp));
+  for (const SplitLayout::Stage& stage : split.stages) {
+    const FlatLayout& layout = stage.layout;
     ZS_ASSIGN_OR_RETURN(std::vector<PlacedBuffer> buffers, RankBuffers(layout, options, c));
     MemoryBreakdown gpu, host;
+    // PlanBuffers checked that all its buffers together fit; the offload
+    // copies are extra, so every addition is checked here.
+    bool ok = true;
     for (const PlacedBuffer& p : buffers) {
-      AddTo(p.placement == Placement::kDevice ? gpu : host, p.buffer.category, p.buffer.bytes());
+      ok = ok && AddTo(p.placement == Placement::kDevice ? gpu : host, p.buffer.category,
+                       p.buffer.bytes());
     }
-    gpu.activations = StageActivationBytes(model, options, c, i, layers);
-    gpu.workspace += cluster.workspace_bytes;
+    ZS_ASSIGN_OR_RETURN(gpu.activations,
+                        StageActivationBytes(model, options, c, stage.index, stage.layers));
+    ok = ok && AddTo(gpu, MemoryCategory::kWorkspace, cluster.workspace_bytes);
     gpu.reserve = cluster.reserve_bytes;
+    const std::optional<int64_t> gpu_total = gpu.CheckedTotal();
+    if (!ok || !gpu_total.has_value() || !host.CheckedTotal().has_value()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pipeline stage %d: the per-GPU bytes (model states, buffers, activations, workspace "
+          "and reserve) pass 2^63; the model does not fit",
+          stage.index));
+    }
     if (layout.total_numel() > sizes->full_numel) {
       sizes->full_numel = layout.total_numel();
       sizes->shard_numel = layout.shard_numel();
     }
-    sizes->layers = std::max(sizes->layers, layers);
-    if (gpu.total() > worst_total) {
-      worst_total = gpu.total();
-      c.worst_pp_stage = i;
+    sizes->layers = std::max(sizes->layers, stage.layers);
+    if (*gpu_total > worst_total) {
+      worst_total = *gpu_total;
+      c.worst_pp_stage = stage.index;
       c.buffers = std::move(buffers);
       c.per_gpu = gpu;
       c.per_rank_host = host;
     }
   }
   const int ranks_per_node = std::min(cluster.gpus_per_node, cluster.gpus);
-  c.per_node_host_bytes = c.per_rank_host.total() * ranks_per_node;
+  const std::optional<int64_t> per_node = CheckedMul(c.per_rank_host.total(), ranks_per_node);
+  if (!per_node.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the host bytes of %d ranks per node pass 2^63; the offload does not fit", ranks_per_node));
+  }
+  c.per_node_host_bytes = *per_node;
   const bool gpu_ok = c.per_gpu.total() <= cluster.gpu_mem_bytes;
   const bool host_ok = c.per_node_host_bytes <= cluster.host_mem_bytes;
   c.fits = gpu_ok && host_ok;

@@ -1,12 +1,17 @@
 // Per-rank memory of one candidate: the rank's slice of the model (tensor
 // split, pipeline stage), its buffers (PlanBuffers, then the analytic
-// changes for stage 3, offload and fp16) and its activations.
+// changes for stage 3, offload and fp16) and its activations. Every byte
+// count is checked: a sum that would pass 2^63 is an error, never a wrapped
+// number.
 #ifndef ZEROSHARD_PLAN_INTERNAL_RANK_MEMORY_H_
 #define ZEROSHARD_PLAN_INTERNAL_RANK_MEMORY_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/model_description.h"
 #include "engine/src/plan/planner.h"
 #include "zeroshard/model_spec.h"
@@ -14,12 +19,31 @@
 namespace zeroshard {
 namespace internal {
 
+// Optimizer offload at stage 0-1: the GPU keeps the whole gradient, so the
+// CPU Adam gets its own copy of the rank's gradient shard on the host
+// (DeepSpeed ZeRO-Offload). From stage 2 the sharded `grads` buffer itself
+// moves to the host instead.
+inline constexpr char kHostGradShardBuffer[] = "grads_shard_host";
+
 // What the time model needs to know about the rank with the most params.
 struct RankSizes {
   int64_t full_numel = 0;   // the rank's flat buffer (params it computes with)
   int64_t shard_numel = 0;  // its data-parallel shard
   int64_t layers = 0;       // transformer layers on its pipeline stage
 };
+
+// The unit the last pipeline stage of a tied-embedding model adds.
+inline constexpr char kTiedEmbeddingCopyUnit[] = "lm_head_tied_copy";
+
+// The units of pipeline stage `pp_stage` (of `pp`), as indices into the
+// model's units: units before the layers go to the first stage, after them
+// to the last, which also keeps a copy of a tied token embedding.
+struct StageUnits {
+  std::vector<int> units;
+  bool tied_embedding_copy = false;
+  int64_t layers = 0;  // transformer layers among them
+};
+StageUnits UnitsOfStage(const ModelDescription& model, int pp, int pp_stage);
 
 // The params one rank of pipeline stage `pp_stage` (of `pp`) holds with
 // tensor-parallel degree `tp`: split dimensions divided by tp (rounded up,
@@ -29,12 +53,46 @@ struct RankSizes {
 // of transformer layers in the slice.
 ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage, int64_t* layers);
 
+// The used_numel (FlatLayout::UsedNumel) of every unit of the model sliced
+// for tensor-parallel degree tp, and of the tied-embedding copy: all the
+// layout needs, computed once per tp and shared by every pipeline split,
+// data-parallel size and GPU count of a plan.
+struct SliceSizes {
+  std::vector<int64_t> unit_used;
+  int64_t tied_copy_used = 0;
+};
+absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp);
+
+// One tensor x pipeline x data-parallel split, laid out once (sizes only,
+// FlatLayout::FromUsedNumels: the same segments FlatLayout::Create gives the
+// RankSlice) and shared by every ZeRO stage and offload choice of that split.
+struct SplitLayout {
+  struct Stage {
+    int index = 0;       // pipeline stage
+    int64_t layers = 0;  // transformer layers on it
+    FlatLayout layout;   // one rank's slice over dp ranks, sizes only
+  };
+  // The pipeline stages that can need the most memory: all of them, or for
+  // a transformer (whose layers are alike) the first, the second and the
+  // last: the middle stages hold the same layers, and the second keeps the
+  // most micro-batches in flight of them (1F1B).
+  std::vector<Stage> stages;
+};
+
+// `sizes` is SizeSlices(model, tp). InvalidArgument when a slice cannot be
+// laid out over dp ranks.
+absl::StatusOr<SplitLayout> LayOutSplit(const ModelDescription& model, const SliceSizes& sizes,
+                                        int pp, int dp);
+
 // Fills candidate.buffers, per_gpu, per_rank_host, per_node_host_bytes,
 // worst_pp_stage, engine_supported, fits and verdict from candidate.stage,
-// offload, tp, pp, dp and micro_batches. `options.seq` must be resolved.
-// InvalidArgument when the data-parallel size exceeds the layout's limit.
+// offload, tp, pp, dp and micro_batches over `split` (LayOutSplit of the
+// same tp, pp and dp). `options.seq` must be resolved. InvalidArgument,
+// naming the quantity, when a buffer, the activations or a sum of them does
+// not fit in int64_t.
 absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cluster,
-                            const PlanOptions& options, Candidate& candidate, RankSizes* sizes);
+                            const PlanOptions& options, const SplitLayout& split,
+                            Candidate& candidate, RankSizes* sizes);
 
 }  // namespace internal
 }  // namespace zeroshard

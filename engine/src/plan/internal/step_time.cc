@@ -11,8 +11,15 @@ double AttentionFlopsPerToken(const ModelDescription& model, const PlanOptions& 
   const TransformerShape& t = *model.transformer;
   // Q K^T and (softmax) V: 2 matmuls of 2 s (a d) FLOPs per token per layer
   // in the forward; the backward costs twice the forward.
-  return 12.0 * static_cast<double>(options.seq) * static_cast<double>(t.heads * t.head_dim) *
-         static_cast<double>(t.layers);
+  return 12.0 * static_cast<double>(options.seq) * static_cast<double>(t.heads) *
+         static_cast<double>(t.head_dim) * static_cast<double>(t.layers);
+}
+
+// Params one token computes with: a mixture of experts runs only its top-k
+// experts.
+double ActiveParams(const ModelDescription& model) {
+  return static_cast<double>(model.active_params > 0 ? model.active_params
+                                                     : model.spec.NumParams());
 }
 
 int ParamBytes(PlanPrecision p) { return p == PlanPrecision::kFp32 ? 4 : 2; }
@@ -22,8 +29,7 @@ int ParamBytes(PlanPrecision p) { return p == PlanPrecision::kFp32 ? 4 : 2; }
 double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
                          int64_t global_batch) {
   const double tokens = static_cast<double>(global_batch) * static_cast<double>(options.seq);
-  const double n = static_cast<double>(model.spec.NumParams());
-  return tokens * (6.0 * n + AttentionFlopsPerToken(model, options));
+  return tokens * (6.0 * ActiveParams(model) + AttentionFlopsPerToken(model, options));
 }
 
 double RingSeconds(int n, double bytes, double gbps, double latency_us) {
@@ -37,7 +43,7 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
                           const RankSizes& sizes) {
   StepTime time;
   const double tokens = static_cast<double>(global_batch) * static_cast<double>(options.seq);
-  const double n = static_cast<double>(model.spec.NumParams());
+  const double n = ActiveParams(model);
   const double attention = AttentionFlopsPerToken(model, options);
   double flops = ModelFlopsPerStep(model, options, global_batch);
   // Recomputation repeats part of the forward (a third of forward+backward).
@@ -77,11 +83,13 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
   time.dp_comm = dp_comm - cluster.comm_overlap * std::min(dp_comm, time.compute);
 
   const double act_bytes = options.precision == PlanPrecision::kFp32 ? 4.0 : 2.0;
-  const double sbh_bytes =
-      model.transformer.has_value()
-          ? static_cast<double>(options.seq * options.micro_batch * model.transformer->hidden) *
-                act_bytes
-          : 0.0;
+  // In double: s x b x h may pass 2^63 even where the activations per GPU
+  // (divided by t with sequence parallelism) fit.
+  const double sbh_bytes = model.transformer.has_value()
+                               ? static_cast<double>(options.seq) *
+                                     static_cast<double>(options.micro_batch) *
+                                     static_cast<double>(model.transformer->hidden) * act_bytes
+                               : 0.0;
   if (c.tp > 1) {
     // Megatron: two all-reduces (or all-gather + reduce-scatter with
     // sequence parallelism) in the forward and two in the backward of each

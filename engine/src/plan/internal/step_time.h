@@ -13,7 +13,9 @@ namespace internal {
 
 // Model FLOPs of one step over `global_batch` sequences of options.seq
 // tokens: 6 N per token plus 12 s (a d) L per token for attention
-// (forward + backward, no recomputation).
+// (forward + backward, no recomputation). N is the active params
+// (ModelDescription::active_params): a mixture of experts counts only the
+// experts a token is routed to.
 double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
                          int64_t global_batch);
 
