@@ -38,7 +38,7 @@ TEST(BufferPlanTest, GatherPoolNeverHoldsMoreBuffersThanShardedUnits) {
                                                   {3, 0, 4},
                                                   {4, 0, 4},
                                                   {63, 0, 4},
-                                                  {1 << 30, 0, 4},
+                                                  {65536, 0, 4},  // TrainSpec's maximum
                                                   {63, 64, 3},
                                                   {63, 1 << 20, 0}}) {
     TrainSpec train = Stage3(prefetch);
