@@ -35,7 +35,9 @@ struct ModelSpec {
 
   int64_t NumParams() const;
   // Non-empty units with unique names, params with unique names within a
-  // unit, every dimension positive. The error names the unit and param.
+  // unit, every dimension positive, and a total element count that fits
+  // int64_t (so NumElements() and NumParams() cannot overflow). The error
+  // names the unit and param.
   absl::Status Validate() const;
 };
 

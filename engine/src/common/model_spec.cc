@@ -27,6 +27,9 @@ int64_t ModelSpec::NumParams() const {
 absl::Status ModelSpec::Validate() const {
   if (units.empty()) return absl::InvalidArgumentError("model spec has no units");
   std::set<std::string> unit_names;
+  // NumElements() and NumParams() multiply and add in int64_t; a spec they
+  // cannot count is refused here rather than overflowing there.
+  int64_t model_elements = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const UnitSpec& unit = units[u];
     if (unit.name.empty()) {
@@ -51,12 +54,20 @@ absl::Status ModelSpec::Validate() const {
             absl::StrFormat("model spec: param '%s.%s' has no shape; give at least one dimension",
                             unit.name, p.name));
       }
+      int64_t elements = 1;
+      bool overflow = false;
       for (int64_t d : p.shape) {
         if (d <= 0) {
           return absl::InvalidArgumentError(absl::StrFormat(
               "model spec: param '%s.%s' has dimension %d; dimensions must be positive", unit.name,
               p.name, d));
         }
+        overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
+      }
+      if (overflow || __builtin_add_overflow(model_elements, elements, &model_elements)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' brings the model past 2^63-1 elements; check its shape",
+            unit.name, p.name));
       }
     }
   }
