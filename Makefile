@@ -1,43 +1,115 @@
 # zeroshard quickstart targets. `make demo` and `make test` work on a fresh
 # Debian machine as root: they install what is missing, configure, build and run.
+# docs/testing.md describes the test, fuzz and sanitizer targets.
 
 BUILD_DIR ?= build
+ASAN_BUILD_DIR ?= build-asan
+TSAN_BUILD_DIR ?= build-tsan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEMO_ARGS ?=
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?= -1
+FUZZ_TIMEOUT ?= 10
+FUZZ_RSS_MB ?= 2048
 
 APT_PACKAGES := build-essential cmake pkg-config libabsl-dev nlohmann-json3-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev
+# clang with its libFuzzer and sanitizer runtimes, and llvm-symbolizer for
+# readable reports: the fuzz smoke run in `make test` and the sanitizer builds.
+CLANG_APT_PACKAGES := clang libclang-rt-dev llvm
 
-.PHONY: all deps configure build demo test bench clean format
+FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer
+# The thread-heavy tests that run under ThreadSanitizer: every in-process
+# multi-rank test (local communicator, engine, trainer, planner vs ledger) and
+# the ledger's concurrent-update test. MPI tests stay out (separate processes).
+TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_memory_test \
+	mlp_trainer_test plan_vs_ledger_test
+
+# Sanitizer builds: clang, optimised with line info, CPU only.
+CLANG_CMAKE_FLAGS := -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	-DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_CUDA=OFF
+# MAKELEVEL/MAKEFLAGS unset: the build's own make need not print every directory.
+CMAKE_BUILD := env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS cmake --build
+
+empty :=
+space := $(empty) $(empty)
+TSAN_TEST_REGEX := ^($(subst $(space),|,$(strip $(TSAN_TESTS))))$$
+
+.PHONY: all deps deps-clang configure build demo test fuzz-build fuzz test-asan test-tsan \
+	sanitize bench clean format
 
 all: build
 
-# Installs the Debian packages that are missing (needs root; a no-op when all are there).
+# $(call apt_install,PACKAGES): installs the missing ones (needs root; a no-op
+# when all are there).
+define apt_install
+@missing=""; for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+  echo "zeroshard: installing$$missing"; \
+  if [ "$$(id -u)" != "0" ]; then echo "zeroshard: missing packages:$$missing; run as root or install them" >&2; exit 1; fi; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+fi
+endef
+
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "zeroshard: installing$$missing"; \
-	  if [ "$$(id -u)" != "0" ]; then echo "zeroshard: missing packages:$$missing; run as root or install them" >&2; exit 1; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,$(APT_PACKAGES))
+
+deps-clang: deps
+	$(call apt_install,$(CLANG_APT_PACKAGES))
 
 $(BUILD_DIR)/CMakeCache.txt:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
+# One clang build directory with ASan+UBSan serves both the fuzz targets and
+# the sanitized test suite, so the libraries they share compile once.
+$(ASAN_BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(ASAN_BUILD_DIR) $(CLANG_CMAKE_FLAGS) -DZS_SANITIZE=address -DZS_FUZZ=ON
+
+$(TSAN_BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(TSAN_BUILD_DIR) $(CLANG_CMAKE_FLAGS) -DZS_SANITIZE=thread -DZS_MPI=OFF
+
 configure: deps $(BUILD_DIR)/CMakeCache.txt
 
-# MAKELEVEL/MAKEFLAGS unset: the build's own make need not print every directory.
 build: configure
-	env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS cmake --build $(BUILD_DIR) -j $(JOBS)
+	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS)
 
 demo: build
 	$(BUILD_DIR)/examples/mlp/mlp_demo $(DEMO_ARGS)
 
-test: build
+# The whole suite (gcc, CUDA compiled when nvcc is there), then a few seconds
+# of every fuzz target (clang, ASan+UBSan; ctest label `fuzz`).
+test: build fuzz-build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz
+
+# Only the fuzz targets and the libraries they link.
+fuzz-build: deps-clang $(ASAN_BUILD_DIR)/CMakeCache.txt
+	$(CMAKE_BUILD) $(ASAN_BUILD_DIR) -j $(JOBS) --target zs_fuzz_targets
+
+# Each target for FUZZ_SECONDS (0: no limit) or FUZZ_RUNS executions (-1: no
+# limit), whichever ends first; stops at the first crash, hang, out-of-memory
+# or sanitizer report and prints its reproducer.
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	  FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_TIMEOUT=$(FUZZ_TIMEOUT) \
+	    FUZZ_RSS_MB=$(FUZZ_RSS_MB) tests/fuzz/run_fuzzer.sh \
+	    $(ASAN_BUILD_DIR)/tests/fuzz/$$t $(ASAN_BUILD_DIR)/fuzz/$$t || exit $$?; \
+	done
+
+# The whole suite under ASan+UBSan (MPI included); the fuzz smoke runs in `make test`.
+test-asan: deps-clang $(ASAN_BUILD_DIR)/CMakeCache.txt
+	$(CMAKE_BUILD) $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE fuzz
+
+# TSAN_TESTS under ThreadSanitizer.
+test-tsan: deps-clang $(TSAN_BUILD_DIR)/CMakeCache.txt
+	$(CMAKE_BUILD) $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TESTS)
+	cd $(TSAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TEST_REGEX)'
+
+sanitize: test-asan test-tsan
 
 bench: build
 	$(BUILD_DIR)/perf/kernels/adam_bench
@@ -46,4 +118,4 @@ format:
 	find engine kernels tools examples tests perf -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)

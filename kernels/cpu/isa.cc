@@ -8,8 +8,21 @@
 
 #include "kernels/cpu/internal/check.h"
 
+#if defined(ZS_KERNELS_X86_PATHS)
+#include <cpuid.h>
+#endif
+
 namespace zeroshard::kernels {
 namespace {
+
+#if defined(ZS_KERNELS_X86_PATHS)
+// CPUID leaf 1, ECX bit 29. Read directly: clang (14) has no "f16c" for
+// __builtin_cpu_supports. The AVX checks below cover the OS's register saving.
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
 
 Isa DetectBestIsa() {
 #if defined(ZS_KERNELS_X86_PATHS)
@@ -17,7 +30,7 @@ Isa DetectBestIsa() {
   // __builtin_cpu_supports also checks that the OS saves the wide registers.
   // Both SIMD paths convert fp16 with F16C, which every AVX2 CPU has; it is
   // checked anyway so that a CPU (or emulator) without it gets a path it runs.
-  const bool f16c = __builtin_cpu_supports("f16c");
+  const bool f16c = CpuHasF16c();
   if (f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq")) {
     return Isa::kAvx512;

@@ -65,6 +65,9 @@ TEST(ModelSpecTest, OverflowingShapesAreRefusedNotWrapped) {
   EXPECT_EQ(wraps.NumParams(), -1);
   ExpectRefused(wraps, "'block.w' of shape [4611686018427387905, 4]");
   ExpectRefused(OneParam({int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31}), "2^56");
+  // The spec_json fuzzer's reproducer: 129 x 1283333333333 x 33333333 wraps.
+  ExpectRefused(OneParam({129, 1283333333333, 33333333}),
+                "of shape [129, 1283333333333, 33333333]");
   // Fits in int64 but passes the model limit.
   ExpectRefused(OneParam({(int64_t{1} << 56) + 1}), "72057594037927936");
   const ModelSpec at_limit = OneParam({int64_t{1} << 28, int64_t{1} << 28});
