@@ -40,7 +40,6 @@ namespace zeroshard {
 namespace {
 
 constexpr int kDepths[] = {0, 1, 2};
-constexpr int kNumDepths = 3;
 
 struct BenchOptions {
   bool backend_mpi = true;
