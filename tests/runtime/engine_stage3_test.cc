@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -157,6 +158,23 @@ TEST(SequenceCheckTest, ARankGatheringADifferentUnitFailsWithinSecondsNamingIt) 
   }
 }
 
+// Two ranks of a synthetic run: create, start and train one step, then
+// `then(rank, engine)`; the first error of any rank.
+absl::Status AfterOneStep(const TrainSpec& train,
+                          const std::function<absl::Status(int rank, Engine& engine)>& then) {
+  const ModelSpec spec = SyntheticSpec();
+  return RunLocalRanks(
+      2,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        auto device = CreateCpuDevice();
+        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
+        ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+        ZS_RETURN_IF_ERROR(SyntheticStep(*engine, spec).status());
+        return then(rank, *engine);
+      },
+      CommOptions{absl::Seconds(20)});
+}
+
 TEST(SequenceCheckTest, DivergenceTheCommunicatorCannotSeeIsCaughtAtTheStep) {
   // Between steps, rank 0 reads a param (GetParam: an fp32 all-gather of
   // block.1's shards, tagged with the unit) while rank 1 gathers block.1 for
@@ -165,22 +183,15 @@ TEST(SequenceCheckTest, DivergenceTheCommunicatorCannotSeeIsCaughtAtTheStep) {
   TrainSpec train = SyntheticTrain(3, Precision::kFp32);
   train.prefetch_units = 0;
   const ModelSpec spec = SyntheticSpec();
-  const absl::Status status = RunLocalRanks(
-      2,
-      [&](int rank, Communicator& comm) -> absl::Status {
-        auto device = CreateCpuDevice();
-        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-        ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
-        ZS_RETURN_IF_ERROR(SyntheticStep(*engine, spec).status());
-        if (rank == 0) {
-          ZS_RETURN_IF_ERROR(engine->GetParam(1, 0).status());
-        } else {
-          ZS_RETURN_IF_ERROR(engine->Gather(1).status());
-          ZS_RETURN_IF_ERROR(engine->Release(1));
-        }
-        return SyntheticStep(*engine, spec).status();
-      },
-      CommOptions{absl::Seconds(20)});
+  const absl::Status status = AfterOneStep(train, [&](int rank, Engine& engine) -> absl::Status {
+    if (rank == 0) {
+      ZS_RETURN_IF_ERROR(engine.GetParam(1, 0).status());
+    } else {
+      ZS_RETURN_IF_ERROR(engine.Gather(1).status());
+      ZS_RETURN_IF_ERROR(engine.Release(1));
+    }
+    return SyntheticStep(engine, spec).status();
+  });
   ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_NE(status.message().find("collective sequence check at step 2"), std::string::npos)
       << status;
@@ -191,25 +202,17 @@ TEST(GetParamTest, RanksAskingForDifferentUnitsOfEqualSizeAreRefused) {
   // block.1 and block.3 have the same shapes, so their stage-3 shard
   // all-gathers have the same count and dtype; the unit tag tells them apart.
   for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
-    const ModelSpec spec = SyntheticSpec();
-    const TrainSpec train = SyntheticTrain(3, precision);
     std::vector<std::string> messages(2);
-    const absl::Status status = RunLocalRanks(
-        2,
-        [&](int rank, Communicator& comm) -> absl::Status {
-          auto device = CreateCpuDevice();
-          ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-          ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
-          ZS_RETURN_IF_ERROR(SyntheticStep(*engine, spec).status());
+    const absl::Status status =
+        AfterOneStep(SyntheticTrain(3, precision), [&](int rank, Engine& engine) -> absl::Status {
           // The same unit on every rank works...
-          ZS_ASSIGN_OR_RETURN(std::vector<float> same, engine->GetParam(1, 0));
+          ZS_ASSIGN_OR_RETURN(std::vector<float> same, engine.GetParam(1, 0));
           // ...a different one fails on every rank, without a value.
-          const absl::StatusOr<std::vector<float>> mixed = engine->GetParam(rank == 0 ? 1 : 3, 0);
+          const absl::StatusOr<std::vector<float>> mixed = engine.GetParam(rank == 0 ? 1 : 3, 0);
           EXPECT_FALSE(mixed.ok()) << "rank " << rank << " got values for a mixed-up GetParam";
           messages[rank] = std::string(mixed.status().message());
           return mixed.status();
-        },
-        CommOptions{absl::Seconds(20)});
+        });
     ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
     EXPECT_NE(messages[0].find("GetParam(block.1.w)"), std::string::npos) << messages[0];
     EXPECT_NE(messages[1].find("GetParam(block.3.w)"), std::string::npos) << messages[1];

@@ -164,6 +164,10 @@ class EngineImpl final : public Engine {
   absl::StatusOr<std::vector<std::string>> UnitDifferences();
   absl::Status CheckWeightsAndSettingsAgree(absl::Span<const TrainerSetting> settings);
   absl::Status StartMismatch(const std::vector<std::string>& per_rank) const;
+  // Every rank's `mine` (the same length on every rank), in rank order;
+  // `phase` (-1, -2, -3) tells the exchanges apart in the sequence record.
+  absl::StatusOr<std::vector<int64_t>> ExchangeStartRecord(const std::vector<int64_t>& mine,
+                                                           int phase);
   bool started_ = false;
   std::vector<std::vector<uint64_t>> param_hashes_;  // 0 = not set
   absl::Status poisoned_;

@@ -72,6 +72,16 @@ std::vector<int64_t> Bits(const std::vector<StartField>& fields) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<int64_t>> EngineImpl::ExchangeStartRecord(
+    const std::vector<int64_t>& mine, int phase) {
+  const int64_t count = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(static_cast<size_t>(count) * world_);
+  CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
+  NoteCollective(CollectiveKind::kFingerprint, phase, count);
+  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  return all;
+}
+
 absl::Status EngineImpl::StartMismatch(const std::vector<std::string>& per_rank) const {
   return absl::FailedPreconditionError(
       absl::StrFormat("Start(): %s; every rank must run the same code with the same config, "
@@ -128,19 +138,16 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
     f.name = absl::StrCat("train spec ", f.name);
     header.push_back(std::move(f));
   }
-  const std::vector<int64_t> mine = Bits(header);
-  const int64_t count = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> all(static_cast<size_t>(count) * world_);
-  CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
-  NoteCollective(CollectiveKind::kFingerprint, -1, count);
-  const absl::Status exchanged = WaitComm(handle);
-  if (!exchanged.ok()) {
+  const int64_t count = static_cast<int64_t>(header.size());
+  absl::StatusOr<std::vector<int64_t>> gathered = ExchangeStartRecord(Bits(header), -1);
+  if (!gathered.ok()) {
     return absl::Status(
-        exchanged.code(),
+        gathered.status().code(),
         absl::StrFormat("Start(): the start-up check could not exchange its record (a rank with "
                         "another record size runs another zeroshard build): %s",
-                        exchanged.message()));
+                        gathered.status().message()));
   }
+  const std::vector<int64_t>& all = *gathered;
   std::vector<std::string> per_rank;
   bool same_unit_count = true;
   bool only_spec_differs = false;
@@ -182,10 +189,7 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
     mine.push_back(static_cast<int64_t>(FingerprintUnitSpec(model_.units[u])));
   }
   const int64_t count = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> all(static_cast<size_t>(count) * world_);
-  CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
-  NoteCollective(CollectiveKind::kFingerprint, -2, count);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_ASSIGN_OR_RETURN(const std::vector<int64_t> all, ExchangeStartRecord(mine, -2));
   std::vector<std::string> per_rank;
   for (int r = 1; r < world_; ++r) {
     std::vector<std::string> differences;
@@ -223,12 +227,7 @@ absl::Status EngineImpl::CheckWeightsAndSettingsAgree(absl::Span<const TrainerSe
                       s.is_real ? RealBits(s.real_value) : s.int_value});
   }
   if (fields.empty()) return absl::OkStatus();
-  const std::vector<int64_t> mine = Bits(fields);
-  const int64_t count = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> all(static_cast<size_t>(count) * world_);
-  CommHandle handle = comm_.AllGather(mine.data(), all.data(), count, DType::kInt64);
-  NoteCollective(CollectiveKind::kFingerprint, -3, count);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_ASSIGN_OR_RETURN(const std::vector<int64_t> all, ExchangeStartRecord(Bits(fields), -3));
   std::vector<std::string> per_rank;
   for (int r = 1; r < world_; ++r) {
     const std::vector<std::string> d = Differences(fields, all, r, "");
