@@ -63,8 +63,9 @@ void AddGpt2Layer(UnitBuilder& unit, const TransformerShape& s) {
 }
 
 // Llama-family names and nn.Linear shapes ([out, in]): column-parallel
-// layers split dimension 0, row-parallel layers dimension 1.
-void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
+// layers split dimension 0, row-parallel layers dimension 1. The attention
+// half of a layer (Llama, Mistral, Qwen2, Mixtral), with its two norms.
+void AddLlamaAttention(UnitBuilder& unit, const TransformerShape& s) {
   const int64_t h = s.hidden;
   const int64_t q = s.heads * s.head_dim;
   const int64_t kv = s.kv_heads * s.head_dim;
@@ -78,6 +79,11 @@ void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
   unit.Add("self_attn.o_proj.weight", {h, q}, 1);
   if (s.attn_out_bias) unit.Add("self_attn.o_proj.bias", {h}, kReplicated, true);
   AddNorm(unit, "post_attention_layernorm", s);
+}
+
+void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
+  const int64_t h = s.hidden;
+  AddLlamaAttention(unit, s);
   if (s.gated_mlp) {
     unit.Add("mlp.gate_proj.weight", {s.intermediate, h}, 0);
     if (s.mlp_bias) unit.Add("mlp.gate_proj.bias", {s.intermediate}, 0, true);
@@ -91,16 +97,10 @@ void AddLlamaLayer(UnitBuilder& unit, const TransformerShape& s) {
 // Mixtral: Mistral's attention, then a router and `experts` SwiGLU experts
 // (w1 gate, w3 up: column-parallel; w2 down: row-parallel). The router is
 // replicated across the tensor-parallel group.
+// (The reader never sets attention biases for Mixtral.)
 void AddMixtralLayer(UnitBuilder& unit, const TransformerShape& s) {
   const int64_t h = s.hidden;
-  const int64_t q = s.heads * s.head_dim;
-  const int64_t kv = s.kv_heads * s.head_dim;
-  AddNorm(unit, "input_layernorm", s);
-  unit.Add("self_attn.q_proj.weight", {q, h}, 0);
-  unit.Add("self_attn.k_proj.weight", {kv, h}, 0);
-  unit.Add("self_attn.v_proj.weight", {kv, h}, 0);
-  unit.Add("self_attn.o_proj.weight", {h, q}, 1);
-  AddNorm(unit, "post_attention_layernorm", s);
+  AddLlamaAttention(unit, s);
   unit.Add("block_sparse_moe.gate.weight", {s.experts, h}, kReplicated);
   for (int64_t e = 0; e < s.experts; ++e) {
     const std::string expert = absl::StrCat("block_sparse_moe.experts.", e, ".");
