@@ -3,12 +3,15 @@
 set(ZS_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 
 # zs_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [COPTS ...])
+# A static library. Only engine/include (installed as include/) is a public
+# include path; the repository root, for the "engine/src/..." and
+# "kernels/..." includes of the implementation, is private to the target.
 function(zs_cc_library)
   cmake_parse_arguments(ZS "" "NAME" "SRCS;HDRS;DEPS;COPTS" ${ARGN})
   add_library(${ZS_NAME} STATIC ${ZS_SRCS} ${ZS_HDRS})
-  target_include_directories(${ZS_NAME} PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/engine/include>
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
+  target_include_directories(${ZS_NAME}
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/engine/include> $<INSTALL_INTERFACE:include>
+    PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${ZS_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ZS_WARNINGS} ${ZS_COPTS}>)
   target_link_libraries(${ZS_NAME} PUBLIC ${ZS_DEPS})
   add_library(zeroshard::${ZS_NAME} ALIAS ${ZS_NAME})
@@ -19,6 +22,8 @@ endfunction()
 function(zs_cc_test)
   cmake_parse_arguments(ZS "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
   add_executable(${ZS_NAME} ${ZS_SRCS})
+  # Tests may look inside: internal headers by their path from the root.
+  target_include_directories(${ZS_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${ZS_NAME} PRIVATE ${ZS_WARNINGS})
   target_link_libraries(${ZS_NAME} PRIVATE ${ZS_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   add_test(NAME ${ZS_NAME} COMMAND ${ZS_NAME} ${ZS_ARGS})
@@ -35,9 +40,12 @@ function(zs_cc_test)
 endfunction()
 
 # zs_cc_binary(NAME name SRCS ... [DEPS ...])
+# Tools, examples and benchmarks: the public API plus their own folder's
+# headers by their path from the root ("examples/mlp/mlp.h").
 function(zs_cc_binary)
   cmake_parse_arguments(ZS "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${ZS_NAME} ${ZS_SRCS})
+  target_include_directories(${ZS_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${ZS_NAME} PRIVATE ${ZS_WARNINGS})
   target_link_libraries(${ZS_NAME} PRIVATE ${ZS_DEPS})
 endfunction()

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engine/src/plan/byte_units.h"
-#include "engine/src/plan/model_source.h"
-#include "engine/src/plan/planner.h"
-#include "engine/src/plan/report.h"
+#include "zeroshard/byte_units.h"
+#include "zeroshard/model_source.h"
+#include "zeroshard/planner.h"
+#include "zeroshard/plan_report.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::tools {

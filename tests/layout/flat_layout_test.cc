@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 namespace {
 
 ModelSpec RandomSpec(std::mt19937_64& rng) {
@@ -212,4 +212,4 @@ TEST(FlatLayoutTest, RejectsBadWorldSizesAndSpecs) {
 }
 
 }  // namespace
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

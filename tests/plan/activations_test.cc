@@ -3,7 +3,7 @@
 
 #include "gtest/gtest.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 namespace {
 
 int64_t Must(const absl::StatusOr<int64_t>& bytes) {
@@ -207,4 +207,4 @@ TEST(ActivationsTest, ParsesNames) {
 }
 
 }  // namespace
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 namespace {
 
 // Three units of different sizes and a small norm unit.
@@ -82,4 +82,4 @@ TEST(BufferPlanTest, BytesPast2To63AreAnErrorNamingTheBuffer) {
 }
 
 }  // namespace
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

@@ -1,6 +1,6 @@
 // Exact parameter counts from presets, config.json files, JSON specs and
 // bare counts; clear errors for bad input.
-#include "engine/src/plan/model_source.h"
+#include "zeroshard/model_source.h"
 
 #include <chrono>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/plan/byte_units.h"
+#include "zeroshard/byte_units.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard {

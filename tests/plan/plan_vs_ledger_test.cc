@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/src/plan/model_description.h"
-#include "engine/src/plan/planner.h"
+#include "zeroshard/model_description.h"
+#include "zeroshard/planner.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
 #include "zeroshard/communicator.h"

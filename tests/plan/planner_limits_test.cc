@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "engine/src/plan/model_source.h"
-#include "engine/src/plan/planner.h"
+#include "zeroshard/model_source.h"
+#include "zeroshard/planner.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/src/plan/model_source.h"
-#include "engine/src/plan/planner.h"
-#include "engine/src/plan/report.h"
+#include "zeroshard/model_source.h"
+#include "zeroshard/planner.h"
+#include "zeroshard/plan_report.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_seed.h"

@@ -1,6 +1,6 @@
 // Planner: ZeRO paper numbers, the automatic choice and its fallbacks, and
 // buffers that are PlanBuffers verbatim where the engine runs the plan.
-#include "engine/src/plan/planner.h"
+#include "zeroshard/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,13 +10,14 @@
 
 #include "absl/strings/match.h"
 #include "engine/src/layout/flat_layout.h"
+#include "engine/src/plan/buffer_plan.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
-#include "engine/src/plan/model_source.h"
+#include "zeroshard/model_source.h"
 #include "gtest/gtest.h"
 #include "tests/test_env.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 namespace {
 
 ClusterSpec Cluster(int gpus, int64_t gpu_gib = 80) {
@@ -416,4 +417,4 @@ TEST(PlannerTest, PlanningTheLargestModelsIsFast) {
 }
 
 }  // namespace
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

@@ -4,10 +4,16 @@
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
 #include "gtest/gtest.h"
+#include "zeroshard/buffer_plan.h"
 #include "tests/runtime/engine_test_util.h"
 
 namespace zeroshard::testing {
 namespace {
+
+using internal::FlatLayout;
+using internal::kParamAlignment;
+using internal::kShardQuantum;
+using internal::PlanBuffers;
 
 TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
   const mlp::MlpConfig cfg = SmallMlp();
@@ -27,7 +33,8 @@ TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
       run.stage = stage;
       run.steps = 2;
       run.precision = Precision::kBf16Mixed;
-      auto plan = PlanBuffers(*layout, MakeTrainSpec(run));
+      // What a trainer can ask before Engine::Create (the public API).
+      auto plan = PlanEngineBuffers(spec, MakeTrainSpec(run), world);
       ASSERT_TRUE(plan.ok()) << plan.status();
       // ZeRO paper, mixed-precision Adam: 2 psi params + 2 psi grads + 12 psi
       // (fp32 master, m, v), split as the stage says.

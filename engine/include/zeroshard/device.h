@@ -12,25 +12,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "zeroshard/memory_category.h"
 
 namespace zeroshard {
-
-enum class MemoryCategory : int {
-  kParams = 0,      // working-precision parameters (fp32, bf16 or fp16)
-  kGradients,       // gradient accumulation buffers
-  kMasterParams,    // fp32 master copy (mixed precision only)
-  kOptimizerState,  // Adam m and v
-  kCommBuffers,     // gradient staging buckets, gather buffers
-  kActivations,
-  kWorkspace,
-  kCount
-};
-inline constexpr int kNumMemoryCategories = static_cast<int>(MemoryCategory::kCount);
-
-// "params", "grads", "master", "optimizer", "buffers", "activations", "workspace".
-const char* MemoryCategoryName(MemoryCategory category);
-// params, grads, master and optimizer state: what the ZeRO formulas count.
-bool IsModelState(MemoryCategory category);
 
 // Thread-safe record of live and peak bytes, per category and in total.
 class MemoryLedger {

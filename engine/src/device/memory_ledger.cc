@@ -4,32 +4,6 @@
 
 namespace zeroshard {
 
-const char* MemoryCategoryName(MemoryCategory category) {
-  switch (category) {
-    case MemoryCategory::kParams:
-      return "params";
-    case MemoryCategory::kGradients:
-      return "grads";
-    case MemoryCategory::kMasterParams:
-      return "master";
-    case MemoryCategory::kOptimizerState:
-      return "optimizer";
-    case MemoryCategory::kCommBuffers:
-      return "buffers";
-    case MemoryCategory::kActivations:
-      return "activations";
-    case MemoryCategory::kWorkspace:
-      return "workspace";
-    case MemoryCategory::kCount:
-      break;
-  }
-  return "?";
-}
-
-bool IsModelState(MemoryCategory category) {
-  return category == MemoryCategory::kParams || category == MemoryCategory::kGradients ||
-         category == MemoryCategory::kMasterParams || category == MemoryCategory::kOptimizerState;
-}
 
 void MemoryLedger::Add(MemoryCategory category, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);

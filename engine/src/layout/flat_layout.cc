@@ -8,7 +8,7 @@
 #include "engine/src/common/checked_math.h"
 #include "zeroshard/status.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 namespace {
 
 absl::Status CheckWorldSize(int world_size) {
@@ -154,4 +154,4 @@ std::vector<ElementRange> FlatLayout::PaddingRanges(int u) const {
   return out;
 }
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

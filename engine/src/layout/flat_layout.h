@@ -19,9 +19,13 @@
 #include "absl/status/statusor.h"
 #include "zeroshard/model_spec.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 
 inline constexpr int64_t kShardQuantum = 128;   // elements; shards are multiples of it
+// Elements per block of the exact gradient-norm sum (kernels::kNormBlock; the
+// runtime static_asserts they agree). A shard holds whole blocks, so the norm
+// does not depend on where shards begin.
+inline constexpr int64_t kNormBlockElements = kShardQuantum;
 inline constexpr int64_t kParamAlignment = 64;  // elements; param starts within a segment
 // Ranks a layout can be split over: 2^20, the largest cluster the estimator
 // accepts. Nothing in a layout grows with the world size (per unit it keeps
@@ -102,6 +106,6 @@ class FlatLayout {
   int64_t shard_offset_ = 0;  // running sums while segments are added
 };
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal
 
 #endif  // ZEROSHARD_LAYOUT_FLAT_LAYOUT_H_

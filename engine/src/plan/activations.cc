@@ -29,6 +29,7 @@ absl::StatusOr<Recompute> ParseRecompute(absl::string_view name) {
       absl::StrFormat("--recompute: '%s' is not one of none, selective, full", name));
 }
 
+namespace internal {
 namespace {
 
 // Per-layer activations in units of sbh, split by what tensor parallelism
@@ -155,4 +156,5 @@ absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
                  shape);
 }
 
+}  // namespace internal
 }  // namespace zeroshard

@@ -22,17 +22,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/src/plan/model_description.h"
+#include "zeroshard/model_description.h"
+#include "zeroshard/planner.h"
 
-namespace zeroshard {
-
-enum class Recompute {
-  kNone,       // keep every activation the backward needs
-  kSelective,  // recompute the attention scores (s^2 terms): what flash attention does
-  kFull,       // keep only each layer's input; recompute the layer in the backward
-};
-const char* RecomputeName(Recompute r);  // "none", "selective", "full"
-absl::StatusOr<Recompute> ParseRecompute(absl::string_view name);
+namespace zeroshard::internal {
 
 struct ActivationShape {
   int64_t seq = 0;          // s
@@ -70,6 +63,6 @@ absl::StatusOr<int64_t> EmbeddingActivationBytes(const TransformerShape& model,
 absl::StatusOr<int64_t> OutputActivationBytes(const TransformerShape& model,
                                               const ActivationShape& shape);
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal
 
 #endif  // ZEROSHARD_PLAN_ACTIVATIONS_H_

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
-#include "kernels/cpu/norm.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -47,6 +46,8 @@ int64_t BufferPlan::total_bytes() const {
   for (const PlannedBuffer& b : buffers) total += b.bytes();
   return total;
 }
+
+namespace internal {
 
 absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec& train) {
   ZS_RETURN_IF_ERROR(train.Validate());
@@ -124,9 +125,10 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     plan.buffers.push_back(
         {kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(), *pool});
   }
-  // One double per norm block of the rank's shard.
-  const int64_t norm_blocks = shard / static_cast<int64_t>(kernels::kNormBlock) +
-                              (shard % static_cast<int64_t>(kernels::kNormBlock) != 0 ? 1 : 0);
+  // One double per norm block of the rank's shard. The gradient norm sums
+  // blocks of kNormBlockElements (the runtime checks that the kernels use
+  // the same size); a shard is a whole number of blocks.
+  const int64_t norm_blocks = shard / kNormBlockElements + (shard % kNormBlockElements != 0 ? 1 : 0);
   plan.buffers.push_back(
       {kNormBlocksBuffer, MemoryCategory::kWorkspace, DType::kFloat64, norm_blocks});
   // Every buffer's bytes and their sum fit in int64_t, so bytes(), BytesIn()
@@ -142,6 +144,14 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     }
   }
   return plan;
+}
+
+}  // namespace internal
+
+absl::StatusOr<BufferPlan> PlanEngineBuffers(const ModelSpec& model, const TrainSpec& train,
+                                             int world_size) {
+  ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout, internal::FlatLayout::Create(model, world_size));
+  return internal::PlanBuffers(layout, train);
 }
 
 }  // namespace zeroshard

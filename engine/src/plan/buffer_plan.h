@@ -1,75 +1,21 @@
-// BufferPlan: the exact list of buffers one rank allocates for a ZeRO stage.
-//
-// Pure (sizes only, nothing allocated). The engine allocates exactly these
-// buffers and nothing else, so the planner's bytes equal the ledger's.
+// PlanBuffers: the buffer list of one rank over a laid-out model; the one
+// function behind PlanEngineBuffers (public), Engine::Create and the
+// planner's candidates.
 #ifndef ZEROSHARD_PLAN_BUFFER_PLAN_H_
 #define ZEROSHARD_PLAN_BUFFER_PLAN_H_
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include "absl/status/statusor.h"
 #include "engine/src/layout/flat_layout.h"
-#include "zeroshard/device.h"
-#include "zeroshard/dtype.h"
+#include "zeroshard/buffer_plan.h"
 #include "zeroshard/train_spec.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 
-struct PlannedBuffer {
-  std::string name;
-  MemoryCategory category = MemoryCategory::kWorkspace;
-  DType dtype = DType::kFloat32;
-  int64_t numel = 0;
-
-  int64_t bytes() const { return numel * static_cast<int64_t>(DTypeSize(dtype)); }
-};
-
-// Buffer names, shared by the planner and the engine.
-inline constexpr char kParamsBuffer[] = "params";
-inline constexpr char kGradsBuffer[] = "grads";
-inline constexpr char kMasterBuffer[] = "master";
-inline constexpr char kAdamMBuffer[] = "adam_m";
-inline constexpr char kAdamVBuffer[] = "adam_v";
-inline constexpr char kGradStagingBuffer[] = "grad_staging";
-inline constexpr char kNormBlocksBuffer[] = "norm_blocks";
-// Stage 3 only: the pool units are all-gathered into, gather_slots buffers
-// of the largest sharded unit.
-inline constexpr char kParamGatherBuffer[] = "param_gather";
-
-struct BufferPlan {
-  int zero_stage = 0;
-  int world_size = 1;
-  // Number of staging slots inside kGradStagingBuffer, each max_unit_numel long.
-  int grad_staging_slots = 0;
-  // Stage 3: buffers in kParamGatherBuffer (1 + prefetch depth, never more
-  // than the sharded units, fewer under max_live_gather_bytes), each
-  // gather_slot_numel elements. The engine prefetches gather_slots - 1 units.
-  int gather_slots = 0;
-  int64_t gather_slot_numel = 0;
-  // Per unit: its params are fully resident (stages 0-2 always; stage 3 only
-  // units of at most persistent_unit_numel elements). Non-resident units
-  // keep only this rank's shard.
-  std::vector<bool> unit_resident;
-  std::vector<PlannedBuffer> buffers;
-
-  // nullptr when the plan has no buffer of that name.
-  const PlannedBuffer* Find(const std::string& name) const;
-  int64_t BytesIn(MemoryCategory category) const;
-  int64_t model_state_bytes() const;
-  int64_t total_bytes() const;
-};
-
-// Per-rank buffers for `train` over `layout` (every rank allocates the same
-// sizes). Stage 0: all full. Stage 1: fp32 master and Adam moments sharded.
-// Stage 2: gradients sharded too. Stage 3: params sharded too (but for
-// persistent units), plus the gather pool: 1 + prefetch_units buffers of the
-// largest sharded unit, at most one per sharded unit. Every count is checked;
-// every buffer's bytes and the total fit in int64_t. InvalidArgument for an
+// Per-rank buffers for `train` over `layout` (see PlanEngineBuffers). Every
+// buffer's bytes and the total fit in int64_t. InvalidArgument for an
 // invalid TrainSpec, a gather cap below one unit, or a size past 2^63.
 absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec& train);
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal
 
 #endif  // ZEROSHARD_PLAN_BUFFER_PLAN_H_

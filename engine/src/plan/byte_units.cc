@@ -1,4 +1,4 @@
-#include "engine/src/plan/byte_units.h"
+#include "zeroshard/byte_units.h"
 
 #include <cctype>
 #include <cmath>

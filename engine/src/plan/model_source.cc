@@ -1,4 +1,4 @@
-#include "engine/src/plan/model_source.h"
+#include "zeroshard/model_source.h"
 
 #include <fstream>
 #include <limits>
@@ -15,6 +15,10 @@
 
 namespace zeroshard {
 namespace {
+
+using internal::BuildTransformerModel;
+using internal::HfPreset;
+using internal::HfPresets;
 
 using nlohmann::json;
 

@@ -1,4 +1,4 @@
-#include "engine/src/plan/planner.h"
+#include "zeroshard/planner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/src/common/checked_math.h"
-#include "engine/src/plan/byte_units.h"
+#include "zeroshard/byte_units.h"
 #include "engine/src/plan/internal/plan_inputs.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"

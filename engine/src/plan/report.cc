@@ -1,4 +1,4 @@
-#include "engine/src/plan/report.h"
+#include "zeroshard/plan_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
-#include "engine/src/plan/byte_units.h"
+#include "zeroshard/byte_units.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard {

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/plan/byte_units.h"
-#include "engine/src/plan/report.h"
+#include "zeroshard/byte_units.h"
+#include "zeroshard/plan_report.h"
 
 namespace zeroshard {
 namespace {

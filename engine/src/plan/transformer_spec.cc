@@ -9,7 +9,7 @@
 #include "engine/src/common/checked_math.h"
 #include "zeroshard/status.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 namespace {
 
 // Collects one unit's params and their tensor-parallel split dimensions.
@@ -239,4 +239,4 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
   return model;
 }
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

@@ -9,15 +9,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/src/plan/model_description.h"
+#include "zeroshard/model_description.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 
-// Transformer layers a model may have (one unit each). Checked before any
-// unit is built, so a config with 10^8 layers is refused, not allocated.
-inline constexpr int64_t kMaxLayers = 16384;
-// Experts per layer of a mixture of experts.
-inline constexpr int64_t kMaxExperts = 4096;
 
 // Units: "embed", "layers.<i>" (GPT-2: "h.<i>"), "final_norm", "lm_head".
 // Llama family (RMSNorm, SwiGLU, grouped-query k/v): q_proj [a*d, h],
@@ -38,6 +33,6 @@ inline constexpr int64_t kMaxExperts = 4096;
 absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& shape,
                                                        const std::string& name);
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal
 
 #endif  // ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_

@@ -21,8 +21,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
         "devices only",
         device.name()));
   }
-  ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(model, comm.size()));
-  ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanBuffers(layout, train));
+  ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout, internal::FlatLayout::Create(model, comm.size()));
+  ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
   auto engine = std::make_unique<internal::EngineImpl>(model, train, device, comm,
                                                        std::move(layout), std::move(plan));
   ZS_RETURN_IF_ERROR(engine->Allocate());

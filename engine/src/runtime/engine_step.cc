@@ -11,6 +11,11 @@
 
 namespace zeroshard::internal {
 
+// The planner sizes norm_blocks with the layout's block size; the kernels sum
+// blocks of their own. They must be the same number.
+static_assert(static_cast<int64_t>(kernels::kNormBlock) == kNormBlockElements,
+              "kernels::kNormBlock must equal the layout's kNormBlockElements");
+
 void EngineImpl::AccumulateInto(void* acc, const void* add, int64_t n) const {
   if (grad_dtype_ == DType::kFloat32) {
     float* a = static_cast<float*>(acc);

@@ -27,19 +27,6 @@ uint64_t HashString(uint64_t h, const std::string& s) {
 
 }  // namespace
 
-uint64_t HashBytes(const void* data, size_t bytes, uint64_t seed) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = seed == 0 ? kFnvOffset : seed;
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, p + i, 8);
-    h = Mix(h, word);
-  }
-  for (; i < bytes; ++i) h = Mix(h, p[i]);
-  return Mix(h, bytes);
-}
-
 uint64_t FingerprintUnitSpec(const UnitSpec& unit) {
   uint64_t h = HashString(kFnvOffset, unit.name);
   h = HashValue(h, static_cast<uint64_t>(unit.params.size()));
@@ -163,3 +150,20 @@ std::string FormatStartValue(StartField::Kind kind, int64_t bits) {
 }
 
 }  // namespace zeroshard::internal
+
+namespace zeroshard {
+
+uint64_t Fingerprint64(const void* data, size_t bytes, uint64_t seed) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = seed == 0 ? internal::kFnvOffset : seed;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, p + i, 8);
+    h = internal::Mix(h, word);
+  }
+  for (; i < bytes; ++i) h = internal::Mix(h, p[i]);
+  return internal::Mix(h, bytes);
+}
+
+}  // namespace zeroshard

@@ -9,14 +9,16 @@
 #include <vector>
 
 #include "engine/src/layout/flat_layout.h"
+#include "zeroshard/fingerprint.h"
 #include "zeroshard/model_spec.h"
 #include "zeroshard/train_spec.h"
 
 namespace zeroshard::internal {
 
-// 64-bit hash of `bytes` continuing from `seed` (FNV-1a mixing over 8-byte
-// words; not cryptographic, only a mismatch detector).
-uint64_t HashBytes(const void* data, size_t bytes, uint64_t seed);
+// Fingerprint64 (zeroshard/fingerprint.h), by its internal name.
+inline uint64_t HashBytes(const void* data, size_t bytes, uint64_t seed) {
+  return Fingerprint64(data, bytes, seed);
+}
 
 uint64_t FingerprintModelSpec(const ModelSpec& spec);
 // One unit: its name and every param's name, shape and no_decay.

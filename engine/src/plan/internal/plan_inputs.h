@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/src/plan/model_description.h"
-#include "engine/src/plan/planner.h"
+#include "zeroshard/model_description.h"
+#include "zeroshard/planner.h"
 
 namespace zeroshard {
 namespace internal {

@@ -9,7 +9,7 @@
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/activations.h"
 #include "engine/src/plan/buffer_plan.h"
-#include "engine/src/plan/byte_units.h"
+#include "zeroshard/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

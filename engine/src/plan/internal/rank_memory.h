@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/src/layout/flat_layout.h"
-#include "engine/src/plan/model_description.h"
-#include "engine/src/plan/planner.h"
+#include "zeroshard/model_description.h"
+#include "zeroshard/planner.h"
 #include "zeroshard/model_spec.h"
 
 namespace zeroshard {

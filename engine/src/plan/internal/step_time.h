@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "engine/src/plan/internal/rank_memory.h"
-#include "engine/src/plan/model_description.h"
-#include "engine/src/plan/planner.h"
+#include "zeroshard/model_description.h"
+#include "zeroshard/planner.h"
 
 namespace zeroshard {
 namespace internal {

@@ -1,6 +1,6 @@
 #include "engine/src/plan/presets/hf_presets.h"
 
-namespace zeroshard {
+namespace zeroshard::internal {
 
 const std::vector<HfPreset>& HfPresets() {
   static const std::vector<HfPreset>* presets = new std::vector<HfPreset>{
@@ -74,4 +74,4 @@ const std::vector<HfPreset>& HfPresets() {
   return *presets;
 }
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal

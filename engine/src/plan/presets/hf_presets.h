@@ -6,7 +6,7 @@
 
 #include <vector>
 
-namespace zeroshard {
+namespace zeroshard::internal {
 
 struct HfPreset {
   const char* name;         // e.g. "llama-2-7b"
@@ -17,6 +17,6 @@ struct HfPreset {
 // Every preset, in a stable order.
 const std::vector<HfPreset>& HfPresets();
 
-}  // namespace zeroshard
+}  // namespace zeroshard::internal
 
 #endif  // ZEROSHARD_PLAN_PRESETS_HF_PRESETS_H_

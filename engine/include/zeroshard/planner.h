@@ -7,8 +7,8 @@
 // plan equals the engine's ledger by construction. Offload and
 // tensor/pipeline splits are derived from the same list analytically
 // (docs/memory_model.md gives every formula).
-#ifndef ZEROSHARD_PLAN_PLANNER_H_
-#define ZEROSHARD_PLAN_PLANNER_H_
+#ifndef ZEROSHARD_PLANNER_H_
+#define ZEROSHARD_PLANNER_H_
 
 #include <cstdint>
 #include <optional>
@@ -17,12 +17,21 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/src/plan/activations.h"
-#include "engine/src/plan/buffer_plan.h"
-#include "engine/src/plan/model_description.h"
+#include "zeroshard/buffer_plan.h"
+#include "zeroshard/model_description.h"
 #include "zeroshard/train_spec.h"
 
 namespace zeroshard {
+
+// How much of a layer's activations the backward recomputes instead of
+// keeping (Korthikanti et al. 2022).
+enum class Recompute {
+  kNone,       // keep every activation the backward needs
+  kSelective,  // recompute the attention scores (s^2 terms): what flash attention does
+  kFull,       // keep only each layer's input; recompute the layer in the backward
+};
+const char* RecomputeName(Recompute r);  // "none", "selective", "full"
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view name);
 
 // Training precision as the planner sees it (the engine runs fp32 and bf16
 // today; fp16 has the same sizes as bf16).
@@ -216,4 +225,4 @@ class Planner {
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_PLAN_PLANNER_H_
+#endif  // ZEROSHARD_PLANNER_H_

@@ -1,8 +1,8 @@
 // ModelDescription: a ModelSpec plus what the planner needs beyond the params
 // themselves (transformer shape for activations and tensor parallelism,
 // which units are layers for pipeline stages).
-#ifndef ZEROSHARD_PLAN_MODEL_DESCRIPTION_H_
-#define ZEROSHARD_PLAN_MODEL_DESCRIPTION_H_
+#ifndef ZEROSHARD_MODEL_DESCRIPTION_H_
+#define ZEROSHARD_MODEL_DESCRIPTION_H_
 
 #include <cstdint>
 #include <optional>
@@ -12,6 +12,12 @@
 #include "zeroshard/model_spec.h"
 
 namespace zeroshard {
+
+// Transformer layers a model may have (one unit each). Checked before any
+// unit is built, so a config with 10^8 layers is refused, not allocated.
+inline constexpr int64_t kMaxLayers = 16384;
+// Experts per layer of a mixture of experts.
+inline constexpr int64_t kMaxExperts = 4096;
 
 // A decoder-only transformer as a Hugging Face config.json describes it.
 struct TransformerShape {
@@ -62,4 +68,4 @@ struct ModelDescription {
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_PLAN_MODEL_DESCRIPTION_H_
+#endif  // ZEROSHARD_MODEL_DESCRIPTION_H_

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/src/plan/planner.h"
+#include "zeroshard/planner.h"
 
 namespace zeroshard {
 

@@ -1,0 +1,32 @@
+#include "zeroshard/memory_category.h"
+
+namespace zeroshard {
+
+const char* MemoryCategoryName(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParams:
+      return "params";
+    case MemoryCategory::kGradients:
+      return "grads";
+    case MemoryCategory::kMasterParams:
+      return "master";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer";
+    case MemoryCategory::kCommBuffers:
+      return "buffers";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kWorkspace:
+      return "workspace";
+    case MemoryCategory::kCount:
+      break;
+  }
+  return "?";
+}
+
+bool IsModelState(MemoryCategory category) {
+  return category == MemoryCategory::kParams || category == MemoryCategory::kGradients ||
+         category == MemoryCategory::kMasterParams || category == MemoryCategory::kOptimizerState;
+}
+
+}  // namespace zeroshard
