@@ -19,6 +19,24 @@
 
 namespace zeroshard {
 
+// What a ZeRO stage decides, named once: the planner and the engine ask
+// these instead of comparing stage numbers.
+struct StageDecisions {
+  // Stages 1-3: the fp32 master and Adam moments hold only this rank's
+  // shard, so the reduced gradient is needed only there (reduce-scatter, not
+  // all-reduce) and the updated params are all-gathered after each step.
+  bool optimizer_sharded = false;
+  // Stages 2-3: the gradient buffer holds only the shard, so every
+  // micro-batch's gradient is reduce-scattered as soon as it is written
+  // (stages 0-1 sum a rank's micro-batches first and reduce once per step).
+  bool grads_sharded = false;
+  // Stage 3: params hold only the shard (but for persistent units); the
+  // trainer's Gather all-gathers a unit into the gather pool.
+  bool params_sharded = false;
+};
+// The decisions of ZeRO stage `zero_stage` (0-3).
+StageDecisions DecideStage(int zero_stage);
+
 // One allocation: its name (one of the k...Buffer names below), what it
 // holds, its element type and count.
 struct PlannedBuffer {
@@ -44,6 +62,7 @@ inline constexpr char kParamGatherBuffer[] = "param_gather";
 
 struct BufferPlan {
   int zero_stage = 0;
+  StageDecisions stage;  // DecideStage(zero_stage)
   int world_size = 1;
   // Number of staging slots inside kGradStagingBuffer, each max_unit_numel long.
   int grad_staging_slots = 0;

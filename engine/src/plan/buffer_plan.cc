@@ -18,6 +18,14 @@ absl::Status TooLarge(const char* buffer, const char* field, int64_t value) {
 
 }  // namespace
 
+StageDecisions DecideStage(int zero_stage) {
+  StageDecisions d;
+  d.optimizer_sharded = zero_stage >= 1;
+  d.grads_sharded = zero_stage >= 2;
+  d.params_sharded = zero_stage >= 3;
+  return d;
+}
+
 const PlannedBuffer* BufferPlan::Find(const std::string& name) const {
   for (const PlannedBuffer& b : buffers) {
     if (b.name == name) return &b;
@@ -53,6 +61,8 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   ZS_RETURN_IF_ERROR(train.Validate());
   BufferPlan plan;
   plan.zero_stage = train.zero_stage;
+  plan.stage = DecideStage(train.zero_stage);
+  const StageDecisions& stage = plan.stage;
   plan.world_size = layout.world_size();
   const int64_t full = layout.total_numel();
   const int64_t shard = layout.shard_numel();
@@ -60,7 +70,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   const DType grad_dtype = train.effective_grad_dtype();
   // Stage 0 keeps optimizer state for every element; stages 1-3 only for the
   // rank's own shard.
-  const int64_t optimizer_numel = train.zero_stage == 0 ? full : shard;
+  const int64_t optimizer_numel = stage.optimizer_sharded ? shard : full;
 
   // Params: every unit full, except stage 3's sharded units. At most the
   // full flat buffer, so the sum cannot overflow.
@@ -68,7 +78,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   int64_t sharded_units = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const UnitSegment& seg = layout.unit(u);
-    const bool resident = train.zero_stage < 3 || seg.used_numel <= train.persistent_unit_numel;
+    const bool resident = !stage.params_sharded || seg.used_numel <= train.persistent_unit_numel;
     plan.unit_resident.push_back(resident);
     params_numel += resident ? seg.padded_numel : seg.shard_numel;
     if (!resident) {
@@ -79,7 +89,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   plan.buffers.push_back(
       {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), params_numel});
   plan.buffers.push_back(
-      {kGradsBuffer, MemoryCategory::kGradients, grad_dtype, train.zero_stage >= 2 ? shard : full});
+      {kGradsBuffer, MemoryCategory::kGradients, grad_dtype, stage.grads_sharded ? shard : full});
   if (mixed) {
     plan.buffers.push_back(
         {kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, optimizer_numel});
@@ -92,7 +102,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   // Stages 0-1 write the first micro-batch's gradient straight into the full
   // gradient buffer, so they stage only when accumulating. Stage 2 stages
   // every unit: its gradient buffer holds only the shard.
-  if (train.zero_stage >= 2 || train.grad_accum_steps > 1) {
+  if (stage.grads_sharded || train.grad_accum_steps > 1) {
     plan.grad_staging_slots = train.num_grad_buffers;
     const std::optional<int64_t> staging =
         CheckedMul(plan.grad_staging_slots, layout.max_unit_numel());
@@ -128,7 +138,8 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   // One double per norm block of the rank's shard. The gradient norm sums
   // blocks of kNormBlockElements (the runtime checks that the kernels use
   // the same size); a shard is a whole number of blocks.
-  const int64_t norm_blocks = shard / kNormBlockElements + (shard % kNormBlockElements != 0 ? 1 : 0);
+  const int64_t norm_blocks =
+      shard / kNormBlockElements + (shard % kNormBlockElements != 0 ? 1 : 0);
   plan.buffers.push_back(
       {kNormBlocksBuffer, MemoryCategory::kWorkspace, DType::kFloat64, norm_blocks});
   // Every buffer's bytes and their sum fit in int64_t, so bytes(), BytesIn()

@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
         "devices only",
         device.name()));
   }
-  ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout, internal::FlatLayout::Create(model, comm.size()));
+  ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
+                      internal::FlatLayout::Create(model, comm.size()));
   ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
   auto engine = std::make_unique<internal::EngineImpl>(model, train, device, comm,
                                                        std::move(layout), std::move(plan));
@@ -153,7 +154,7 @@ void EngineImpl::BuildDecayRuns() {
 }
 
 ElementRange EngineImpl::OwnedRange(int unit) const {
-  if (train_.zero_stage == 0) return {0, layout_.unit(unit).padded_numel};
+  if (!plan_.stage.optimizer_sharded) return {0, layout_.unit(unit).padded_numel};
   return layout_.ShardRange(unit, rank_);
 }
 
@@ -167,7 +168,7 @@ void* EngineImpl::ParamsAt(int unit, int64_t seg_index) const {
 
 void* EngineImpl::GradsAt(int unit, int64_t seg_index) const {
   const UnitSegment& seg = layout_.unit(unit);
-  const int64_t element = train_.zero_stage >= 2
+  const int64_t element = plan_.stage.grads_sharded
                               ? seg.shard_offset + (seg_index - rank_ * seg.shard_numel)
                               : seg.offset + seg_index;
   return grads_.as<char>() + element * static_cast<int64_t>(DTypeSize(grad_dtype_));
@@ -175,7 +176,7 @@ void* EngineImpl::GradsAt(int unit, int64_t seg_index) const {
 
 float* EngineImpl::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
   const UnitSegment& seg = layout_.unit(unit);
-  const int64_t element = train_.zero_stage == 0
+  const int64_t element = !plan_.stage.optimizer_sharded
                               ? seg.offset + seg_index
                               : seg.shard_offset + (seg_index - rank_ * seg.shard_numel);
   return buf.as<float>() + element;
@@ -366,7 +367,7 @@ absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
                         "(grad_accum_steps); call Step() first",
                         name, reduced_count_[unit]));
   }
-  if (train_.zero_stage < 2 && reduced_count_[unit] == 0) {
+  if (!plan_.stage.grads_sharded && reduced_count_[unit] == 0) {
     // Stages 0-1: the first micro-batch writes straight into the full
     // gradient buffer, whose padding is zero and never written.
     open_grad_slot_[unit] = kDirectGradView;
@@ -400,7 +401,7 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
   const UnitSegment& seg = layout_.unit(unit);
   const ElementRange shard = layout_.ShardRange(unit, rank_);
 
-  if (train_.zero_stage < 2) {
+  if (!plan_.stage.grads_sharded) {
     if (open >= 0) {
       AccumulateInto(GradsAt(unit, 0), StagingSlotData(open), seg.padded_numel);
       free_slots_.push_back(open);
@@ -410,7 +411,7 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
       // over this rank's micro-batches; asynchronously, so the reduction
       // overlaps the backward of the units before it.
       void* grads = GradsAt(unit, 0);
-      if (train_.zero_stage == 0) {
+      if (!plan_.stage.optimizer_sharded) {
         unit_reductions_[unit] =
             comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_, UnitTag(unit));
         NoteCollective(CollectiveKind::kAllReduceGrads, unit, seg.padded_numel);
@@ -451,7 +452,7 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   const ParamSlot& slot = seg.params[param];
   std::vector<float> out(slot.numel);
   // The fp32 values live in the master (mixed precision) or the params (fp32).
-  const bool full_here = mixed_ ? train_.zero_stage == 0 : plan_.unit_resident[unit];
+  const bool full_here = mixed_ ? !plan_.stage.optimizer_sharded : plan_.unit_resident[unit];
   if (full_here) {
     const void* src = mixed_ ? static_cast<const void*>(OptimizerAt(master_, unit, slot.offset))
                              : ParamsAt(unit, slot.offset);
@@ -499,7 +500,7 @@ absl::Status EngineImpl::CheckPaddingIsZero() const {
     const ElementRange owned = OwnedRange(u);
     const ElementRange shard = layout_.ShardRange(u, rank_);
     const ElementRange grads_held =
-        train_.zero_stage >= 2 ? shard : ElementRange{0, layout_.unit(u).padded_numel};
+        plan_.stage.grads_sharded ? shard : ElementRange{0, layout_.unit(u).padded_numel};
     for (const ElementRange& pad : layout_.PaddingRanges(u)) {
       auto fail = [&](const char* buffer) {
         return absl::InternalError(

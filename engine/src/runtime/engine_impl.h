@@ -136,6 +136,18 @@ class EngineImpl final : public Engine {
   // Exact sum of squares of the reduced gradient over all ranks, fused with
   // the collective-sequence check (one all-gather per step).
   absl::StatusOr<double> GlobalSumSquaresAndCheckSequence();
+  // The phases of Step(), in order (engine_step.cc).
+  absl::Status CheckStepPreconditions() const;
+  // Global norm (with the sequence check), clipping and the fused update on
+  // this rank's shard; a non-finite norm skips the update.
+  absl::StatusOr<StepResult> NormClipAndUpdate();
+  // Optimizer sharded: all-gathers of the updated params, waited for in Gather.
+  void IssueParamGathers();
+  // Stage 3: turns prefetch on after the first step (or off when the order
+  // changed) and gathers the next step's first units.
+  absl::Status StartNextStepPrefetch();
+  // Books the step's wall time into stats_ and starts the next step's clock.
+  void RecordStepTimes(absl::Time end);
   // fp16: adjusts the dynamic loss scale after a step; an error after too
   // many skipped steps at the minimum scale.
   absl::Status UpdateLossScale(bool overflow);

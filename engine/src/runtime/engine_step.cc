@@ -185,8 +185,36 @@ void EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
   }
 }
 
+// Step() in phases, each a function below: check the calls that came
+// before, finish the reductions, the norm and the update, then start the
+// next step's communication and book the time.
 absl::StatusOr<StepResult> EngineImpl::Step() {
   const absl::Time call_begin = absl::Now();
+  ZS_RETURN_IF_ERROR(CheckStepPreconditions());
+  ZS_RETURN_IF_ERROR(DrainReductions());
+  // Stage 3: the optimizer rewrites the param shards the gathered copies
+  // came from; finish and forget them.
+  ZS_RETURN_IF_ERROR(DropGatherPool());
+
+  const absl::Duration comm_before = step_comm_wait_;
+  const absl::Time opt_begin = absl::Now();
+  ZS_ASSIGN_OR_RETURN(StepResult result, NormClipAndUpdate());
+  ZS_RETURN_IF_ERROR(UpdateLossScale(result.skipped));
+  sequence_hash_ = 0;
+  sequence_count_ = 0;
+  IssueParamGathers();
+  ZS_RETURN_IF_ERROR(StartNextStepPrefetch());
+  const absl::Time end = absl::Now();
+  step_optimizer_ += (end - opt_begin) - (step_comm_wait_ - comm_before);
+
+  for (int u = 0; u < layout_.num_units(); ++u) reduced_count_[u] = 0;
+  ++step_;
+  step_engine_time_ += end - call_begin;
+  RecordStepTimes(end);
+  return result;
+}
+
+absl::Status EngineImpl::CheckStepPreconditions() const {
   ZS_RETURN_IF_ERROR(CheckStarted("Step"));
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (open_grad_slot_[u] != kNoGradView || reduced_count_[u] != train_.grad_accum_steps) {
@@ -201,13 +229,10 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
     return absl::FailedPreconditionError(absl::StrFormat(
         "Step(): unit '%s' is still gathered; Release it first", model_.units[held_unit_].name));
   }
-  ZS_RETURN_IF_ERROR(DrainReductions());
-  // Stage 3: the optimizer rewrites the param shards the gathered copies
-  // came from; finish and forget them.
-  ZS_RETURN_IF_ERROR(DropGatherPool());
+  return absl::OkStatus();
+}
 
-  const absl::Duration comm_before = step_comm_wait_;
-  const absl::Time opt_begin = absl::Now();
+absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
   ZS_ASSIGN_OR_RETURN(const double sum_squares, GlobalSumSquaresAndCheckSequence());
   StepResult result;
   result.step = step_ + 1;
@@ -220,55 +245,55 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
   result.grad_norm = std::sqrt(sum_squares) * mean_scale;
   // Every rank sees the same sum (the non-finite count travels in it), so
   // every rank skips together.
-  const bool overflow = !std::isfinite(result.grad_norm);
-  if (overflow) {
+  if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     result.clip_coef = 0.0;
     ++stats_.skipped_steps;
-  } else {
-    if (train_.max_grad_norm > 0.0) {
-      // As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when below 1.
-      result.clip_coef = std::min(1.0, train_.max_grad_norm / (result.grad_norm + 1e-6));
-    }
-    ++applied_steps_;
-    ApplyOptimizer(mean_scale * result.clip_coef, result.lr);
+    return result;
   }
-  ZS_RETURN_IF_ERROR(UpdateLossScale(overflow));
-  sequence_hash_ = 0;
-  sequence_count_ = 0;
-  if (train_.zero_stage >= 1) {
-    // Bring every rank's updated shard of the resident units to all ranks;
-    // Gather(u) waits for it.
-    for (int u = 0; u < layout_.num_units(); ++u) {
-      if (!plan_.unit_resident[u]) continue;
-      const UnitSegment& seg = layout_.unit(u);
-      param_gathers_[u] =
-          comm_.AllGather(ParamsAt(u, layout_.ShardRange(u, rank_).begin), ParamsAt(u, 0),
-                          seg.shard_numel, param_dtype_, UnitTag(u));
-      NoteCollective(CollectiveKind::kAllGatherParams, u, seg.shard_numel);
-    }
+  if (train_.max_grad_norm > 0.0) {
+    // As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when below 1.
+    result.clip_coef = std::min(1.0, train_.max_grad_norm / (result.grad_norm + 1e-6));
   }
-  if (plan_.gather_slots > 0) {
-    // Stage 3 prefetch: the first step recorded the gather order; from then
-    // on the next step's first units are gathered while the trainer loads
-    // its data. A step that gathered fewer units than the first falls back.
-    if (step_ == 0) {
-      prefetch_active_ = prefetch_depth_ > 0 && !recorded_order_.empty();
-    } else if (prefetch_active_ && order_pos_ != recorded_order_.size()) {
-      DisablePrefetch(absl::StrFormat("step %d made %d gathers, the first step %d", step_ + 1,
-                                      order_pos_, recorded_order_.size()));
-    }
-    order_pos_ = 0;
-    if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(0));
-  }
-  const absl::Time end = absl::Now();
-  step_optimizer_ += (end - opt_begin) - (step_comm_wait_ - comm_before);
+  ++applied_steps_;
+  ApplyOptimizer(mean_scale * result.clip_coef, result.lr);
+  return result;
+}
 
-  for (int u = 0; u < layout_.num_units(); ++u) reduced_count_[u] = 0;
-  ++step_;
+void EngineImpl::IssueParamGathers() {
+  // Only this rank's shard was updated: bring every rank's updated shard of
+  // the resident units to all ranks; Gather(u) waits for it, so the
+  // all-gathers overlap the forward of earlier units.
+  if (!plan_.stage.optimizer_sharded) return;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (!plan_.unit_resident[u]) continue;
+    const UnitSegment& seg = layout_.unit(u);
+    param_gathers_[u] = comm_.AllGather(ParamsAt(u, layout_.ShardRange(u, rank_).begin),
+                                        ParamsAt(u, 0), seg.shard_numel, param_dtype_, UnitTag(u));
+    NoteCollective(CollectiveKind::kAllGatherParams, u, seg.shard_numel);
+  }
+}
 
-  // Where this step's wall time went.
-  step_engine_time_ += end - call_begin;
+absl::Status EngineImpl::StartNextStepPrefetch() {
+  if (plan_.gather_slots == 0) return absl::OkStatus();
+  // Stage 3 prefetch: the first step recorded the gather order; from then
+  // on the next step's first units are gathered while the trainer loads
+  // its data. A step that gathered fewer units than the first falls back.
+  if (step_ == 0) {
+    prefetch_active_ = prefetch_depth_ > 0 && !recorded_order_.empty();
+  } else if (prefetch_active_ && order_pos_ != recorded_order_.size()) {
+    DisablePrefetch(absl::StrFormat("step %d made %d gathers, the first step %d", step_ + 1,
+                                    order_pos_, recorded_order_.size()));
+  }
+  order_pos_ = 0;
+  if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(0));
+  return absl::OkStatus();
+}
+
+void EngineImpl::RecordStepTimes(absl::Time end) {
+  // Where this step's wall time went: the engine's own calls split into
+  // waiting for collectives, the optimizer and the rest; the trainer's
+  // compute is what remains after its reported input wait.
   StepTimes t;
   t.total = end - step_begin_;
   t.exposed_comm = step_comm_wait_;
@@ -286,7 +311,6 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
   stats_.totals.engine_other += t.engine_other;
   step_begin_ = end;
   step_engine_time_ = step_comm_wait_ = step_optimizer_ = step_input_wait_ = absl::ZeroDuration();
-  return result;
 }
 
 }  // namespace zeroshard::internal
