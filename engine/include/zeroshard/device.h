@@ -17,8 +17,13 @@
 namespace zeroshard {
 
 // Thread-safe record of live and peak bytes, per category and in total.
+// It counts the bytes of every DeviceBuffer its Device hands out (the
+// requested size, not allocator rounding) from Allocate until the buffer is
+// destroyed; memory a device uses outside Allocate (a CUDA context, an
+// allocator's slack) is not in it.
 class MemoryLedger {
  public:
+  // Called by Device; `bytes` >= 0.
   void Add(MemoryCategory category, int64_t bytes);
   void Remove(MemoryCategory category, int64_t bytes);
 
@@ -70,7 +75,8 @@ class DeviceBuffer {
 };
 
 // One rank's memory. The CPU device hands out 64-byte-aligned, zero-filled
-// host memory.
+// host memory. Allocate and buffer destruction are thread-safe (the ledger
+// locks); a Device must outlive every buffer it handed out.
 class Device {
  public:
   virtual ~Device() = default;

@@ -106,11 +106,32 @@ struct EngineStats {
   StepTimes totals;              // summed over all steps
 };
 
+// One rank's engine.
+//
+// Thread-safety: an Engine is not thread-safe. One thread (the rank's) calls
+// it; the collectives it issues run on the communicator's progress thread,
+// which only touches the buffers the engine handed it.
+//
+// Order: Create, SetParam for every param, Start (once, on every rank), then
+// per optimizer step grad_accum_steps micro-batches of Gather/Release
+// (forward) and Gather/GradView/ReduceGrads/Release (backward), then Step.
+// GetParam, Stats, ledger and the accessors may be called at any time after
+// Create (GetParam on every rank together). A call out of order is
+// FailedPrecondition naming the unit and what is missing; an out-of-range
+// unit or param OutOfRange.
+//
+// Errors: absl::Status, never exceptions. A communicator failure (a peer
+// timed out, left, died or disagreed) or a failed Start poisons the engine:
+// every later call returns that error. The process should then end the job
+// (AbortJob in communicator.h).
 class Engine {
  public:
-  // Validates the specs, lays out the flat buffers for comm.size() ranks and
-  // allocates exactly the buffers the plan lists on `device`. `device` and
-  // `comm` must outlive the engine.
+  // Validates the specs (InvalidArgument naming the field), lays out the
+  // flat buffers for comm.size() ranks and allocates exactly the buffers
+  // PlanEngineBuffers(model, train, comm.size()) lists, on `device`
+  // (ResourceExhausted when the device cannot). The engine does not own
+  // `device` or `comm`; both must outlive it. Unimplemented for a device the
+  // host cannot address (CUDA support comes later).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelSpec& model,
                                                         const TrainSpec& train, Device& device,
                                                         Communicator& comm);
@@ -163,7 +184,8 @@ class Engine {
   // otherwise. Constant within a step.
   virtual double loss_scale() const = 0;
 
-  // Adds to this step's input-wait time (the trainer waited for data).
+  // Adds to this step's input-wait time (the trainer waited for data); it
+  // is reported apart from compute in Stats().
   virtual void RecordInputWait(absl::Duration d) = 0;
 
   // Full fp32 value of a param: the master weights (gathered across ranks
@@ -171,12 +193,17 @@ class Engine {
   // a rank that asks for another unit fails with FailedPrecondition).
   virtual absl::StatusOr<std::vector<float>> GetParam(int unit, int param) = 0;
 
+  // The specs the engine was created with (copies it owns).
   virtual const ModelSpec& model() const = 0;
   virtual const TrainSpec& train() const = 0;
+  // This rank and the group size (the communicator's).
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // Step() calls completed, skipped steps included.
   virtual int64_t steps() const = 0;
+  // Counters and the time split of the last step and of all steps.
   virtual EngineStats Stats() const = 0;
+  // The device's ledger: what the engine allocated, by category.
   virtual const MemoryLedger& ledger() const = 0;
 };
 
