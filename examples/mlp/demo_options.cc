@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "examples/mlp/flags.h"
+#include "examples/common/flags.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -142,7 +142,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
          return absl::OkStatus();
        }},
   };
-  ZS_RETURN_IF_ERROR(ForEachFlag(
+  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
       argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
         const auto it = setters.find(name);
         if (it == setters.end()) {

@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "examples/mlp/flags.h"
+#include "examples/common/flags.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -87,7 +87,7 @@ absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
     *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
     return absl::OkStatus();
   };
-  ZS_RETURN_IF_ERROR(mlp::ForEachFlag(
+  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
       argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
         if (name == "backend") {
           if (value != "mpi" && value != "local") {

@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "examples/mlp/flags.h"
+#include "examples/common/flags.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/engine.h"
@@ -90,7 +90,7 @@ double NanosPerRecord() {
 int Main(int argc, char** argv) {
   Options o;
   bool help = false;
-  const absl::Status flags = mlp::ForEachFlag(
+  const absl::Status flags = examples::ForEachFlag(
       argc, argv, &help, [&o](const std::string& name, const std::string& value) -> absl::Status {
         int* target = name == "ranks"     ? &o.ranks
                       : name == "stage"   ? &o.stage

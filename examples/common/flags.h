@@ -1,7 +1,8 @@
-// The command-line shape shared by mlp_demo and the runtime benchmarks:
+// What example programs and benchmarks share (examples/common): the
+// command-line shape of mlp_demo and the runtime benchmarks:
 // --name value or --name=value, plus --help / -h.
-#ifndef ZEROSHARD_EXAMPLES_MLP_FLAGS_H_
-#define ZEROSHARD_EXAMPLES_MLP_FLAGS_H_
+#ifndef ZEROSHARD_EXAMPLES_COMMON_FLAGS_H_
+#define ZEROSHARD_EXAMPLES_COMMON_FLAGS_H_
 
 #include <functional>
 #include <string>
@@ -9,7 +10,7 @@
 #include "absl/status/status.h"
 
 namespace zeroshard {
-namespace mlp {
+namespace examples {
 
 // Calls set(name, value) for each flag of argv[1..] in order (name without
 // the dashes). On --help or -h sets *help and stops. InvalidArgument for an
@@ -19,7 +20,7 @@ absl::Status ForEachFlag(
     int argc, char** argv, bool* help,
     const std::function<absl::Status(const std::string& name, const std::string& value)>& set);
 
-}  // namespace mlp
+}  // namespace examples
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_EXAMPLES_MLP_FLAGS_H_
+#endif  // ZEROSHARD_EXAMPLES_COMMON_FLAGS_H_

@@ -1,10 +1,10 @@
-#include "examples/mlp/flags.h"
+#include "examples/common/flags.h"
 
 #include "absl/strings/str_cat.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
-namespace mlp {
+namespace examples {
 
 absl::Status ForEachFlag(
     int argc, char** argv, bool* help,
@@ -35,5 +35,5 @@ absl::Status ForEachFlag(
   return absl::OkStatus();
 }
 
-}  // namespace mlp
+}  // namespace examples
 }  // namespace zeroshard
