@@ -40,7 +40,10 @@ uint16_t Fp32ToFp16(float x);
 float Fp16ToFp32(uint16_t h);
 
 // Bulk conversions of n elements, vectorised (AVX-512 / AVX2 / scalar, chosen
-// once per process); the same bits as the scalar functions above.
+// once per process); the same bits as the scalar functions above. `in` and
+// `out` hold n elements each and must not overlap. Defined in the engine's
+// zs_convert library (linked by the zeroshard target), not in zs_common, so
+// that code needing only the types and scalar rules links no SIMD kernels.
 void ConvertFp32ToBf16(const float* in, uint16_t* out, size_t n);
 void ConvertBf16ToFp32(const uint16_t* in, float* out, size_t n);
 void ConvertFp32ToFp16(const float* in, uint16_t* out, size_t n);

@@ -2,7 +2,6 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/common/float16_rules.h"
-#include "kernels/cpu/cast.h"
 
 namespace zeroshard {
 
@@ -64,18 +63,5 @@ float Bf16ToFp32(uint16_t h) { return kernels::Bf16ToFp32(h); }
 uint16_t Fp32ToFp16(float x) { return kernels::Fp32ToFp16Rne(x); }
 
 float Fp16ToFp32(uint16_t h) { return kernels::Fp16ToFp32(h); }
-
-void ConvertFp32ToBf16(const float* in, uint16_t* out, size_t n) {
-  kernels::CastFp32ToBf16(in, out, n);
-}
-void ConvertBf16ToFp32(const uint16_t* in, float* out, size_t n) {
-  kernels::CastBf16ToFp32(in, out, n);
-}
-void ConvertFp32ToFp16(const float* in, uint16_t* out, size_t n) {
-  kernels::CastFp32ToFp16(in, out, n);
-}
-void ConvertFp16ToFp32(const uint16_t* in, float* out, size_t n) {
-  kernels::CastFp16ToFp32(in, out, n);
-}
 
 }  // namespace zeroshard
