@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/reference/bf16_reference.h"
 #include "kernels/reference/fp16_reference.h"
 #include "tests/kernels/isa_report.h"
 #include "tests/test_seed.h"
@@ -34,18 +35,6 @@ uint32_t ToBits(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
   return bits;
-}
-
-// The scalar rule, written as "truncate, then round the dropped half-word":
-// ties (dropped == 0x8000) go to the even bf16; NaN keeps sign and payload
-// and gains the quiet bit.
-uint16_t RoundToBf16(float x) {
-  const uint32_t bits = ToBits(x);
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  uint32_t upper = bits >> 16;
-  const uint32_t dropped = bits & 0xffff;
-  if (dropped > 0x8000 || (dropped == 0x8000 && (upper & 1))) ++upper;
-  return static_cast<uint16_t>(upper);
 }
 
 TEST(CastTest, ExhaustiveBf16RoundTrip) {
@@ -123,10 +112,11 @@ TEST(CastTest, Fp32ToBf16MatchesScalarRule) {
     CastFp32ToBf16On(isa, x.data() + 1, out.data() + 2, n);
     int failures = 0;
     for (size_t i = 0; i < n && failures < 5; ++i) {
-      if (out[i + 2] != RoundToBf16(x[i + 1])) {
+      if (out[i + 2] != reference::RoundToBf16Reference(x[i + 1])) {
         ++failures;
         ADD_FAILURE() << IsaName(isa) << ": fp32 0x" << std::hex << ToBits(x[i + 1])
-                      << " -> bf16 0x" << out[i + 2] << ", expected 0x" << RoundToBf16(x[i + 1]);
+                      << " -> bf16 0x" << out[i + 2] << ", expected 0x"
+                      << reference::RoundToBf16Reference(x[i + 1]);
       }
     }
   }
