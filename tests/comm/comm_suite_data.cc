@@ -103,11 +103,11 @@ uint64_t TestData::RankOrderSumBits(uint64_t salt, int world, int64_t i) const {
       return Fp32ToBf16(acc);
     }
     case DType::kFloat16: {
-      float acc = internal::Fp16ToFp32(static_cast<uint16_t>(Bits(salt, 0, i)));
+      float acc = Fp16ToFp32(static_cast<uint16_t>(Bits(salt, 0, i)));
       for (int r = 1; r < world; ++r) {
-        acc += internal::Fp16ToFp32(static_cast<uint16_t>(Bits(salt, r, i)));
+        acc += Fp16ToFp32(static_cast<uint16_t>(Bits(salt, r, i)));
       }
-      return internal::Fp32ToFp16(acc);
+      return Fp32ToFp16(acc);
     }
     case DType::kFloat64: {
       double acc = BitsToDouble(DType::kFloat64, Bits(salt, 0, i));
@@ -175,7 +175,7 @@ double BitsToDouble(DType dtype, uint64_t bits) {
     case DType::kBFloat16:
       return Bf16ToFp32(static_cast<uint16_t>(bits));
     case DType::kFloat16:
-      return internal::Fp16ToFp32(static_cast<uint16_t>(bits));
+      return Fp16ToFp32(static_cast<uint16_t>(bits));
     case DType::kFloat64: {
       double x;
       std::memcpy(&x, &bits, sizeof(x));
