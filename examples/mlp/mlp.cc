@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "examples/mlp/internal/counter_rng.h"
+#include "examples/common/rng.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -76,12 +76,12 @@ std::vector<float> RandomParam(const MlpConfig& cfg, uint64_t seed, int unit, in
       numel = h;
       break;
   }
-  const uint64_t key = internal::DeriveKey(
-      internal::DeriveKey(internal::DeriveKey(seed, kParamDomain), static_cast<uint64_t>(unit)),
+  const uint64_t key = examples::DeriveKey(
+      examples::DeriveKey(examples::DeriveKey(seed, kParamDomain), static_cast<uint64_t>(unit)),
       static_cast<uint64_t>(param));
   std::vector<float> values(static_cast<size_t>(numel));
   for (int64_t i = 0; i < numel; ++i) {
-    values[i] = static_cast<float>(std_dev * internal::NormalAt(key, static_cast<uint64_t>(i)));
+    values[i] = static_cast<float>(std_dev * examples::NormalAt(key, static_cast<uint64_t>(i)));
   }
   return values;
 }
@@ -138,9 +138,9 @@ std::vector<int64_t> DistributedSampler::SampleIds(int64_t step, int micro) cons
 }
 
 float DistributedSampler::InputAt(int64_t sample_id, int64_t j) const {
-  const uint64_t key = internal::DeriveKey(internal::DeriveKey(cfg_.data_seed, kInputDomain),
+  const uint64_t key = examples::DeriveKey(examples::DeriveKey(cfg_.data_seed, kInputDomain),
                                            static_cast<uint64_t>(sample_id));
-  return static_cast<float>(internal::NormalAt(key, static_cast<uint64_t>(j)));
+  return static_cast<float>(examples::NormalAt(key, static_cast<uint64_t>(j)));
 }
 
 void DistributedSampler::Fill(int64_t step, int micro, float* x, float* y) const {

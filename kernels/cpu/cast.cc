@@ -4,9 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/internal/bf16.h"
+#include "kernels/common/float16_rules.h"
 #include "kernels/cpu/internal/check.h"
-#include "kernels/cpu/internal/fp16.h"
 #include "kernels/cpu/internal/paths.h"
 
 namespace zeroshard::kernels {

@@ -4,8 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/internal/bf16.h"
-#include "kernels/cpu/internal/fp16.h"
+#include "kernels/common/float16_rules.h"
 #include "kernels/cpu/internal/paths.h"
 #include "kernels/cpu/internal/simd_avx2.h"
 

@@ -5,8 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/internal/bf16.h"
-#include "kernels/cpu/internal/fp16.h"
+#include "kernels/common/float16_rules.h"
 #include "kernels/cpu/internal/paths.h"
 #include "kernels/cpu/internal/simd_avx512.h"
 

@@ -5,22 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/float16_rules.h"
 #include "kernels/cuda/adam.cuh"
 
 namespace zeroshard::kernels::cuda {
 namespace {
-
-__device__ __forceinline__ float Bf16ToFp32(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-// The rule of the CPU kernels (round to nearest even, NaN quieted), on bits,
-// so that it cannot depend on the device's conversion instructions.
-__device__ __forceinline__ uint16_t Fp32ToBf16Rne(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
 
 // One element of the contract in kernels/cpu/adam.h, in the same order. The
 // explicit _rn intrinsics forbid contraction into FMA even without
@@ -51,6 +40,8 @@ __global__ void AdamKernel(AdamFunctor f, float* master, uint16_t* param_out, co
     master[i] = p;
     m[i] = mi;
     v[i] = vi;
+    // The CPU kernels' rule (kernels/common/float16_rules.h), on bits, so that
+    // it cannot depend on the device's conversion instructions.
     if (param_out != nullptr) param_out[i] = Fp32ToBf16Rne(p);
   }
 }

@@ -5,12 +5,12 @@
 
 namespace zeroshard::kernels::reference {
 
-void AdamStepReference(const AdamStepParams& params, double* param, const double* grad, double* m,
-                       double* v, size_t n) {
+void AdamStepReference(const AdamReferenceParams& params, double* param, const double* grad,
+                       double* m, double* v, size_t n) {
   const double step = static_cast<double>(params.step);
   const double bias_correction1 = 1.0 - std::pow(params.beta1, step);
   const double bias_correction2 = 1.0 - std::pow(params.beta2, step);
-  const bool adamw = params.mode == AdamMode::kAdamW;
+  const bool adamw = params.decoupled_weight_decay;
   for (size_t i = 0; i < n; ++i) {
     double g = grad[i] * params.grad_scale;
     if (!adamw) g += params.weight_decay * param[i];

@@ -1,6 +1,6 @@
 // Oracles for fp16 (IEEE binary16) rounding, written from the values (double
 // arithmetic and nearbyint) rather than from bit patterns, so that they check
-// the kernels' bit recipes (kernels/cpu/internal/fp16.h, F16C) independently.
+// the bit recipes (kernels/common/float16_rules.h, F16C) independently.
 #ifndef ZEROSHARD_KERNELS_REFERENCE_FP16_REFERENCE_H_
 #define ZEROSHARD_KERNELS_REFERENCE_FP16_REFERENCE_H_
 

@@ -5,16 +5,14 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/cpu/norm.h"
-
 namespace zeroshard::kernels::reference {
 
-void BlockSumSquaresReference(const double* x, size_t n, double* out) {
-  for (size_t start = 0; start < n; start += kNormBlock) {
-    const size_t end = std::min(n, start + kNormBlock);
+void BlockSumSquaresReference(const double* x, size_t n, size_t block, double* out) {
+  for (size_t start = 0; start < n; start += block) {
+    const size_t end = std::min(n, start + block);
     long double sum = 0;
     for (size_t i = start; i < end; ++i) sum += static_cast<long double>(x[i]) * x[i];
-    out[start / kNormBlock] = static_cast<double>(sum);
+    out[start / block] = static_cast<double>(sum);
   }
 }
 

@@ -1,6 +1,7 @@
 // Oracles for the norm kernels (kernels/cpu/norm.h), in higher precision than
 // the kernels: long double sums (64-bit significand on x86) in plain index
-// order, so they check the value, not the kernels' fixed order.
+// order, so they check the value, not the kernels' fixed order. They include
+// nothing from the kernels: the block size is a parameter.
 #ifndef ZEROSHARD_KERNELS_REFERENCE_NORM_REFERENCE_H_
 #define ZEROSHARD_KERNELS_REFERENCE_NORM_REFERENCE_H_
 
@@ -8,9 +9,10 @@
 
 namespace zeroshard::kernels::reference {
 
-// out[b] = sum of x[i]^2 over block b of kNormBlock elements (the last one
-// partial), summed in long double and rounded to double.
-void BlockSumSquaresReference(const double* x, size_t n, double* out);
+// out[b] = sum of x[i]^2 over block b of `block` elements (the last one
+// partial), summed in long double and rounded to double: ceil(n / block)
+// values. `block` must be positive.
+void BlockSumSquaresReference(const double* x, size_t n, size_t block, double* out);
 
 // The sum of x[0..n) with compensated (Kahan-Babuska) long double summation
 // over the values sorted by magnitude; relative error far below 2^-53 for the

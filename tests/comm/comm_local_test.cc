@@ -4,9 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 
@@ -15,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "tests/comm/comm_suite.h"
+#include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -53,21 +52,8 @@ std::unique_ptr<TestWorld> MakeWorld(const WorldParam& param) {
   return std::make_unique<LocalWorld>(param.size);
 }
 
-uint64_t BaseSeed() {
-  static const uint64_t seed = [] {
-    uint64_t value;
-    if (const char* env = std::getenv("ZS_TEST_SEED")) {
-      value = std::strtoull(env, nullptr, 0);
-    } else {
-      std::random_device device;
-      value = (static_cast<uint64_t>(device()) << 32) ^ device();
-    }
-    std::printf("comm_local_test: seed 0x%016llx (set ZS_TEST_SEED=0x%016llx to reproduce)\n",
-                static_cast<unsigned long long>(value), static_cast<unsigned long long>(value));
-    return value;
-  }();
-  return seed;
-}
+// The test binary's seed (tests/test_seed.h: ZS_TEST_SEED or fresh, printed).
+uint64_t BaseSeed() { return ::zeroshard::testing::Seed(); }
 
 INSTANTIATE_TEST_SUITE_P(Local, CommSuite,
                          ::testing::Values(WorldParam{"local", 1}, WorldParam{"local", 2},

@@ -5,13 +5,12 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/comm/comm_suite.h"
+#include "tests/test_seed.h"
 
 namespace zeroshard {
 namespace testing_comm {
@@ -80,18 +79,12 @@ int main(int argc, char** argv) {
     rank = (*comm)->rank();
     g_world_size = (*comm)->size();
   }
+  // Rank 0 alone draws the seed (or reads ZS_TEST_SEED) and prints it; every
+  // rank must generate the same data, so the others receive it.
   uint64_t seed = 0;
   if (rank == 0) {
-    if (const char* env = std::getenv("ZS_TEST_SEED")) {
-      seed = std::strtoull(env, nullptr, 0);
-    } else {
-      std::random_device device;
-      seed = (static_cast<uint64_t>(device()) << 32) ^ device();
-    }
-    std::printf(
-        "comm_mpi_test: %d ranks, seed 0x%016llx (set ZS_TEST_SEED=0x%016llx to "
-        "reproduce)\n",
-        g_world_size, static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+    std::printf("comm_mpi_test: %d ranks\n", g_world_size);
+    seed = ::zeroshard::testing::Seed();
   }
   MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   g_seed = seed;

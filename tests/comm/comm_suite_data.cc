@@ -5,21 +5,21 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/comm/reduce.h"
+#include "examples/common/rng.h"
 #include "tests/comm/comm_suite.h"
 
 namespace zeroshard {
 namespace testing_comm {
 namespace {
 
-uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using ::zeroshard::examples::SplitMix64;
+using ::zeroshard::examples::SplitMix64At;
 
+// The start of the random stream of (salt, rank); element i of the stream is
+// SplitMix64At(base, i).
 uint64_t StreamBase(uint64_t seed, uint64_t salt, int rank) {
-  return Mix(seed ^ Mix(salt * 0x2545f4914f6cdd1dull ^ Mix(static_cast<uint64_t>(rank) + 1)));
+  return SplitMix64(seed ^ SplitMix64(salt * 0x2545f4914f6cdd1dull ^
+                                      SplitMix64(static_cast<uint64_t>(rank) + 1)));
 }
 
 float BitsToFloat(uint32_t bits) {
@@ -48,7 +48,8 @@ uint64_t ElementFromRandom(DType dtype, uint64_t r) {
     case DType::kFloat16:
       return (sign << 15) | ((15 + exponent - 3) << 10) | (r & 0x3ffu);
     case DType::kFloat64:
-      return (sign << 63) | ((1023 + exponent - 3) << 52) | (Mix(r) & ((uint64_t{1} << 52) - 1));
+      return (sign << 63) | ((1023 + exponent - 3) << 52) |
+             (SplitMix64(r) & ((uint64_t{1} << 52) - 1));
     case DType::kInt64:
       return static_cast<uint64_t>(static_cast<int64_t>(r >> 24) - (int64_t{1} << 39));
     case DType::kUInt8:
@@ -69,8 +70,7 @@ std::string WorldName(const ::testing::TestParamInfo<WorldParam>& info) {
 }
 
 uint64_t TestData::Bits(uint64_t salt, int rank, int64_t i) const {
-  const uint64_t r =
-      Mix(StreamBase(seed_, salt, rank) + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
+  const uint64_t r = SplitMix64At(StreamBase(seed_, salt, rank), static_cast<uint64_t>(i));
   return ElementFromRandom(dtype_, r);
 }
 
@@ -83,7 +83,7 @@ std::vector<uint8_t> TestData::Make(uint64_t salt, int rank, int64_t count, int6
   std::vector<uint8_t> out(static_cast<size_t>(count) * element_bytes);
   const uint64_t base = StreamBase(seed_, salt, rank);
   for (int64_t i = 0; i < count; ++i) {
-    const uint64_t r = Mix(base + static_cast<uint64_t>(first + i) * 0x9e3779b97f4a7c15ull);
+    const uint64_t r = SplitMix64At(base, static_cast<uint64_t>(first + i));
     const uint64_t bits = ElementFromRandom(dtype_, r);
     std::memcpy(out.data() + i * element_bytes, &bits, element_bytes);  // little endian
   }
@@ -103,11 +103,11 @@ uint64_t TestData::RankOrderSumBits(uint64_t salt, int world, int64_t i) const {
       return Fp32ToBf16(acc);
     }
     case DType::kFloat16: {
-      float acc = internal::Fp16ToFp32(static_cast<uint16_t>(Bits(salt, 0, i)));
+      float acc = Fp16ToFp32(static_cast<uint16_t>(Bits(salt, 0, i)));
       for (int r = 1; r < world; ++r) {
-        acc += internal::Fp16ToFp32(static_cast<uint16_t>(Bits(salt, r, i)));
+        acc += Fp16ToFp32(static_cast<uint16_t>(Bits(salt, r, i)));
       }
-      return internal::Fp32ToFp16(acc);
+      return Fp32ToFp16(acc);
     }
     case DType::kFloat64: {
       double acc = BitsToDouble(DType::kFloat64, Bits(salt, 0, i));
@@ -175,7 +175,7 @@ double BitsToDouble(DType dtype, uint64_t bits) {
     case DType::kBFloat16:
       return Bf16ToFp32(static_cast<uint16_t>(bits));
     case DType::kFloat16:
-      return internal::Fp16ToFp32(static_cast<uint16_t>(bits));
+      return Fp16ToFp32(static_cast<uint16_t>(bits));
     case DType::kFloat64: {
       double x;
       std::memcpy(&x, &bits, sizeof(x));
@@ -248,7 +248,7 @@ int64_t CheckCopy(const TestData& data, uint64_t salt, int rank, const void* res
 void CommSuite::SetUp() {
   world_ = MakeWorld(GetParam());
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  seed_ = Mix(BaseSeed() ^ std::hash<std::string>()(std::string(info->name())));
+  seed_ = SplitMix64(BaseSeed() ^ std::hash<std::string>()(std::string(info->name())));
 }
 
 }  // namespace testing_comm

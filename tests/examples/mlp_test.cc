@@ -12,8 +12,8 @@
 #include <set>
 #include <vector>
 
+#include "examples/common/rng.h"
 #include "examples/mlp/internal/block_math.h"
-#include "examples/mlp/internal/counter_rng.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "gtest/gtest.h"
 #include "zeroshard/communicator.h"
@@ -62,7 +62,7 @@ std::vector<BlockWeights> Views(const Params& params, int blocks) {
 
 std::vector<float> RandomNormal(uint64_t seed, int64_t n, double scale) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(scale * internal::NormalAt(seed, i));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(scale * examples::NormalAt(seed, i));
   return v;
 }
 

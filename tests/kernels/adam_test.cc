@@ -14,7 +14,9 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/reference/adam_reference.h"
+#include "kernels/reference/bf16_reference.h"
 #include "kernels/reference/fp16_reference.h"
+#include "tests/kernels/adam_reference_params.h"
 #include "tests/kernels/isa_report.h"
 #include "tests/test_env.h"
 #include "tests/test_seed.h"
@@ -66,28 +68,9 @@ const char* VariantName(Variant v) {
   return "?";
 }
 
-// Test oracle for fp32 -> bf16, written differently from the kernels' bias
-// trick: truncate, then compare the dropped half-word with one half.
-uint16_t RoundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  uint32_t upper = bits >> 16;
-  const uint32_t dropped = bits & 0xffff;
-  if (dropped > 0x8000 || (dropped == 0x8000 && (upper & 1))) ++upper;
-  return static_cast<uint16_t>(upper);
-}
-
 // The 16-bit param copy the variant must write: RNE of the fp32 master.
 uint16_t RoundToParam(Variant v, float x) {
-  return HasFp16Param(v) ? reference::RoundToFp16Reference(x) : RoundToBf16(x);
-}
-
-float Bf16Value(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
+  return HasFp16Param(v) ? reference::RoundToFp16Reference(x) : reference::RoundToBf16Reference(x);
 }
 
 // Buffers of one update, each at a deliberately odd offset from an aligned
@@ -128,7 +111,7 @@ void FillState(std::mt19937_64& rng, AdamBuffers& b) {
     b.m()[i] = 0.1f * scale * normal(rng);
     const float s = scale * normal(rng);
     b.v()[i] = 1e-3f * s * s + 1e-20f;
-    b.out()[i] = RoundToBf16(b.p()[i]);
+    b.out()[i] = reference::RoundToBf16Reference(b.p()[i]);
   }
 }
 
@@ -140,7 +123,7 @@ void FillGrads(std::mt19937_64& rng, AdamBuffers& b, double magnitude = 1.0) {
   std::uniform_real_distribution<float> decade(-4.0f, 0.0f);
   for (size_t i = 0; i < b.n; ++i) {
     b.g()[i] = static_cast<float>(magnitude) * std::pow(10.0f, decade(rng)) * normal(rng);
-    b.g16()[i] = RoundToBf16(b.g()[i]);
+    b.g16()[i] = reference::RoundToBf16Reference(b.g()[i]);
     b.gh()[i] = reference::RoundToFp16Reference(b.g()[i]);
   }
 }
@@ -209,7 +192,7 @@ void ExpectStepMatchesReference(Isa isa, Variant variant, const Case& tc, int64_
     p[i] = b.p()[i];
     switch (variant) {
       case Variant::kMixedBf16Grad:
-        g[i] = Bf16Value(b.g16()[i]);
+        g[i] = reference::Bf16ValueReference(b.g16()[i]);
         break;
       case Variant::kMixedFp16Fp16Grad:
         g[i] = reference::Fp16ValueReference(b.gh()[i]);
@@ -222,7 +205,8 @@ void ExpectStepMatchesReference(Isa isa, Variant variant, const Case& tc, int64_
   }
   const std::vector<double> p0 = p, m0 = m, v0 = v;
   RunVariant(isa, variant, b, MakeAdamConstants(params));
-  reference::AdamStepReference(params, p.data(), g.data(), m.data(), v.data(), n);
+  reference::AdamStepReference(testing::ToReferenceParams(params), p.data(), g.data(), m.data(),
+                               v.data(), n);
 
   const bool adamw = params.mode == AdamMode::kAdamW;
   const double bc1 = 1.0 - std::pow(params.beta1, static_cast<double>(step));
@@ -332,7 +316,7 @@ void ExpectPathsBitwiseEqual(bool extreme_values) {
           std::uniform_int_distribution<size_t> pick(0, std::size(specials) - 1);
           for (size_t i = 0; i < n; i += 3) {
             initial.g()[i] = specials[pick(rng)];
-            initial.g16()[i] = RoundToBf16(initial.g()[i]);
+            initial.g16()[i] = reference::RoundToBf16Reference(initial.g()[i]);
             initial.gh()[i] = reference::RoundToFp16Reference(initial.g()[i]);
             // fp16 grads the fp32 specials do not produce: signalling and
             // payload NaNs, the smallest subnormal, the largest finite half.

@@ -13,14 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/float16_rules.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/reference/bf16_reference.h"
 #include "kernels/reference/fp16_reference.h"
 #include "tests/kernels/isa_report.h"
+#include "tests/test_env.h"
 #include "tests/test_seed.h"
 
 namespace zeroshard::kernels {
 namespace {
 
+using ::zeroshard::testing::LightMode;
 using ::zeroshard::testing::Seed;
 using ::zeroshard::testing::SeedTrace;
 
@@ -34,18 +38,6 @@ uint32_t ToBits(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
   return bits;
-}
-
-// The scalar rule, written as "truncate, then round the dropped half-word":
-// ties (dropped == 0x8000) go to the even bf16; NaN keeps sign and payload
-// and gains the quiet bit.
-uint16_t RoundToBf16(float x) {
-  const uint32_t bits = ToBits(x);
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  uint32_t upper = bits >> 16;
-  const uint32_t dropped = bits & 0xffff;
-  if (dropped > 0x8000 || (dropped == 0x8000 && (upper & 1))) ++upper;
-  return static_cast<uint16_t>(upper);
 }
 
 TEST(CastTest, ExhaustiveBf16RoundTrip) {
@@ -123,10 +115,11 @@ TEST(CastTest, Fp32ToBf16MatchesScalarRule) {
     CastFp32ToBf16On(isa, x.data() + 1, out.data() + 2, n);
     int failures = 0;
     for (size_t i = 0; i < n && failures < 5; ++i) {
-      if (out[i + 2] != RoundToBf16(x[i + 1])) {
+      if (out[i + 2] != reference::RoundToBf16Reference(x[i + 1])) {
         ++failures;
         ADD_FAILURE() << IsaName(isa) << ": fp32 0x" << std::hex << ToBits(x[i + 1])
-                      << " -> bf16 0x" << out[i + 2] << ", expected 0x" << RoundToBf16(x[i + 1]);
+                      << " -> bf16 0x" << out[i + 2] << ", expected 0x"
+                      << reference::RoundToBf16Reference(x[i + 1]);
       }
     }
   }
@@ -282,9 +275,54 @@ TEST(CastTest, Fp16SmallSizesAndDispatch) {
   }
 }
 
+// Every fp32 input on every path, SIMD and scalar, against the one bf16 rule
+// (kernels/common/float16_rules.h), NaN payloads included: the SIMD casts are
+// vectorised versions of the rule and must give its bits everywhere. With
+// ZS_TEST_LIGHT (the sanitizer builds) every 16th block of 2^20 inputs.
+TEST(CastTest, ExhaustiveFp32ToBf16AllPathsMatchRule) {
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  const uint64_t stride = LightMode() ? 16 * kChunk : kChunk;
+  std::vector<float> x(kChunk);
+  std::vector<uint16_t> want(kChunk), got(kChunk);
+  const std::vector<Isa> isas = SupportedIsas();
+  for (uint64_t base = 0; base < (uint64_t{1} << 32); base += stride) {
+    for (uint64_t i = 0; i < kChunk; ++i) {
+      x[i] = FromBits(static_cast<uint32_t>(base + i));
+      want[i] = Fp32ToBf16Rne(x[i]);
+    }
+    for (Isa isa : isas) {
+      CastFp32ToBf16On(isa, x.data(), got.data(), kChunk);
+      if (got == want) continue;
+      for (uint64_t i = 0; i < kChunk; ++i) {
+        ASSERT_EQ(got[i], want[i]) << IsaName(isa) << ": fp32 0x" << std::hex << (base + i)
+                                   << " -> bf16 0x" << got[i] << ", the rule gives 0x" << want[i];
+      }
+    }
+  }
+}
+
+// Every bf16 and every fp16 on every path against the widening rules, bit for
+// bit (NaN payloads included; a signalling fp16 NaN stays signalling).
+TEST(CastTest, AllHalvesWidenByTheRule) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  for (Isa isa : SupportedIsas()) {
+    std::vector<float> bf16(65536), fp16(65536);
+    CastBf16ToFp32On(isa, all.data(), bf16.data(), 65536);
+    CastFp16ToFp32On(isa, all.data(), fp16.data(), 65536);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const uint16_t h = static_cast<uint16_t>(i);
+      ASSERT_EQ(ToBits(bf16[i]), ToBits(Bf16ToFp32(h)))
+          << IsaName(isa) << ": bf16 0x" << std::hex << i;
+      ASSERT_EQ(ToBits(fp16[i]), ToBits(Fp16ToFp32(h)))
+          << IsaName(isa) << ": fp16 0x" << std::hex << i;
+    }
+  }
+}
+
 // Every fp32 input on every path against the scalar rule (a minute or so on
-// one core): run with --gtest_also_run_disabled_tests after touching fp16.h
-// or the SIMD conversions.
+// one core): run with --gtest_also_run_disabled_tests after touching
+// kernels/common/float16_rules.h or the SIMD conversions.
 TEST(CastTest, DISABLED_ExhaustiveFp32ToFp16AllPaths) {
   constexpr size_t kChunk = size_t{1} << 22;
   std::vector<float> x(kChunk);

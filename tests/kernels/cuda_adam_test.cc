@@ -14,6 +14,8 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cuda/adam.cuh"
 #include "kernels/reference/adam_reference.h"
+#include "kernels/reference/bf16_reference.h"
+#include "tests/kernels/adam_reference_params.h"
 #include "tests/test_seed.h"
 
 namespace zeroshard::kernels {
@@ -29,16 +31,6 @@ bool HaveDevice() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) return false;
   return count > 0;
-}
-
-uint16_t RoundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  uint32_t upper = bits >> 16;
-  const uint32_t dropped = bits & 0xffff;
-  if (dropped > 0x8000 || (dropped == 0x8000 && (upper & 1))) ++upper;
-  return static_cast<uint16_t>(upper);
 }
 
 template <class T>
@@ -107,7 +99,8 @@ TEST(CudaAdamTest, MatchesReferenceAndCpuBits) {
         // terms, followed through m and v into p).
         std::vector<double> rp(p.begin(), p.end()), rg(g.begin(), g.end()), rm(m.begin(), m.end()),
             rv(v.begin(), v.end());
-        reference::AdamStepReference(params, rp.data(), rg.data(), rm.data(), rv.data(), n);
+        reference::AdamStepReference(testing::ToReferenceParams(params), rp.data(), rg.data(),
+                                     rm.data(), rv.data(), n);
         const double k16u = 16.0 / (1 << 24);
         const bool adamw = mode == AdamMode::kAdamW;
         const double bc1 = 1.0 - std::pow(params.beta1, 3.0);
@@ -128,7 +121,7 @@ TEST(CudaAdamTest, MatchesReferenceAndCpuBits) {
           ASSERT_LE(std::fabs(gm[i] - rm[i]), m_err) << "n=" << n << " element " << i;
           ASSERT_LE(std::fabs(gv[i] - rv[i]), v_err) << "n=" << n << " element " << i;
           if (bf16) {
-            ASSERT_EQ(gout[i], RoundToBf16(gp[i])) << "element " << i;
+            ASSERT_EQ(gout[i], reference::RoundToBf16Reference(gp[i])) << "element " << i;
           }
         }
         // Same contract, same bits as the CPU scalar path.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/reference/bf16_reference.h"
 #include "kernels/reference/fp16_reference.h"
 #include "kernels/reference/norm_reference.h"
 #include "tests/kernels/isa_report.h"
@@ -40,13 +41,6 @@ uint16_t TruncateToBf16(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
   return static_cast<uint16_t>(bits >> 16);
-}
-
-double Bf16Value(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
 }
 
 // Values over many decades (gradients are like that), including subnormals.
@@ -77,7 +71,7 @@ TEST(BlockSumSquaresTest, MatchesReferenceOnEveryPath) {
         std::vector<double> xd(n);
         for (size_t i = 0; i < n; ++i) {
           xh[i + 1] = TruncateToBf16(xf[i + 1]);
-          xd[i] = bf16 ? Bf16Value(xh[i + 1]) : xf[i + 1];
+          xd[i] = bf16 ? reference::Bf16ValueReference(xh[i + 1]) : xf[i + 1];
         }
         std::vector<double> got(Blocks(n), -1.0), want(Blocks(n));
         if (bf16) {
@@ -85,7 +79,7 @@ TEST(BlockSumSquaresTest, MatchesReferenceOnEveryPath) {
         } else {
           BlockSumSquaresFp32On(isa, xf.data() + 1, n, got.data());
         }
-        reference::BlockSumSquaresReference(xd.data(), n, want.data());
+        reference::BlockSumSquaresReference(xd.data(), n, kNormBlock, want.data());
         for (size_t b = 0; b < got.size(); ++b) {
           ASSERT_LE(std::fabs(got[b] - want[b]), kBlockRelTol * want[b])
               << IsaName(isa) << (bf16 ? " bf16" : " fp32") << " n=" << n << " block " << b << ": "
@@ -291,7 +285,7 @@ TEST(BlockSumSquaresFp16Test, MatchesReferenceAndIsBitwiseIdenticalOnEveryPath) 
     std::vector<double> xd(n);
     for (size_t i = 0; i < n; ++i) xd[i] = reference::Fp16ValueReference(x[i + 1]);
     std::vector<double> want(Blocks(n)), first;
-    reference::BlockSumSquaresReference(xd.data(), n, want.data());
+    reference::BlockSumSquaresReference(xd.data(), n, kNormBlock, want.data());
     for (Isa isa : isas) {
       std::vector<double> got(Blocks(n), -1.0);
       BlockSumSquaresFp16On(isa, x.data() + 1, n, got.data());

@@ -4,22 +4,18 @@
 #include <cstdio>
 #include <cstring>
 
+#include "examples/common/rng.h"
 #include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using ::zeroshard::examples::SplitMix64;
 
 // In [-1, 1), a pure function of the run seed and (a, b, c, d).
 float Uniform(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  const uint64_t h = Mix(Mix(Mix(Mix(a ^ Seed()) ^ b) ^ c) ^ d);
+  const uint64_t h = SplitMix64(SplitMix64(SplitMix64(SplitMix64(a ^ Seed()) ^ b) ^ c) ^ d);
   return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-52 - 1.0);
 }
 

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,29 +23,27 @@ const char* DTypeName(DType dtype);
 // Inverse of DTypeName; also accepts "float32", "bfloat16", "float16".
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
-// bf16 <-> fp32. Rounding is to nearest, ties to even; NaN stays NaN (quiet).
-inline uint16_t Fp32ToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  const uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
-}
+// One element, scalar. These are the project's one rule for each 16-bit
+// type: the kernels (CPU and CUDA) convert with the same rule, so a value
+// converted here has the bits the kernels would give it.
+//
+// bf16 <-> fp32. fp32 -> bf16 rounds to nearest, ties to even (overflow to
+// infinity); NaN stays NaN and becomes quiet. bf16 -> fp32 is exact.
+uint16_t Fp32ToBf16(float x);
+float Bf16ToFp32(uint16_t h);
 
-inline float Bf16ToFp32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
-}
-
-// fp16 (IEEE binary16) <-> fp32. Rounding is to nearest, ties to even
-// (overflow to infinity, gradual underflow); NaN stays NaN (quiet).
+// fp16 (IEEE binary16) <-> fp32. fp32 -> fp16 rounds to nearest, ties to even
+// (|x| >= 65520 overflows to infinity, gradual underflow into subnormals);
+// NaN stays NaN (sign and top payload bits kept) and becomes quiet.
+// fp16 -> fp32 is exact (NaN payloads unchanged).
 uint16_t Fp32ToFp16(float x);
 float Fp16ToFp32(uint16_t h);
 
 // Bulk conversions of n elements, vectorised (AVX-512 / AVX2 / scalar, chosen
-// once per process); the same bits as the scalar functions above.
+// once per process); the same bits as the scalar functions above. `in` and
+// `out` hold n elements each and must not overlap. Defined in the engine's
+// zs_convert library (linked by the zeroshard target), not in zs_common, so
+// that code needing only the types and scalar rules links no SIMD kernels.
 void ConvertFp32ToBf16(const float* in, uint16_t* out, size_t n);
 void ConvertBf16ToFp32(const uint16_t* in, float* out, size_t n);
 void ConvertFp32ToFp16(const float* in, uint16_t* out, size_t n);

@@ -12,10 +12,6 @@
 namespace zeroshard {
 namespace internal {
 
-// The public fp16 conversions of zeroshard/dtype.h, for this layer's callers.
-using ::zeroshard::Fp16ToFp32;
-using ::zeroshard::Fp32ToFp16;
-
 // True for the dtypes a sum is defined for (all but kUInt8).
 bool IsSummable(DType dtype);
 

@@ -1,10 +1,7 @@
 #include "zeroshard/dtype.h"
 
-#include <cstring>
-
 #include "absl/strings/str_format.h"
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/internal/fp16.h"
+#include "kernels/common/float16_rules.h"
 
 namespace zeroshard {
 
@@ -55,23 +52,16 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       absl::StrFormat("unknown dtype '%s'; expected fp32, bf16, fp16, fp64, int64 or uint8", name));
 }
 
-// One rule for the whole project: the kernels' scalar conversion, which their
-// SIMD paths are tested against bit for bit.
-uint16_t Fp32ToFp16(float x) { return kernels::internal::Fp32ToFp16Rne(x); }
+// One rule for the whole project (kernels/common/float16_rules.h): the one the
+// kernels' scalar and CUDA code use and their SIMD paths are tested against
+// bit for bit. Out of line so that the public header includes no path that is
+// not installed.
+uint16_t Fp32ToBf16(float x) { return kernels::Fp32ToBf16Rne(x); }
 
-float Fp16ToFp32(uint16_t h) { return kernels::internal::Fp16ToFp32(h); }
+float Bf16ToFp32(uint16_t h) { return kernels::Bf16ToFp32(h); }
 
-void ConvertFp32ToBf16(const float* in, uint16_t* out, size_t n) {
-  kernels::CastFp32ToBf16(in, out, n);
-}
-void ConvertBf16ToFp32(const uint16_t* in, float* out, size_t n) {
-  kernels::CastBf16ToFp32(in, out, n);
-}
-void ConvertFp32ToFp16(const float* in, uint16_t* out, size_t n) {
-  kernels::CastFp32ToFp16(in, out, n);
-}
-void ConvertFp16ToFp32(const uint16_t* in, float* out, size_t n) {
-  kernels::CastFp16ToFp32(in, out, n);
-}
+uint16_t Fp32ToFp16(float x) { return kernels::Fp32ToFp16Rne(x); }
+
+float Fp16ToFp32(uint16_t h) { return kernels::Fp16ToFp32(h); }
 
 }  // namespace zeroshard

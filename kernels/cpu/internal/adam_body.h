@@ -7,10 +7,10 @@
 //   Reg LoadBf16(const uint16_t*); Reg LoadFp16(const uint16_t*);  (exact widening)
 //   void StoreBf16(uint16_t*, Reg); void StoreFp16(uint16_t*, Reg); (round to nearest even)
 //   Reg Add, Sub, Mul, Div, Sqrt   (IEEE, correctly rounded; never FMA)
-// with the 16-bit conversions bit-identical to the scalar rules in bf16.h and
-// fp16.h. Each operation below is one fp32 operation in the order of the
-// contract in adam.h, on every lane and in the scalar tail, so all paths give
-// the same bits.
+// with the 16-bit conversions bit-identical to the scalar rules in
+// kernels/common/float16_rules.h. Each operation below is one fp32 operation
+// in the order of the contract in adam.h, on every lane and in the scalar
+// tail, so all paths give the same bits.
 // V must be defined in an anonymous namespace of the including file so that
 // the instantiations of AdamLoop stay local to that file and its ISA flags.
 #ifndef ZEROSHARD_KERNELS_CPU_INTERNAL_ADAM_BODY_H_

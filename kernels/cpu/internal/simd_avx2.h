@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/internal/bf16.h"
-#include "kernels/cpu/internal/fp16.h"
+#include "kernels/common/float16_rules.h"
+#include "kernels/cpu/internal/kernel_inline.h"
 
 namespace zeroshard::kernels::internal {
 namespace {

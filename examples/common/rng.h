@@ -1,23 +1,34 @@
-// Counter-based random numbers for the MLP example: a value is a pure
-// function of (key, counter), so any rank can produce any sample or any
-// parameter element without shared generator state.
-#ifndef ZEROSHARD_EXAMPLES_MLP_INTERNAL_COUNTER_RNG_H_
-#define ZEROSHARD_EXAMPLES_MLP_INTERNAL_COUNTER_RNG_H_
+// Counter-based random numbers that example programs, benchmarks and tests
+// share: one SplitMix64 for the whole tree. A value is a pure function of
+// (key, counter), so any rank can produce any sample, parameter element or
+// test datum without shared generator state, and a seed gives the same
+// numbers on every rank, every run and every platform.
+#ifndef ZEROSHARD_EXAMPLES_COMMON_RNG_H_
+#define ZEROSHARD_EXAMPLES_COMMON_RNG_H_
 
 #include <cmath>
 #include <cstdint>
 
-namespace zeroshard {
-namespace mlp {
-namespace internal {
+namespace zeroshard::examples {
 
-// One round of splitmix64 (Steele, Lea, Flood 2014): a bijective mixer with
-// good avalanche, used here as a hash.
+// The increment of SplitMix64's state (2^64 / golden ratio, odd).
+inline constexpr uint64_t kSplitMix64Gamma = 0x9e3779b97f4a7c15ull;
+
+// One step of SplitMix64 (Steele, Lea, Flood 2014) on the state x: add the
+// gamma, then the finaliser. A bijective mixer with good avalanche; used as a
+// hash of x.
 inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
+  x += kSplitMix64Gamma;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// Output `index` (0-based) of the SplitMix64 sequence whose state starts at
+// `seed`, without running the sequence: the state after index + 1 steps is
+// seed + (index + 1) * gamma, and SplitMix64 adds the last gamma itself.
+inline uint64_t SplitMix64At(uint64_t seed, uint64_t index) {
+  return SplitMix64(seed + index * kSplitMix64Gamma);
 }
 
 // Derives a stream key from a parent key and a stream index (seed -> unit ->
@@ -42,8 +53,6 @@ inline double NormalAt(uint64_t key, uint64_t index) {
   return (index % 2 == 0) ? radius * std::cos(angle) : radius * std::sin(angle);
 }
 
-}  // namespace internal
-}  // namespace mlp
-}  // namespace zeroshard
+}  // namespace zeroshard::examples
 
-#endif  // ZEROSHARD_EXAMPLES_MLP_INTERNAL_COUNTER_RNG_H_
+#endif  // ZEROSHARD_EXAMPLES_COMMON_RNG_H_
