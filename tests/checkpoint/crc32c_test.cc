@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,6 +109,11 @@ struct Implementation {
   const char* name;
   uint32_t (*extend)(uint32_t crc, const void* data, size_t n);
 };
+
+// So that a failing case names its path rather than printing its bytes.
+void PrintTo(const Implementation& implementation, std::ostream* os) {
+  *os << implementation.name;
+}
 
 const Implementation kPortable{"portable", &Crc32cPortable};
 const Implementation kHardware{"sse4_2", &Crc32cHardware};
