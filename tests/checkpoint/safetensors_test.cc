@@ -324,13 +324,13 @@ ReaderCase Json(const std::string& what, const std::string& json_text, int64_t d
 TEST(SafetensorsTest, ReaderRefusesDamagedHeadersAndNamesTheField) {
   const std::string w = R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})";
   std::string too_long(8, '\0');
-  too_long[0] = 100;  // N = 100 in a file of 50 bytes
+  too_long[0] = 43;  // 8 + N = 51 bytes in a file of 50
   std::string past_cap(8, '\0');
   past_cap[4] = 1;  // N = 2^32
   std::vector<ReaderCase> cases = {
       {"file shorter than 8 bytes", std::string(5, '\0'), 5, {"5 bytes", "too short"}},
       {"head shorter than 8 bytes", std::string(4, '\0'), 100, {"4 bytes given"}},
-      {"header length past the file", too_long, 50, {"header length 100", "end of the file"}},
+      {"header length past the file", too_long, 50, {"header length 43", "end of the file"}},
       {"header length past the cap", past_cap, int64_t{1} << 40, {"4294967296", "limit"}},
       {"head shorter than 8 + N", HeadOf("{" + w + "}").substr(0, 20), 200, {"read the first"}},
       Json("not starting with '{'", " {" + w + "}", 24, {"start with '{'", "0x20"}),
