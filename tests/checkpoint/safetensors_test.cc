@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_env.h"
 #include "tests/test_seed.h"
 
 namespace zeroshard::internal {
@@ -262,6 +264,36 @@ TEST(SafetensorsTest, ReadsTensorsInDataOrderWhateverTheJsonOrder) {
   }
 }
 
+// A checkpoint file of a large model holds tens of thousands of tensors: the
+// header is written and read in time linear in their number (a quadratic
+// parse, nlohmann's parser callback, took 2.6 s here for 20000 tensors; now 0.06 s).
+TEST(SafetensorsTest, HeadersOfManyTensorsAreWrittenAndReadQuickly) {
+  constexpr int kTensors = 20000;
+  std::vector<SafetensorsTensor> tensors;
+  int64_t data_bytes = 0;
+  for (int i = 0; i < kTensors; ++i) {
+    tensors.push_back(
+        {absl::StrCat("model.layers.", i, ".mlp.weight"), i % 2 ? "BF16" : "F32", {4096, 11008}});
+    data_bytes += TensorBytes(tensors.back());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const absl::StatusOr<std::string> header = SafetensorsHeader(tensors, {{"step", "1000"}});
+  ASSERT_TRUE(header.ok()) << header.status();
+  const auto written = std::chrono::steady_clock::now();
+  const absl::StatusOr<SafetensorsIndex> index =
+      ParseSafetensorsHeader(*header, static_cast<int64_t>(header->size()) + data_bytes);
+  const auto read = std::chrono::steady_clock::now();
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->tensors.size(), static_cast<size_t>(kTensors));
+  EXPECT_EQ(index->tensors.back().end, data_bytes);
+  const double write_s = std::chrono::duration<double>(written - start).count();
+  const double read_s = std::chrono::duration<double>(read - written).count();
+  std::printf("%d tensors, %zu-byte header: written in %.3f s, read in %.3f s\n", kTensors,
+              header->size(), write_s, read_s);
+  EXPECT_LT(write_s, testing::TimeLimit(1.0));
+  EXPECT_LT(read_s, testing::TimeLimit(1.0));
+}
+
 void ExpectInvalid(const absl::Status& status, const std::vector<std::string>& mentions) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   for (const std::string& m : mentions) EXPECT_THAT(std::string(status.message()), HasSubstr(m));
@@ -335,8 +367,8 @@ TEST(SafetensorsTest, ReaderRefusesDamagedHeadersAndNamesTheField) {
       {"head shorter than 8 + N", HeadOf("{" + w + "}").substr(0, 20), 200, {"read the first"}},
       Json("not starting with '{'", " {" + w + "}", 24, {"start with '{'", "0x20"}),
       Json("an array", "[1,2]", 0, {"start with '{'"}),
-      Json("malformed JSON", "{\"w\":{\"dtype\":", 24, {"not a valid JSON object"}),
-      Json("trailing garbage", "{" + w + "}x", 24, {"not a valid JSON object"}),
+      Json("malformed JSON", "{\"w\":{\"dtype\":", 24, {"not valid JSON"}),
+      Json("trailing garbage", "{" + w + "}x", 24, {"not valid JSON"}),
       Json("duplicate tensor name", "{" + w + "," + w + "}", 24, {"\"w\"", "twice"}),
       Json("duplicate field",
            R"({"w":{"dtype":"F32","dtype":"F16","shape":[6],"data_offsets":[0,24]}})", 24,

@@ -93,6 +93,72 @@ bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
+// A first pass over a header's JSON that builds nothing and stops at the
+// first problem: a syntax error; nesting deeper than safetensors uses (header
+// object > tensor object > shape array), so that the tree built afterwards is
+// small whatever the input; a key twice in one object, which a JSON object
+// would silently merge (last one wins), so that two readers could see two
+// different files. (nlohmann's parser callback could find the last two while
+// building the tree, but its bookkeeping makes it quadratic in the number of
+// tensors.)
+class HeaderStructureCheck final : public nlohmann::json_sax<json> {
+ public:
+  // What stopped the parse, for "the header ..." in an error message.
+  const std::string& problem() const { return problem_; }
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+
+  bool start_object(std::size_t) override {
+    keys_.emplace_back();
+    return Enter();
+  }
+  bool key(string_t& key) override {
+    if (keys_.back().insert(key).second) return true;
+    problem_ = absl::StrCat("has the key ", Quote(key), " twice in one object");
+    return false;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override { return Enter(); }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& error) override {
+    constexpr size_t kMaxChars = 200;  // the message quotes the input read so far
+    std::string what = error.what();
+    if (what.size() > kMaxChars) what = absl::StrCat(what.substr(0, kMaxChars), "...");
+    problem_ = absl::StrCat("is not valid JSON (", what, ")");
+    return false;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 3;
+
+  bool Enter() {
+    if (++depth_ <= kMaxDepth) return true;
+    problem_ =
+        "nests objects or arrays deeper than safetensors does (a shape inside a tensor inside "
+        "the header)";
+    return false;
+  }
+
+  int depth_ = 0;
+  std::vector<std::set<std::string>> keys_;  // of each open object
+  std::string problem_;
+};
+
 absl::Status CheckTensorToWrite(const SafetensorsTensor& t, size_t index,
                                 const std::map<std::string, size_t>& earlier) {
   if (t.name.empty()) {
@@ -431,57 +497,19 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensorsHeader(absl::string_view head, 
                                        static_cast<unsigned char>(text.front()))));
   }
 
-  // The parser's callback finds duplicate keys (which the JSON object would
-  // silently merge, last one winning, so two readers could see two different
-  // files) and skips anything nested deeper than the format's three levels
-  // (header, tensor, shape), so a hostile header cannot build a deep tree.
-  constexpr int kMaxDepth = 2;  // depth of the deepest container: a shape
-  std::vector<std::set<std::string>> keys_by_depth;
-  std::string duplicate_key;
-  bool too_deep = false;
-  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth > kMaxDepth) {
-          too_deep = true;
-          return false;
-        }
-        if (event == json::parse_event_t::object_start) {
-          keys_by_depth.resize(depth + 1);
-          keys_by_depth[depth].clear();  // objects at one depth close before the next opens
-        }
-        return true;
-      case json::parse_event_t::key:
-        // A key at depth d belongs to the object opened at depth d - 1.
-        if (depth >= 1 && static_cast<size_t>(depth - 1) < keys_by_depth.size() &&
-            depth - 1 <= kMaxDepth && parsed.is_string() &&
-            !keys_by_depth[depth - 1].insert(parsed.get<std::string>()).second &&
-            duplicate_key.empty()) {
-          duplicate_key = parsed.get<std::string>();
-        }
-        return true;
-      default:
-        return true;
-    }
-  };
-  const json doc = json::parse(text.begin(), text.end(), on_event, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  HeaderStructureCheck structure;
+  if (!json::sax_parse(text.begin(), text.end(), &structure)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source,
-                     ": the header is not a valid JSON object; the file is damaged or not a "
-                     "safetensors file"));
+        absl::StrCat(source, ": the header ", structure.problem(),
+                     "; the file is damaged or not a safetensors file"));
   }
-  if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source,
-                     ": the header nests objects or arrays deeper than safetensors does (a shape "
-                     "inside a tensor inside the header); the file is damaged"));
-  }
-  if (!duplicate_key.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": key ", Quote(duplicate_key),
-                     " appears twice in one object of the header; the file is damaged"));
+  const json doc =
+      json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {  // HeaderStructureCheck let it through
+    return absl::InternalError(absl::StrCat(
+        source,
+        ": the header passed the structure check but does not parse as an object (a bug "
+        "in zeroshard's safetensors reader; please report it)"));
   }
 
   SafetensorsIndex index;
