@@ -111,9 +111,7 @@ struct Implementation {
 };
 
 // So that a failing case names its path rather than printing its bytes.
-void PrintTo(const Implementation& implementation, std::ostream* os) {
-  *os << implementation.name;
-}
+void PrintTo(const Implementation& implementation, std::ostream* os) { *os << implementation.name; }
 
 const Implementation kPortable{"portable", &Crc32cPortable};
 const Implementation kHardware{"sse4_2", &Crc32cHardware};
