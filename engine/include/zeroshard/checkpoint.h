@@ -1,0 +1,102 @@
+// Sharded checkpoints: what Engine::Save writes and Engine::Load reads, and
+// the functions that read a checkpoint without an engine (the `zeroshard
+// inspect` and `zeroshard export` commands). docs/checkpoint.md has the
+// format, the guarantees and how to recover from a failed run.
+//
+// A checkpoint directory (the `dir` given to Save) holds one subdirectory
+// per saved step, `step_00000100/`, with one shard file per rank of the run
+// that wrote it (`rank_00003.bin`) and `manifest.json`, plus a file `latest`
+// naming the newest complete step. A step directory is complete or absent:
+// files are written under temporary names, synced, renamed, and the step
+// appears (and `latest` moves) only after every rank finished.
+#ifndef ZEROSHARD_CHECKPOINT_H_
+#define ZEROSHARD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "zeroshard/dtype.h"
+#include "zeroshard/train_spec.h"
+
+namespace zeroshard {
+
+struct CheckpointOptions {
+  // Complete checkpoints kept in the directory; older ones are deleted after
+  // a new one is complete. At least 1: the newest complete checkpoint is
+  // never deleted.
+  int keep_last = 2;
+  // True: Save returns once this rank's state is copied to host memory and
+  // the file is written by a background thread while training goes on; the
+  // next Save or WaitForCheckpoint completes it. False: Save returns when
+  // the checkpoint is complete on disk.
+  bool background = true;
+  // The host snapshot (12 bytes per element of this rank's shard: master
+  // weights and both moments) is kept for the next Save, so later saves copy
+  // into memory already mapped. False frees it once the file is written:
+  // less host memory between saves, a longer stall in each.
+  bool keep_snapshot = true;
+};
+
+// What a checkpoint says about itself (manifest.json).
+struct CheckpointInfo {
+  std::string path;    // the step directory
+  int64_t step = 0;    // optimizer steps taken when it was saved
+  int world_size = 0;  // ranks of the run that wrote it (one shard file each)
+  int zero_stage = 0;
+  Precision precision = Precision::kFp32;
+  int grad_accum_steps = 1;  // micro-batches per rank per step of that run
+  int64_t num_params = 0;
+  int num_units = 0;
+  std::vector<int64_t> file_bytes;  // per rank file
+  std::string trainer_state;        // the JSON object the trainer passed to Save
+  // Engine::Load only: the settings in which the loading run differs from
+  // the one that saved ("world size 4 -> 2", "schedule.total_steps 60 ->
+  // 100"): allowed, but the trajectory is then not the saved run's.
+  std::vector<std::string> changed_settings;
+};
+
+// The step directory `path` names: `path` itself when it holds a
+// manifest.json, else the step named by `path`/latest. NotFound or
+// FailedPrecondition naming the file and what to do (a half-written step, a
+// directory that is not a checkpoint, a `latest` naming a missing step).
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
+
+// Called as long work goes on: `done` of `total` bytes (read, or written).
+using CheckpointProgress = std::function<void(int64_t done, int64_t total)>;
+
+// Reads the manifest of the checkpoint `path` (ResolveCheckpoint) and
+// verifies every checksum of every file: each file's size and CRC32C, each
+// unit's, each chunk's. Returns the checkpoint's description with `problems`
+// empty when it is sound; one line per problem otherwise (naming the file,
+// the unit or byte range, expected and found). An error Status only when the
+// manifest itself cannot be read. `progress`, when given, is called after
+// each rank file with the bytes verified so far.
+absl::StatusOr<CheckpointInfo> InspectCheckpoint(const std::string& path,
+                                                 std::vector<std::string>* problems,
+                                                 const CheckpointProgress& progress = {});
+
+struct ExportStats {
+  int64_t tensors = 0;
+  int64_t bytes_written = 0;
+  // The most memory held at once for weights (one unit's fp32 values).
+  int64_t peak_buffer_bytes = 0;
+};
+
+// Writes the consolidated weights of the checkpoint `path` to `out` in the
+// safetensors format: one tensor per param, named "<unit>.<param>", in
+// `dtype` (kFloat32: the fp32 master weights exactly; kBFloat16: rounded to
+// nearest even). Streams unit by unit: memory use is bounded by the largest
+// unit. Verifies the checksum of everything it reads. `out` is written under
+// a temporary name and renamed when complete; on an error nothing is left
+// at `out`. `progress`, when given, is called after each unit with the
+// tensor bytes written so far.
+absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,
+                               ExportStats* stats, const CheckpointProgress& progress = {});
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CHECKPOINT_H_
