@@ -75,6 +75,13 @@ class FakeEngine final : public Engine {
 
   absl::Status SetParam(int, int, absl::Span<const float>) override { return absl::OkStatus(); }
   absl::Status Start(absl::Span<const TrainerSetting>) override { return absl::OkStatus(); }
+  absl::Status Save(const std::string&, const std::string&, const CheckpointOptions&) override {
+    return absl::UnimplementedError("not in the fake");
+  }
+  absl::Status WaitForCheckpoint() override { return absl::OkStatus(); }
+  absl::StatusOr<CheckpointInfo> Load(const std::string&) override {
+    return absl::UnimplementedError("not in the fake");
+  }
   absl::StatusOr<UnitView> Gather(int unit) override {
     Log("G", unit);
     if (gathered_ != -1) ++violations_;

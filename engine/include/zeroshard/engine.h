@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
@@ -97,7 +98,7 @@ struct TrainerSetting {
 };
 
 struct EngineStats {
-  int64_t steps = 0;
+  int64_t steps = 0;  // Step() calls on this engine (a loaded checkpoint's steps not counted)
   int64_t skipped_steps = 0;
   double loss_scale = 1.0;       // current (fp16); 1 otherwise
   bool prefetch_active = false;  // stage 3: gathers issued ahead from the recorded order
@@ -187,6 +188,43 @@ class Engine {
   // Adds to this step's input-wait time (the trainer waited for data); it
   // is reported apart from compute in Stats().
   virtual void RecordInputWait(absl::Duration d) = 0;
+
+  // Checkpoints (zeroshard/checkpoint.h, docs/checkpoint.md). Collective:
+  // every rank calls them, in the same order, with the same arguments.
+  //
+  // Save: the state after the last Step() — each unit's fp32 master
+  // weights (the params themselves with fp32), Adam moments, step count,
+  // learning-rate position, loss scale and its counters, and
+  // `trainer_state`, a JSON object (its sampler position, RNG states) given
+  // back by Load — into `dir`/step_<steps()>/, each rank writing only its
+  // own shard. Only between steps (after Start, no open views); it first
+  // completes the previous Save (see WaitForCheckpoint). With
+  // options.background it returns once the state is copied to host memory.
+  // InvalidArgument for a trainer state that is not a JSON object;
+  // FailedPrecondition in the middle of a step; the previous checkpoint's
+  // error, naming the rank, when that one failed.
+  virtual absl::Status Save(const std::string& dir, const std::string& trainer_state,
+                            const CheckpointOptions& options) = 0;
+  absl::Status Save(const std::string& dir, const std::string& trainer_state) {
+    return Save(dir, trainer_state, CheckpointOptions{});
+  }
+  // Waits for the background write of the last Save and makes the
+  // checkpoint complete (manifest, rename, `latest`, pruning): its Status is
+  // that of the checkpoint, naming the rank whose write failed. OK when no
+  // Save is pending. Call it before the engine is destroyed, or the last
+  // background checkpoint stays incomplete (never half-visible).
+  virtual absl::Status WaitForCheckpoint() = 0;
+  // Loads a checkpoint (a step directory, or a checkpoint directory's
+  // `latest`) written by any world size and any stage, instead of SetParam
+  // and before Start. Each rank reads only the byte ranges it owns from the
+  // old shard files, verifying their checksums, into fresh buffers, and the
+  // engine takes them only when every rank succeeded: a refused checkpoint
+  // leaves the engine as it was. Returns the checkpoint's description,
+  // including the trainer's state. Errors name the file and the field or
+  // byte range: NotFound / FailedPrecondition for a missing or incomplete
+  // checkpoint, DataLoss for a checksum mismatch or a truncated file,
+  // InvalidArgument for another model or an incompatible optimizer.
+  virtual absl::StatusOr<CheckpointInfo> Load(const std::string& path) = 0;
 
   // Full fp32 value of a param: the master weights (gathered across ranks
   // when sharded, so every rank must call it together, for the same unit:

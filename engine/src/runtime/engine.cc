@@ -31,21 +31,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
 }
 
 namespace internal {
-namespace {
-
-// Adds the wall time of one engine call to the step's engine time, so that
-// the trainer's compute is what remains.
-class CallTimer {
- public:
-  explicit CallTimer(absl::Duration* sink) : sink_(sink), begin_(absl::Now()) {}
-  ~CallTimer() { *sink_ += absl::Now() - begin_; }
-
- private:
-  absl::Duration* sink_;
-  absl::Time begin_;
-};
-
-}  // namespace
 
 EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device,
                        Communicator& comm, FlatLayout layout, BufferPlan plan)
@@ -87,6 +72,11 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
 }
 
 EngineImpl::~EngineImpl() {
+  // A background checkpoint write owns its snapshot; let it finish (the
+  // checkpoint stays incomplete without WaitForCheckpoint's commit).
+  if (pending_checkpoint_ != nullptr && pending_checkpoint_->writer.joinable()) {
+    pending_checkpoint_->writer.join();
+  }
   // Peers may still be reading our buffers: finish every collective first.
   for (int s : busy_slots_) slots_[s].reduction.Wait().IgnoreError();
   for (CommHandle& h : unit_reductions_) h.Wait().IgnoreError();

@@ -136,7 +136,7 @@ absl::StatusOr<UnitView> EngineImpl::GatherSharded(int unit) {
         "first",
         model_.units[unit].name, model_.units[held_unit_].name));
   }
-  if (step_ == 0) {
+  if (steps_since_start_ == 0) {
     recorded_order_.push_back(unit);
   } else if (prefetch_active_) {
     if (order_pos_ < recorded_order_.size() && recorded_order_[order_pos_] == unit) {

@@ -17,14 +17,30 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "engine/src/checkpoint/format.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
 #include "zeroshard/engine.h"
 
 namespace zeroshard::internal {
+
+// Adds the wall time of one engine call to the step's engine time, so that
+// the trainer's compute is what remains.
+class CallTimer {
+ public:
+  explicit CallTimer(absl::Duration* sink) : sink_(sink), begin_(absl::Now()) {}
+  ~CallTimer() { *sink_ += absl::Now() - begin_; }
+
+ private:
+  absl::Duration* sink_;
+  absl::Time begin_;
+};
 
 // A run of a rank's owned range with one weight-decay setting.
 struct DecayRun {
@@ -52,6 +68,10 @@ class EngineImpl final : public Engine {
   void RecordInputWait(absl::Duration d) override { step_input_wait_ += d; }
   double loss_scale() const override { return loss_scale_; }
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override;
+  absl::Status Save(const std::string& dir, const std::string& trainer_state,
+                    const CheckpointOptions& options) override;
+  absl::Status WaitForCheckpoint() override;
+  absl::StatusOr<CheckpointInfo> Load(const std::string& path) override;
 
   const ModelSpec& model() const override { return model_; }
   const TrainSpec& train() const override { return train_; }
@@ -61,6 +81,20 @@ class EngineImpl final : public Engine {
   EngineStats Stats() const override;
   const MemoryLedger& ledger() const override { return device_.ledger(); }
 
+  // Internal (tests): the dynamic loss scale and its counters.
+  struct LossScaleState {
+    double scale = 1.0;
+    int hysteresis_left = 0;
+    int64_t clean_steps = 0;
+    int skips_at_min_scale = 0;
+    bool operator==(const LossScaleState& o) const {
+      return scale == o.scale && hysteresis_left == o.hysteresis_left &&
+             clean_steps == o.clean_steps && skips_at_min_scale == o.skips_at_min_scale;
+    }
+  };
+  LossScaleState loss_scale_state() const {
+    return {loss_scale_, hysteresis_left_, clean_steps_, skips_at_min_scale_};
+  }
   // Internal (tests): the plan the engine allocated, and a check that every
   // padding element of every buffer this rank holds is still zero.
   const BufferPlan& plan() const { return plan_; }
@@ -102,7 +136,8 @@ class EngineImpl final : public Engine {
     kAllGatherParams,
     kGatherUnit,
     kGatherForRead,
-    kFingerprint
+    kFingerprint,
+    kCheckpoint
   };
   // Folds one collective into this step's sequence hash (every rank must
   // issue the same sequence; Step() compares).
@@ -169,6 +204,25 @@ class EngineImpl final : public Engine {
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, staging_, norm_blocks_, gather_pool_;
   std::vector<int64_t> param_offset_;  // per unit: first element in params_
 
+  // Checkpoints (engine_checkpoint.cc): a Save whose file write may still be
+  // running on its writer thread, committed by WaitForCheckpoint.
+  struct PendingCheckpoint {
+    std::string root;
+    std::string partial_dir;
+    std::string final_dir;
+    CheckpointOptions options;
+    Manifest manifest;  // all but `files`, which rank 0 fills at commit
+    std::thread writer;
+    absl::Status write_status;  // set by the writer
+    FileRecord record;          // set by the writer
+  };
+  absl::Status CheckBetweenSteps(const char* call) const;
+  std::unique_ptr<PendingCheckpoint> pending_checkpoint_;
+  // This rank's shard as the rank file holds it, copied by Save and read by
+  // the writer thread until WaitForCheckpoint joins it; kept between saves
+  // unless CheckpointOptions::keep_snapshot is false.
+  std::vector<float> checkpoint_snapshot_;
+
   // Start-up (engine_start.cc).
   // What Start() compares when the fixed-size header matched.
   // Per rank that differs from rank 0: which units differ (one all-gather of
@@ -185,7 +239,8 @@ class EngineImpl final : public Engine {
   absl::Status poisoned_;
 
   // Per-step state.
-  int64_t step_ = 0;                 // Step() calls completed
+  int64_t step_ = 0;                 // Step() calls completed (restored by Load)
+  int64_t steps_since_start_ = 0;    // Step() calls since Start (stage 3 records the first)
   int64_t applied_steps_ = 0;        // optimizer updates applied (bias correction)
   std::vector<int> reduced_count_;   // per unit: ReduceGrads calls this step
   std::vector<int> open_grad_slot_;  // per unit: slot of an open GradView, -1 direct, -2 none

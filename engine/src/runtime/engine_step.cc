@@ -209,6 +209,7 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
 
   for (int u = 0; u < layout_.num_units(); ++u) reduced_count_[u] = 0;
   ++step_;
+  ++steps_since_start_;
   step_engine_time_ += end - call_begin;
   RecordStepTimes(end);
   return result;
@@ -279,7 +280,7 @@ absl::Status EngineImpl::StartNextStepPrefetch() {
   // Stage 3 prefetch: the first step recorded the gather order; from then
   // on the next step's first units are gathered while the trainer loads
   // its data. A step that gathered fewer units than the first falls back.
-  if (step_ == 0) {
+  if (steps_since_start_ == 0) {
     prefetch_active_ = prefetch_depth_ > 0 && !recorded_order_.empty();
   } else if (prefetch_active_ && order_pos_ != recorded_order_.size()) {
     DisablePrefetch(absl::StrFormat("step %d made %d gathers, the first step %d", step_ + 1,
@@ -301,7 +302,7 @@ void EngineImpl::RecordStepTimes(absl::Time end) {
   t.input_wait = step_input_wait_;
   t.compute = t.total - step_engine_time_ - step_input_wait_;
   t.engine_other = step_engine_time_ - step_comm_wait_ - step_optimizer_;
-  stats_.steps = step_;
+  stats_.steps = steps_since_start_;
   stats_.last = t;
   stats_.totals.total += t.total;
   stats_.totals.exposed_comm += t.exposed_comm;

@@ -1,0 +1,428 @@
+// Engine::Save, WaitForCheckpoint and Load (docs/checkpoint.md).
+//
+// Save copies this rank's shard of every unit (fp32 master, Adam m and v, in
+// segment coordinates) into a host snapshot and hands it to a writer thread,
+// which streams it into `<dir>/step_N.partial/rank_R.bin`. The checkpoint
+// becomes complete at the next Save or WaitForCheckpoint: one all-gather
+// tells every rank whether every write succeeded (with the files' sizes and
+// checksums), rank 0 writes the manifest, renames the step into place and
+// moves `latest`, and a broadcast tells every rank how that went.
+//
+// Load reads, on every rank, only the elements the rank owns in the new
+// layout from the old files (whatever the old world size and stage), into
+// fresh vectors; one all-gather decides, and only when every rank succeeded
+// do the engine's buffers take the values.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/src/checkpoint/directory.h"
+#include "engine/src/checkpoint/file_ops.h"
+#include "engine/src/checkpoint/format.h"
+#include "engine/src/runtime/engine_impl.h"
+#include "engine/src/runtime/fingerprint.h"
+#include "nlohmann/json.hpp"
+#include "zeroshard/status.h"
+
+namespace zeroshard::internal {
+namespace {
+
+// A rank's status as it travels in an all-gather: ok flag, then a message
+// truncated to kMessageWords int64 words.
+constexpr int kMessageWords = 48;
+
+void PackMessage(const std::string& text, int64_t* words) {
+  char bytes[kMessageWords * 8] = {};
+  std::memcpy(bytes, text.data(), std::min(text.size(), sizeof(bytes) - 1));
+  std::memcpy(words, bytes, sizeof(bytes));
+}
+
+std::string UnpackMessage(const int64_t* words) {
+  char bytes[kMessageWords * 8 + 1] = {};
+  std::memcpy(bytes, words, kMessageWords * 8);
+  return std::string(bytes);
+}
+
+bool IsJsonObject(const std::string& text) {
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !doc.is_discarded() && doc.is_object();
+}
+
+// What differs between the checkpoint's model and the engine's, or "".
+std::string DescribeModelDifference(const ModelSpec& saved, const ModelSpec& mine) {
+  if (saved.units.size() != mine.units.size()) {
+    return absl::StrFormat("it has %d units, this engine's model %d", saved.units.size(),
+                           mine.units.size());
+  }
+  for (size_t u = 0; u < saved.units.size(); ++u) {
+    const UnitSpec& a = saved.units[u];
+    const UnitSpec& b = mine.units[u];
+    if (a.name != b.name) {
+      return absl::StrFormat("its unit %d is '%s', this engine's '%s'", u, a.name, b.name);
+    }
+    if (a.params.size() != b.params.size()) {
+      return absl::StrFormat("unit '%s' has %d params, this engine's %d", a.name, a.params.size(),
+                             b.params.size());
+    }
+    for (size_t p = 0; p < a.params.size(); ++p) {
+      const ParamSpec& x = a.params[p];
+      const ParamSpec& y = b.params[p];
+      if (x.name != y.name || x.shape != y.shape || x.no_decay != y.no_decay) {
+        return absl::StrFormat(
+            "param %d of unit '%s' is '%s' of shape [%s]%s, this engine's '%s' of shape [%s]%s", p,
+            a.name, x.name, absl::StrJoin(x.shape, ", "), x.no_decay ? " (no_decay)" : "", y.name,
+            absl::StrJoin(y.shape, ", "), y.no_decay ? " (no_decay)" : "");
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
+  ZS_RETURN_IF_ERROR(CheckStarted(call));
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (open_grad_slot_[u] != kNoGradView || reduced_count_[u] != 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s in the middle of a step (unit '%s' has gradients of this step); call it after "
+          "Step()",
+          call, model_.units[u].name));
+    }
+  }
+  if (held_unit_ >= 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s while unit '%s' is gathered; Release it first", call, model_.units[held_unit_].name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer_state,
+                              const CheckpointOptions& options) {
+  CallTimer timer(&step_engine_time_);
+  ZS_RETURN_IF_ERROR(CheckBetweenSteps("Save"));
+  if (dir.empty()) return absl::InvalidArgumentError("Save: the checkpoint directory is empty");
+  if (options.keep_last < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Save: keep_last %d must be >= 1 (the newest complete checkpoint is always kept)",
+        options.keep_last));
+  }
+  const std::string state = trainer_state.empty() ? "{}" : trainer_state;
+  if (!IsJsonObject(state)) {
+    return absl::InvalidArgumentError(
+        "Save: the trainer state is not a JSON object; pass e.g. {\"sampler_step\": 1200}");
+  }
+  // The previous checkpoint becomes complete (or reports its failure) first.
+  ZS_RETURN_IF_ERROR(WaitForCheckpoint());
+
+  auto pending = std::make_unique<PendingCheckpoint>();
+  pending->root = dir;
+  pending->options = options;
+  pending->final_dir = JoinPath(dir, StepDirName(step_));
+  pending->partial_dir = pending->final_dir + ".partial";
+  Manifest& m = pending->manifest;
+  m.step = step_;
+  m.applied_steps = applied_steps_;
+  m.skipped_steps = stats_.skipped_steps;
+  m.world_size = world_;
+  m.train = train_;
+  m.loss_scale = loss_scale_;
+  m.hysteresis_left = hysteresis_left_;
+  m.clean_steps = clean_steps_;
+  m.skips_at_min_scale = skips_at_min_scale_;
+  m.model = model_;
+  m.model_fingerprint = FingerprintModelSpec(model_);
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    m.used_numel.push_back(layout_.unit(u).used_numel);
+    m.shard_numel.push_back(layout_.unit(u).shard_numel);
+  }
+  m.trainer_state = state;
+
+  // The snapshot: this rank's shard of each unit, master then m then v, in
+  // the file's order. With fp32 the params are the master weights.
+  std::vector<float>& snapshot = checkpoint_snapshot_;
+  snapshot.resize(static_cast<size_t>(layout_.shard_numel()) * kTensorsPerUnit);
+  float* out = snapshot.data();
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const ElementRange shard = layout_.ShardRange(u, rank_);
+    const size_t n = static_cast<size_t>(shard.size());
+    const float* master = mixed_ ? OptimizerAt(master_, u, shard.begin)
+                                 : static_cast<const float*>(ParamsAt(u, shard.begin));
+    const float* const tensors[kTensorsPerUnit] = {master, OptimizerAt(adam_m_, u, shard.begin),
+                                                   OptimizerAt(adam_v_, u, shard.begin)};
+    for (const float* tensor : tensors) {
+      std::memcpy(out, tensor, n * sizeof(float));
+      out += n;
+    }
+  }
+  absl::Status made = MakeDirectories(pending->partial_dir);
+  PendingCheckpoint* p = pending.get();
+  const std::string file = JoinPath(p->partial_dir, RankFileName(rank_));
+  const int rank = rank_;
+  const int world = world_;
+  // The writer thread reads the snapshot; it and the rest of `pending` stay
+  // unchanged until WaitForCheckpoint joins it.
+  const std::vector<float>* data = &snapshot;
+  p->writer = std::thread([p, file, rank, world, made, data] {
+    if (!made.ok()) {
+      p->write_status = made;
+      return;
+    }
+    absl::StatusOr<FileRecord> rec =
+        WriteRankFile(file, rank, world, p->manifest.shard_numel, *data);
+    if (rec.ok()) {
+      p->record = *rec;
+    } else {
+      p->write_status = rec.status();
+    }
+  });
+  pending_checkpoint_ = std::move(pending);
+  if (!options.background) return WaitForCheckpoint();
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::WaitForCheckpoint() {
+  if (pending_checkpoint_ == nullptr) return absl::OkStatus();
+  std::unique_ptr<PendingCheckpoint> p = std::move(pending_checkpoint_);
+  if (p->writer.joinable()) p->writer.join();
+  if (!p->options.keep_snapshot) std::vector<float>().swap(checkpoint_snapshot_);
+  ZS_RETURN_IF_ERROR(poisoned_);
+
+  // 1. Every rank's write: ok flag, file size and checksums, its message.
+  const int units = layout_.num_units();
+  const int64_t words = 4 + units + kMessageWords;
+  std::vector<int64_t> mine(static_cast<size_t>(words), 0);
+  mine[0] = p->write_status.ok() ? 1 : 0;
+  mine[1] = p->record.bytes;
+  mine[2] = p->record.crc32c;
+  mine[3] = p->record.index_crc32c;
+  for (int u = 0; u < units && p->write_status.ok(); ++u) mine[4 + u] = p->record.unit_crc32c[u];
+  PackMessage(std::string(p->write_status.message()), &mine[4 + units]);
+  std::vector<int64_t> all(static_cast<size_t>(words) * world_);
+  CommHandle gathered = comm_.AllGather(mine.data(), all.data(), words, DType::kInt64);
+  NoteCollective(CollectiveKind::kCheckpoint, -1, words);
+  ZS_RETURN_IF_ERROR(WaitComm(gathered));
+  std::vector<std::string> failures;
+  for (int r = 0; r < world_; ++r) {
+    const int64_t* rec = &all[static_cast<size_t>(r) * words];
+    if (rec[0] != 1) {
+      failures.push_back(absl::StrFormat("rank %d: %s", r, UnpackMessage(rec + 4 + units)));
+    }
+  }
+  if (!failures.empty()) {
+    return absl::InternalError(
+        absl::StrFormat("checkpoint %s was not completed, the previous one stays the latest: %s",
+                        p->final_dir, absl::StrJoin(failures, "; ")));
+  }
+
+  // 2. Rank 0 commits: manifest, rename, latest, pruning.
+  absl::Status committed = absl::OkStatus();
+  if (rank_ == 0) {
+    for (int r = 0; r < world_; ++r) {
+      const int64_t* rec = &all[static_cast<size_t>(r) * words];
+      FileRecord f;
+      f.name = RankFileName(r);
+      f.bytes = rec[1];
+      f.crc32c = static_cast<uint32_t>(rec[2]);
+      f.index_crc32c = static_cast<uint32_t>(rec[3]);
+      for (int u = 0; u < units; ++u) f.unit_crc32c.push_back(static_cast<uint32_t>(rec[4 + u]));
+      p->manifest.files.push_back(std::move(f));
+    }
+    committed = CommitCheckpointDirectory(p->root, p->partial_dir, p->final_dir,
+                                          ManifestToJson(p->manifest), p->manifest.step,
+                                          p->options.keep_last);
+  }
+  // 3. Everyone learns how rank 0's commit went.
+  std::vector<int64_t> verdict(static_cast<size_t>(1 + kMessageWords), 0);
+  verdict[0] = committed.ok() ? 1 : 0;
+  PackMessage(std::string(committed.message()), &verdict[1]);
+  CommHandle told = comm_.Broadcast(verdict.data(), 1 + kMessageWords, DType::kInt64, 0);
+  NoteCollective(CollectiveKind::kCheckpoint, -2, 1 + kMessageWords);
+  ZS_RETURN_IF_ERROR(WaitComm(told));
+  if (verdict[0] != 1) {
+    return absl::InternalError(absl::StrFormat(
+        "checkpoint %s was not completed (rank 0: %s); the previous one stays the latest",
+        p->final_dir, UnpackMessage(&verdict[1])));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
+  ZS_RETURN_IF_ERROR(poisoned_);
+  if (started_) {
+    return absl::FailedPreconditionError(
+        "Load after Start(): load a checkpoint into a fresh engine, before Start, instead of "
+        "SetParam");
+  }
+  // Each rank reads what it owns into fresh buffers; nothing of the engine
+  // changes until every rank succeeded.
+  const int units = layout_.num_units();
+  std::vector<ElementRange> owned(units);
+  std::vector<std::vector<float>> fresh(static_cast<size_t>(units) * kTensorsPerUnit);
+  for (int u = 0; u < units; ++u) {
+    owned[u] = OwnedRange(u);
+    for (int t = 0; t < kTensorsPerUnit; ++t) {
+      fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].assign(
+          static_cast<size_t>(owned[u].size()), 0.0f);
+    }
+  }
+  Manifest manifest;
+  std::string step_dir;
+  uint64_t manifest_hash = 0;
+  absl::Status read = [&]() -> absl::Status {
+    ZS_ASSIGN_OR_RETURN(step_dir, ResolveCheckpoint(path));
+    ZS_ASSIGN_OR_RETURN(manifest, ReadManifest(step_dir));
+    const std::string difference = DescribeModelDifference(manifest.model, model_);
+    if (!difference.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s belongs to another model: %s", step_dir, difference));
+    }
+    const OptimizerSpec& a = manifest.train.optimizer;
+    const OptimizerSpec& b = train_.optimizer;
+    if (a.kind != b.kind || a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "checkpoint %s: its optimizer is %s with beta1 %g, beta2 %g, eps %g; this engine's is "
+          "%s with %g, %g, %g: the Adam moments do not carry over to another optimizer",
+          step_dir, a.kind == OptimizerKind::kAdamW ? "AdamW" : "AdamL2", a.beta1, a.beta2, a.eps,
+          b.kind == OptimizerKind::kAdamW ? "AdamW" : "AdamL2", b.beta1, b.beta2, b.eps));
+    }
+    manifest_hash = HashBytes(&manifest.step, sizeof(manifest.step), manifest.model_fingerprint);
+    for (const FileRecord& f : manifest.files) {
+      manifest_hash = HashBytes(&f.crc32c, sizeof(f.crc32c), manifest_hash);
+    }
+    std::vector<std::unique_ptr<RankFileReader>> readers(manifest.world_size);
+    for (int u = 0; u < units; ++u) {
+      const int64_t used = layout_.unit(u).used_numel;
+      const int64_t old_shard = manifest.shard_numel[u];
+      for (int r = 0; r < manifest.world_size; ++r) {
+        const int64_t begin = std::max(owned[u].begin, r * old_shard);
+        const int64_t end = std::min({owned[u].end, (r + 1) * old_shard, used});
+        if (begin >= end) continue;
+        if (readers[r] == nullptr) {
+          ZS_ASSIGN_OR_RETURN(RankFileReader reader, RankFileReader::Open(step_dir, manifest, r));
+          readers[r] = std::make_unique<RankFileReader>(std::move(reader));
+        }
+        for (int t = 0; t < kTensorsPerUnit; ++t) {
+          float* out =
+              fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].data() + (begin - owned[u].begin);
+          ZS_RETURN_IF_ERROR(
+              readers[r]->Read(u, t, begin - r * old_shard, end - r * old_shard, out));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }();
+
+  // Every rank's verdict, and which checkpoint it read.
+  const int64_t words = 3 + kMessageWords;
+  std::vector<int64_t> mine(static_cast<size_t>(words), 0);
+  mine[0] = read.ok() ? 1 : 0;
+  mine[1] = static_cast<int64_t>(manifest_hash);
+  mine[2] = static_cast<int64_t>(read.code());
+  PackMessage(read.ok() ? std::string() : std::string(read.message()), &mine[3]);
+  std::vector<int64_t> all(static_cast<size_t>(words) * world_);
+  CommHandle gathered = comm_.AllGather(mine.data(), all.data(), words, DType::kInt64);
+  NoteCollective(CollectiveKind::kCheckpoint, -3, words);
+  ZS_RETURN_IF_ERROR(WaitComm(gathered));
+  if (!read.ok()) return read;
+  for (int r = 0; r < world_; ++r) {
+    const int64_t* rec = &all[static_cast<size_t>(r) * words];
+    if (rec[0] != 1) {
+      // The same code as the rank that failed, so every rank reports alike.
+      return absl::Status(static_cast<absl::StatusCode>(rec[2]),
+                          absl::StrFormat("Load: rank %d could not load the checkpoint, so no "
+                                          "rank does: %s",
+                                          r, UnpackMessage(rec + 3)));
+    }
+    if (rec[1] != all[1]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "Load: rank %d read another checkpoint than rank 0 (different step or files); every "
+          "rank must load the same one",
+          r));
+    }
+  }
+
+  // Every rank succeeded: the engine takes the values.
+  for (int u = 0; u < units; ++u) {
+    const ElementRange range = owned[u];
+    const size_t n = static_cast<size_t>(range.size());
+    const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
+    if (mixed_) {
+      std::memcpy(OptimizerAt(master_, u, range.begin), master, n * sizeof(float));
+      void* params = ParamsAt(u, range.begin);
+      if (param_dtype_ == DType::kBFloat16) {
+        ConvertFp32ToBf16(master, static_cast<uint16_t*>(params), n);
+      } else {
+        ConvertFp32ToFp16(master, static_cast<uint16_t*>(params), n);
+      }
+    } else {
+      std::memcpy(ParamsAt(u, range.begin), master, n * sizeof(float));
+    }
+    std::memcpy(OptimizerAt(adam_m_, u, range.begin),
+                fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(), n * sizeof(float));
+    std::memcpy(OptimizerAt(adam_v_, u, range.begin),
+                fresh[static_cast<size_t>(u) * kTensorsPerUnit + 2].data(), n * sizeof(float));
+  }
+  // Resident units of a sharded optimizer hold every rank's part of the
+  // params: bring them together, as after a step.
+  IssueParamGathers();
+  ZS_RETURN_IF_ERROR(WaitParamGathers());
+  step_ = manifest.step;
+  applied_steps_ = manifest.applied_steps;
+  stats_.skipped_steps = manifest.skipped_steps;
+  if (train_.precision == Precision::kFp16Mixed &&
+      manifest.train.precision == Precision::kFp16Mixed) {
+    loss_scale_ = manifest.loss_scale;
+    hysteresis_left_ = manifest.hysteresis_left;
+    clean_steps_ = manifest.clean_steps;
+    skips_at_min_scale_ = manifest.skips_at_min_scale;
+  }
+  // Start() compares initial weights by these: every rank loaded the same
+  // checkpoint (checked above), so they agree.
+  for (auto& unit_hashes : param_hashes_) {
+    for (uint64_t& h : unit_hashes) h = manifest_hash | 1;
+  }
+  CheckpointInfo info;
+  info.path = step_dir;
+  info.step = manifest.step;
+  info.world_size = manifest.world_size;
+  info.zero_stage = manifest.train.zero_stage;
+  info.precision = manifest.train.precision;
+  info.grad_accum_steps = manifest.train.grad_accum_steps;
+  info.num_params = manifest.model.NumParams();
+  info.num_units = static_cast<int>(manifest.model.units.size());
+  for (const FileRecord& f : manifest.files) info.file_bytes.push_back(f.bytes);
+  info.trainer_state = manifest.trainer_state;
+  const TrainSpec& was = manifest.train;
+  auto note = [&](const char* what, const std::string& before, const std::string& after) {
+    if (before != after)
+      info.changed_settings.push_back(absl::StrCat(what, " ", before, " -> ", after));
+  };
+  auto real = [](double v) { return absl::StrFormat("%g", v); };
+  note("world size", absl::StrCat(manifest.world_size), absl::StrCat(world_));
+  note("zero_stage", absl::StrCat(was.zero_stage), absl::StrCat(train_.zero_stage));
+  note("precision", PrecisionName(was.precision), PrecisionName(train_.precision));
+  note("grad_accum_steps", absl::StrCat(was.grad_accum_steps),
+       absl::StrCat(train_.grad_accum_steps));
+  note("optimizer.lr", real(was.optimizer.lr), real(train_.optimizer.lr));
+  note("optimizer.weight_decay", real(was.optimizer.weight_decay),
+       real(train_.optimizer.weight_decay));
+  note("max_grad_norm", real(was.max_grad_norm), real(train_.max_grad_norm));
+  note("schedule.kind", absl::StrCat(static_cast<int>(was.schedule.kind)),
+       absl::StrCat(static_cast<int>(train_.schedule.kind)));
+  note("schedule.warmup_steps", absl::StrCat(was.schedule.warmup_steps),
+       absl::StrCat(train_.schedule.warmup_steps));
+  note("schedule.total_steps", absl::StrCat(was.schedule.total_steps),
+       absl::StrCat(train_.schedule.total_steps));
+  note("schedule.min_lr_ratio", real(was.schedule.min_lr_ratio),
+       real(train_.schedule.min_lr_ratio));
+  return info;
+}
+
+}  // namespace zeroshard::internal
