@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "zeroshard/byte_units.h"
 #include "zeroshard/model_source.h"
-#include "zeroshard/planner.h"
 #include "zeroshard/plan_report.h"
+#include "zeroshard/planner.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::tools {

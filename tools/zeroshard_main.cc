@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/checkpoint_command.h"
 #include "tools/estimate_command.h"
 
 namespace {
@@ -13,6 +14,8 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  estimate   per-GPU memory plan and automatic ZeRO / offload / tp x pp choice\n"
+    "  inspect    verify a checkpoint's checksums and print what it holds\n"
+    "  export     write a checkpoint's weights as a safetensors file\n"
     "\n"
     "`zeroshard <command> --help` describes a command.\n";
 
@@ -31,6 +34,13 @@ int main(int argc, char** argv) {
   if (args[0] == "estimate") {
     const int code = zeroshard::tools::RunEstimate(
         std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
+    std::cout.flush();
+    std::exit(code);
+  }
+  if (args[0] == "inspect" || args[0] == "export") {
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    const int code = args[0] == "inspect" ? zeroshard::tools::RunInspect(rest, std::cout, std::cerr)
+                                          : zeroshard::tools::RunExport(rest, std::cout, std::cerr);
     std::cout.flush();
     std::exit(code);
   }
