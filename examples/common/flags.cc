@@ -8,7 +8,8 @@ namespace examples {
 
 absl::Status ForEachFlag(
     int argc, char** argv, bool* help,
-    const std::function<absl::Status(const std::string& name, const std::string& value)>& set) {
+    const std::function<absl::Status(const std::string& name, const std::string& value)>& set,
+    const std::set<std::string>& switches) {
   *help = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -25,6 +26,8 @@ absl::Status ForEachFlag(
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
+    } else if (switches.count(arg) != 0) {
+      value = "true";
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {

@@ -5,6 +5,7 @@
 #define ZEROSHARD_EXAMPLES_COMMON_FLAGS_H_
 
 #include <functional>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,9 +17,12 @@ namespace examples {
 // the dashes). On --help or -h sets *help and stops. InvalidArgument for an
 // argument that is not a flag or a flag without a value; set's own error
 // otherwise (it should name the flag).
+// `switches` name flags that take no value (set() gets "true"; --name=value
+// still passes a value).
 absl::Status ForEachFlag(
     int argc, char** argv, bool* help,
-    const std::function<absl::Status(const std::string& name, const std::string& value)>& set);
+    const std::function<absl::Status(const std::string& name, const std::string& value)>& set,
+    const std::set<std::string>& switches = {});
 
 }  // namespace examples
 }  // namespace zeroshard

@@ -63,6 +63,11 @@ void PrintUsage(std::FILE* out) {
       "  --clip C           max global gradient norm, 0 = off (default %g)\n"
       "  --backend B        local (threads) or mpi (one process per rank under mpirun;\n"
       "                     rank 0 prints) (default local)\n"
+      "  --checkpoint-dir D save checkpoints of the distributed run into D (with\n"
+      "                     --save-every) and resume from D/latest (with --resume)\n"
+      "  --save-every N     a checkpoint every N steps (background write)\n"
+      "  --keep-last K      complete checkpoints kept in D (default 2)\n"
+      "  --resume           start from the checkpoint D/latest and train up to --steps\n"
       "  --comm-timeout S   seconds a collective waits for a missing rank before the\n"
       "                     run fails naming it (default: $%s, else %.0f)\n"
       "  --help             this text\n"
@@ -119,6 +124,21 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       {"weight-decay",
        [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.weight_decay); }},
       {"clip", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.clip); }},
+      {"checkpoint-dir",
+       [&](auto& f, auto& v) -> absl::Status {
+         if (v.empty()) return BadValue(f, v, "a directory");
+         opts.checkpoint_dir = v;
+         return absl::OkStatus();
+       }},
+      {"save-every",
+       [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.save_every); }},
+      {"keep-last", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.keep_last); }},
+      {"resume",
+       [&](auto& f, auto& v) -> absl::Status {
+         if (v != "true" && v != "1") return BadValue(f, v, "no value (a switch)");
+         opts.resume = true;
+         return absl::OkStatus();
+       }},
       {"comm-timeout",
        [&](auto& f, auto& v) -> absl::Status {
          double seconds = 0;
@@ -143,14 +163,20 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
        }},
   };
   ZS_RETURN_IF_ERROR(examples::ForEachFlag(
-      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
+      argc, argv, help,
+      [&](const std::string& name, const std::string& value) -> absl::Status {
         const auto it = setters.find(name);
         if (it == setters.end()) {
           return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
         }
         return it->second(name, value);
-      }));
+      },
+      /*switches=*/{"resume"}));
   if (*help) return DemoOptions{};
+  if ((opts.save_every > 0 || opts.resume) && opts.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--save-every and --resume need --checkpoint-dir DIR (where checkpoints go)");
+  }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   // Range checks of the engine's own spec (e.g. the supported stages), so a
   // bad flag is refused before anything runs.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "examples/mlp/mlp.h"
@@ -37,6 +38,13 @@ struct DemoOptions {
   bool backend_mpi = false;
   // Communicator timeout per collective; 0: $ZS_COMM_TIMEOUT, else 120 s.
   double comm_timeout_s = 0.0;
+  // Checkpoints of the distributed run (docs/checkpoint.md): into
+  // checkpoint_dir every save_every steps (0: never), keeping keep_last;
+  // resume: start from checkpoint_dir/latest instead of the initial weights.
+  std::string checkpoint_dir;
+  int64_t save_every = 0;
+  int keep_last = 2;
+  bool resume = false;
 };
 
 // The communicator options of the run (--comm-timeout).

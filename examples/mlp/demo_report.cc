@@ -39,10 +39,16 @@ std::vector<int64_t> LossTableSteps(int64_t steps) {
 void PrintLoss(const DemoResults& r, std::FILE* out) {
   std::fprintf(out, "\nloss (MSE to the teacher, mean over the global batch)\n");
   std::fprintf(out, "  %6s  %12s  %12s  %10s\n", "step", "distributed", "baseline", "|diff|");
-  const size_t n = std::min(r.distributed.losses.size(), r.baseline.losses.size());
+  const int64_t first = r.distributed.first_step;
+  const size_t n = std::min(first + r.distributed.losses.size(), r.baseline.losses.size());
   for (int64_t s : LossTableSteps(static_cast<int64_t>(n))) {
-    const double d = r.distributed.losses[s - 1];
     const double b = r.baseline.losses[s - 1];
+    if (s <= first) {
+      // Trained before the resumed checkpoint, by another process.
+      std::fprintf(out, "  %6d  %12s  %12.6f  %10s\n", static_cast<int>(s), "(resumed)", b, "");
+      continue;
+    }
+    const double d = r.distributed.losses[s - first - 1];
     std::fprintf(out, "  %6d  %12.6f  %12.6f  %10.3g\n", static_cast<int>(s), d, b,
                  std::fabs(d - b));
   }
@@ -55,6 +61,24 @@ void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
   std::fprintf(out,
                "  max |diff| %.3g (%s); max relative diff %.3g (max|diff| / max|w| per param)\n",
                c.max_abs, ParamName(c.max_abs_param).c_str(), c.max_rel);
+  const int64_t resumed_total = r.distributed.resumed_accum_total;
+  if (r.distributed.first_step > 0 && !r.distributed.resumed_changes.empty()) {
+    std::fprintf(out,
+                 "  (resumed with changed settings: %s; the distributed run is not the "
+                 "baseline's from step %lld on)\n",
+                 r.distributed.resumed_changes.c_str(),
+                 static_cast<long long>(r.distributed.first_step));
+    return;
+  }
+  if (r.distributed.first_step > 0 && resumed_total != r.world * opts.accum) {
+    std::fprintf(out,
+                 "  (resumed from a checkpoint written by %d rank(s) with %d micro-batches per "
+                 "step; the baseline used %d throughout, so the runs saw other global batches "
+                 "before step %lld: compare with a run resumed at the same global batch)\n",
+                 r.distributed.resumed_world, static_cast<int>(resumed_total), r.world * opts.accum,
+                 static_cast<long long>(r.distributed.first_step));
+    return;
+  }
   const bool expect_bitwise = opts.precision == Precision::kFp32 && opts.accum == 1;
   std::fprintf(out, "  bitwise identical: %s%s\n", c.bitwise_identical ? "yes" : "no",
                expect_bitwise

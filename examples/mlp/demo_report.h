@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -32,7 +33,11 @@ using LedgerRow = std::array<int64_t, kNumMemoryCategories + 1>;
 
 // One run, as seen by its rank 0 (per-rank rows gathered from every rank).
 struct RunResult {
-  std::vector<double> losses;                // global mean loss of each step
+  int64_t first_step = 0;                    // steps of a resumed checkpoint (0: from scratch)
+  int resumed_world = 0;                     // ranks of the run that wrote it
+  int resumed_accum_total = 0;               // its micro-batches per step (ranks x accum)
+  std::string resumed_changes;               // settings this run changed (CheckpointInfo)
+  std::vector<double> losses;                // global mean loss of steps first_step+1, ...
   std::vector<std::vector<float>> params;    // final fp32 weights, [unit * 4 + param]
   std::vector<LedgerRow> ledger;             // per rank, after training
   std::vector<std::vector<double>> step_ms;  // per rank, TimeColumn order

@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/demo_report.h"
 #include "examples/mlp/mlp.h"
+#include "nlohmann/json.hpp"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -85,27 +88,84 @@ absl::Status GatherLedger(Communicator& comm, const Device& device, RunResult* o
   return absl::OkStatus();
 }
 
-// One rank of a training run; rank 0 fills `out`.
+// The trainer's part of a checkpoint: where its sampler is and what its
+// data generator is keyed by (the MLP's data are a pure function of the
+// seeds and the sample index, so this is the whole data state).
+std::string TrainerState(const MlpConfig& cfg, int64_t step) {
+  return absl::StrFormat(
+      "{\"sampler_step\": %d, \"micro_batch\": %d, \"data_seed\": %d, \"teacher_seed\": %d, "
+      "\"init_seed\": %d}",
+      step, cfg.micro_batch, cfg.data_seed, cfg.teacher_seed, cfg.init_seed);
+}
+
+// The resumed trainer state must describe this run's data.
+absl::Status CheckTrainerState(const MlpConfig& cfg, const CheckpointInfo& info) {
+  const std::string expected = TrainerState(cfg, info.step);
+  const nlohmann::json saved = nlohmann::json::parse(info.trainer_state, nullptr, false);
+  const nlohmann::json mine = nlohmann::json::parse(expected, nullptr, false);
+  if (saved != mine) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoint %s: its trainer state %s does not describe this run's data (%s); resume "
+        "with the same --micro-batch and seeds",
+        info.path, info.trainer_state, mine.dump()));
+  }
+  return absl::OkStatus();
+}
+
+// One rank of a training run; rank 0 fills `out`. `checkpointed`: the run
+// saves and resumes per opts (the distributed run; not the baseline).
 absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std::string& label,
-                       Communicator& comm, RunResult* out) {
+                       bool checkpointed, Communicator& comm, RunResult* out) {
   const absl::Time start = absl::Now();
   const bool lead = comm.rank() == 0;
   std::unique_ptr<Device> device = CreateCpuDevice();
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
       Engine::Create(BuildModelSpec(opts.model), MakeTrainSpec(opts, stage, accum), *device, comm));
-  ZS_RETURN_IF_ERROR(InitEngineParams(*engine, opts.model));
+  if (checkpointed && opts.resume) {
+    ZS_ASSIGN_OR_RETURN(CheckpointInfo info, engine->Load(opts.checkpoint_dir));
+    ZS_RETURN_IF_ERROR(CheckTrainerState(opts.model, info));
+    if (lead) {
+      out->first_step = info.step;
+      out->resumed_world = info.world_size;
+      out->resumed_accum_total = info.world_size * info.grad_accum_steps;
+      std::fprintf(stderr,
+                   "mlp_demo: resumed from %s: step %lld of %lld, written by %d rank(s) with ZeRO "
+                   "stage %d, %s; trainer state %s\n",
+                   info.path.c_str(), static_cast<long long>(info.step),
+                   static_cast<long long>(opts.steps), info.world_size, info.zero_stage,
+                   PrecisionName(info.precision), info.trainer_state.c_str());
+      out->resumed_changes = absl::StrJoin(info.changed_settings, ", ");
+      if (!info.changed_settings.empty()) {
+        std::fprintf(stderr,
+                     "mlp_demo: note: this run differs from the one that saved: %s (the "
+                     "trajectory is not the saved run's)\n",
+                     absl::StrJoin(info.changed_settings, ", ").c_str());
+      }
+    }
+  } else {
+    ZS_RETURN_IF_ERROR(InitEngineParams(*engine, opts.model));
+  }
   ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(opts.model)));
   MlpTrainer trainer(opts.model, *engine, comm);
+  const int64_t first = engine->steps();
   ProgressBar bar(label, opts.steps);
-  for (int64_t s = 0; s < opts.steps; ++s) {
+  CheckpointOptions save_options;
+  save_options.keep_last = opts.keep_last;
+  for (int64_t s = first; s < opts.steps; ++s) {
     ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
+    if (checkpointed && opts.save_every > 0 && engine->steps() % opts.save_every == 0) {
+      ZS_RETURN_IF_ERROR(engine->Save(opts.checkpoint_dir,
+                                      TrainerState(opts.model, engine->steps()), save_options));
+    }
     if (!lead) continue;
     out->losses.push_back(loss);
     if (trainer.last_step().clip_coef < 1.0) ++out->clipped_steps;
     if (trainer.last_step().skipped) ++out->skipped_steps;
     bar.Update(s + 1, loss);
   }
+  // The last checkpoint is complete before the run reports.
+  ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (lead) out->wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
   // Every rank takes part in GetParam (it gathers shards); rank 0 keeps them.
@@ -154,7 +214,8 @@ absl::Status Stage0LedgerRank(const DemoOptions& opts, Communicator& comm, RunRe
 // memory reference.
 absl::Status DistributedRank(const DemoOptions& opts, Communicator& comm, DemoResults* results) {
   const std::string label = absl::StrFormat("stage %d, %d ranks", opts.stage, comm.size());
-  ZS_RETURN_IF_ERROR(TrainRank(opts, opts.stage, opts.accum, label, comm, &results->distributed));
+  ZS_RETURN_IF_ERROR(TrainRank(opts, opts.stage, opts.accum, label, /*checkpointed=*/true, comm,
+                               &results->distributed));
   return Stage0LedgerRank(opts, comm, &results->stage0);
 }
 
@@ -162,8 +223,8 @@ absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) 
   return RunLocalRanks(
       1,
       [&](int, Communicator& comm) {
-        return TrainRank(opts, /*stage=*/0, world * opts.accum, "baseline, 1 rank", comm,
-                         &results->baseline);
+        return TrainRank(opts, /*stage=*/0, world * opts.accum, "baseline, 1 rank",
+                         /*checkpointed=*/false, comm, &results->baseline);
       },
       MakeCommOptions(opts));
 }

@@ -19,9 +19,8 @@ mode=${4:-default}
 timeout_s=10
 limit_s=$((timeout_s + 5))
 work=$(mktemp -d)
-id="zs-fault-$$-$RANDOM"
-export ZS_FAULT_TEST_ID=$id
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck source=tests/examples/mpi_test_lib.sh
+source "$(dirname "$0")/mpi_test_lib.sh"
 
 fail() {
   echo "FAIL ($signal, $mode): $*"
@@ -30,63 +29,21 @@ fail() {
   exit 1
 }
 
-# Pids of this test's ranks, "rank:pid" per line.
-our_ranks() {
-  local environ rank
-  for environ in /proc/[0-9]*/environ; do
-    [ -r "$environ" ] || continue
-    tr "\\0" "\\n" 2>/dev/null <"$environ" | grep -qx "ZS_FAULT_TEST_ID=$id" || continue
-    rank=$(tr "\\0" "\\n" 2>/dev/null <"$environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-    [ -n "$rank" ] && echo "$rank:$(basename "$(dirname "$environ")")"
-  done
-}
-
-cleanup() {
-  local entry
-  for entry in $(our_ranks); do kill -CONT "${entry#*:}" 2>/dev/null; kill -KILL "${entry#*:}" 2>/dev/null; done
-  [ -n "${launcher:-}" ] && kill -KILL "$launcher" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 extra=()
 [ "$mode" = report-first ] && extra=(--mca orte_abort_on_non_zero_status 0)
-"$mpiexec" --allow-run-as-root --oversubscribe --mca btl self,vader \
-  --mca btl_vader_single_copy_mechanism none "${extra[@]}" -np 4 \
-  "$demo" --backend mpi --steps 1000000 --comm-timeout "$timeout_s" >"$work/out" 2>&1 &
-launcher=$!
+launch_demo "$work/out" 4 "${extra[@]}" -- --steps 1000000 --comm-timeout "$timeout_s"
 
 # Wait for the four ranks, then for training to be under way.
-pid=""
-for _ in $(seq 1 600); do
-  ranks=$(our_ranks)
-  if [ "$(echo "$ranks" | grep -c :)" = 4 ]; then
-    pid=$(echo "$ranks" | sed -n 's/^2://p')
-    break
-  fi
-  kill -0 "$launcher" 2>/dev/null || fail "the job ended before all 4 ranks started"
-  sleep 0.1
-done
+wait_for_ranks 4 || fail "the 4 ranks did not all start (the job ended or 60 s passed)"
+pid=$(echo "$rank_pids" | sed -n 's/^2://p')
 [ -n "$pid" ] || fail "rank 2 did not start within 60 s"
 sleep 3
 kill -0 "$launcher" 2>/dev/null || fail "the job ended before the fault was injected"
 
-start_ms=$(($(date +%s%N) / 1000000))
+start_ms=$(now_ms)
 kill "-$signal" "$pid" || fail "could not send SIG$signal to rank 2 (pid $pid)"
-ended=""
-for _ in $(seq 1 600); do
-  if ! kill -0 "$launcher" 2>/dev/null; then
-    ended=yes
-    break
-  fi
-  sleep 0.1
-done
-[ -n "$ended" ] || fail "the job was still running 60 s after SIG$signal of rank 2"
-wait "$launcher"
-rc=$?
-launcher=""
-elapsed_ms=$(($(date +%s%N) / 1000000 - start_ms))
-elapsed=$(printf "%d.%03d" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)))
+wait_for_exit 60 || fail "the job was still running 60 s after SIG$signal of rank 2"
+elapsed=$(seconds "$elapsed_ms")
 
 echo "SIG$signal of rank 2 (pid $pid), $mode launcher: the job ended in ${elapsed} s with exit status $rc"
 [ "$rc" != 0 ] || fail "mpirun exited 0"
