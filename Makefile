@@ -19,7 +19,8 @@ APT_PACKAGES := build-essential cmake pkg-config libabsl-dev nlohmann-json3-dev 
 # readable reports: the fuzz smoke run in `make test` and the sanitizer builds.
 CLANG_APT_PACKAGES := clang libclang-rt-dev llvm
 
-FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetensors_header_fuzzer
+FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetensors_header_fuzzer \
+                manifest_fuzzer
 # The thread-heavy tests that run under ThreadSanitizer: every in-process
 # multi-rank test (local communicator, engine, trainer, planner vs ledger,
 # checkpoints: the background writer thread) and
