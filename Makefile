@@ -108,6 +108,9 @@ test-asan: deps-clang $(ASAN_BUILD_DIR)/CMakeCache.txt
 
 # TSAN_TESTS under ThreadSanitizer.
 test-tsan: deps-clang $(TSAN_BUILD_DIR)/CMakeCache.txt
+	@# Re-configure first: make reads the target list before a stale build
+	@# tree regenerates, and would not know a test added since.
+	cmake -S . -B $(TSAN_BUILD_DIR) >/dev/null
 	$(CMAKE_BUILD) $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TESTS)
 	cd $(TSAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TEST_REGEX)'
 
