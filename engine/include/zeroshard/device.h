@@ -45,6 +45,43 @@ class MemoryLedger {
 
 class Device;
 
+// Where a Device's memory lives.
+enum class DeviceKind { kCpu, kCuda };
+
+// An ordered work queue of a Device. Work enqueued on one stream runs in
+// the order it was enqueued; work on two streams is ordered only through an
+// Event. The host does not wait for enqueued work unless it calls
+// Synchronize (or an Event's). A stream is used by one thread at a time.
+//
+// CPU streams run their work on a thread of their own, so that code written
+// for a CUDA device (enqueue, record, wait) means the same on the CPU and the
+// CPU tests check its ordering.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Blocks until everything enqueued so far has finished. Returns the first
+  // failure of enqueued work since the previous Synchronize (Internal for a
+  // CUDA error, with the call that failed); later work after a failure is
+  // skipped on the CPU and undefined on CUDA.
+  virtual absl::Status Synchronize() = 0;
+  // The backend's handle: the cudaStream_t of a CUDA stream, null on the CPU.
+  virtual void* native_handle() const = 0;
+};
+
+// A point in a stream's work.
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Marks the work enqueued on `stream` so far.
+  virtual absl::Status Record(Stream& stream) = 0;
+  // Blocks the host until the recorded work has finished (at once if the
+  // event was never recorded).
+  virtual absl::Status Synchronize() = 0;
+  // Work enqueued on `stream` after this call starts only after the recorded
+  // work has finished; the host does not wait.
+  virtual absl::Status MakeStreamWait(Stream& stream) = 0;
+};
+
 // An owned, ledgered allocation. Move-only; frees itself (and updates the
 // ledger) on destruction.
 class DeviceBuffer {
@@ -83,8 +120,19 @@ class Device {
 
   // "cpu" or "cuda:N".
   virtual std::string name() const = 0;
+  virtual DeviceKind kind() const = 0;
   // True when data() pointers may be dereferenced on the host.
   virtual bool host_accessible() const = 0;
+
+  // A new ordered work queue (a CUDA stream; a worker thread on the CPU).
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  // Enqueues a copy of `bytes` on `stream`. `dst` and `src` may each be host
+  // memory or this device's memory; they must not overlap. The host memory
+  // must stay valid until the copy has finished (Synchronize).
+  virtual absl::Status CopyAsync(void* dst, const void* src, int64_t bytes, Stream& stream) = 0;
+  // Enqueues zero-filling `bytes` of this device's memory at `dst`.
+  virtual absl::Status ZeroAsync(void* dst, int64_t bytes, Stream& stream) = 0;
 
   // Allocates `bytes` (zero-filled) and records them under `category`.
   // `name` is for error messages and reports. ResourceExhausted on failure.
@@ -105,6 +153,11 @@ class Device {
 
 // Host memory device.
 std::unique_ptr<Device> CreateCpuDevice();
+
+// GPU `ordinal`'s memory through the CUDA runtime (cudaMalloc, never managed
+// memory). NotFound when there is no such GPU, Unimplemented when zeroshard
+// was built without CUDA.
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal);
 
 }  // namespace zeroshard
 

@@ -1,6 +1,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
+#include "engine/src/device/cpu_stream.h"
 #include "zeroshard/device.h"
 
 namespace zeroshard {
@@ -9,10 +11,55 @@ namespace {
 // 64-byte alignment: a cache line and a full AVX-512 vector.
 constexpr size_t kCpuAlignment = 64;
 
+// Declares `var`, the CpuStream behind `stream`, or returns InvalidArgument.
+#define ZS_DEVICE_ASSIGN_CPU_STREAM(var, stream, call)                                       \
+  internal::CpuStream* var = internal::CpuStream::From(stream);                              \
+  if (var == nullptr) {                                                                     \
+    return absl::InvalidArgumentError(                                                      \
+        absl::StrFormat("cpu: %s on a stream of another device; use one of this device's", \
+                        call));                                                             \
+  }
+
 class CpuDevice final : public Device {
  public:
   std::string name() const override { return "cpu"; }
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool host_accessible() const override { return true; }
+
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return std::unique_ptr<Stream>(std::make_unique<internal::CpuStream>());
+  }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return std::unique_ptr<Event>(std::make_unique<internal::CpuEvent>());
+  }
+
+  absl::Status CopyAsync(void* dst, const void* src, int64_t bytes, Stream& stream) override {
+    ZS_DEVICE_ASSIGN_CPU_STREAM(cpu, stream, "CopyAsync");
+    if (bytes < 0 || (bytes > 0 && (dst == nullptr || src == nullptr))) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cpu: CopyAsync of %d bytes from %p to %p", bytes, src, dst));
+    }
+    if (bytes == 0) return absl::OkStatus();
+    cpu->Enqueue([dst, src, bytes] {
+      std::memcpy(dst, src, static_cast<size_t>(bytes));
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroAsync(void* dst, int64_t bytes, Stream& stream) override {
+    ZS_DEVICE_ASSIGN_CPU_STREAM(cpu, stream, "ZeroAsync");
+    if (bytes < 0 || (bytes > 0 && dst == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cpu: ZeroAsync of %d bytes at %p", bytes, dst));
+    }
+    if (bytes == 0) return absl::OkStatus();
+    cpu->Enqueue([dst, bytes] {
+      std::memset(dst, 0, static_cast<size_t>(bytes));
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
 
  protected:
   absl::StatusOr<void*> RawAllocate(int64_t bytes) override {
