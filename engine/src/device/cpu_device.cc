@@ -12,12 +12,11 @@ namespace {
 constexpr size_t kCpuAlignment = 64;
 
 // Declares `var`, the CpuStream behind `stream`, or returns InvalidArgument.
-#define ZS_DEVICE_ASSIGN_CPU_STREAM(var, stream, call)                                       \
-  internal::CpuStream* var = internal::CpuStream::From(stream);                              \
-  if (var == nullptr) {                                                                     \
-    return absl::InvalidArgumentError(                                                      \
-        absl::StrFormat("cpu: %s on a stream of another device; use one of this device's", \
-                        call));                                                             \
+#define ZS_DEVICE_ASSIGN_CPU_STREAM(var, stream, call)                                             \
+  internal::CpuStream* var = internal::CpuStream::From(stream);                                    \
+  if (var == nullptr) {                                                                            \
+    return absl::InvalidArgumentError(                                                             \
+        absl::StrFormat("cpu: %s on a stream of another device; use one of this device's", call)); \
   }
 
 class CpuDevice final : public Device {

@@ -56,16 +56,16 @@ void AdamNow(const AdamArgs& a, const kernels::AdamConstants& c) {
       kernels::AdamFp32(a.master, static_cast<const float*>(a.grad), a.m, a.v, n, c);
       break;
     case AdamVariant::kMixedBf16:
-      kernels::AdamMixedBf16(a.master, a.param_out, static_cast<const float*>(a.grad), a.m, a.v,
-                             n, c);
+      kernels::AdamMixedBf16(a.master, a.param_out, static_cast<const float*>(a.grad), a.m, a.v, n,
+                             c);
       break;
     case AdamVariant::kMixedBf16GradBf16:
       kernels::AdamMixedBf16GradBf16(a.master, a.param_out, static_cast<const uint16_t*>(a.grad),
                                      a.m, a.v, n, c);
       break;
     case AdamVariant::kMixedFp16:
-      kernels::AdamMixedFp16(a.master, a.param_out, static_cast<const float*>(a.grad), a.m, a.v,
-                             n, c);
+      kernels::AdamMixedFp16(a.master, a.param_out, static_cast<const float*>(a.grad), a.m, a.v, n,
+                             c);
       break;
     case AdamVariant::kMixedFp16GradFp16:
       kernels::AdamMixedFp16GradFp16(a.master, a.param_out, static_cast<const uint16_t*>(a.grad),
@@ -80,28 +80,31 @@ class CpuDeviceOps final : public DeviceOps {
 
   absl::Status Accumulate(void* acc, const void* add, int64_t n, DType dtype) override {
     ZS_RETURN_IF_ERROR(CheckOperands("Accumulate", n, dtype, {acc, add}));
-    if (n > 0) stream_.Enqueue([=] {
-      AccumulateNow(acc, add, n, dtype);
-      return absl::OkStatus();
-    });
+    if (n > 0)
+      stream_.Enqueue([=] {
+        AccumulateNow(acc, add, n, dtype);
+        return absl::OkStatus();
+      });
     return absl::OkStatus();
   }
 
   absl::Status BlockSumSquares(const void* x, int64_t n, DType dtype, double* blocks) override {
     ZS_RETURN_IF_ERROR(CheckOperands("BlockSumSquares", n, dtype, {x, blocks}));
-    if (n > 0) stream_.Enqueue([=] {
-      BlockSumSquaresNow(x, n, dtype, blocks);
-      return absl::OkStatus();
-    });
+    if (n > 0)
+      stream_.Enqueue([=] {
+        BlockSumSquaresNow(x, n, dtype, blocks);
+        return absl::OkStatus();
+      });
     return absl::OkStatus();
   }
 
   absl::Status Adam(const AdamArgs& args, const kernels::AdamConstants& c) override {
     ZS_RETURN_IF_ERROR(CheckAdamArgs(args));
-    if (args.n > 0) stream_.Enqueue([args, c] {
-      AdamNow(args, c);
-      return absl::OkStatus();
-    });
+    if (args.n > 0)
+      stream_.Enqueue([args, c] {
+        AdamNow(args, c);
+        return absl::OkStatus();
+      });
     return absl::OkStatus();
   }
 
@@ -116,14 +119,14 @@ class CpuDeviceOps final : public DeviceOps {
 absl::Status CheckOperands(const char* op, int64_t n, DType dtype,
                            std::initializer_list<const void*> pointers) {
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16 && dtype != DType::kFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: dtype %s is not a gradient type (fp32, bf16, fp16)", op,
-                        DTypeName(dtype)));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: dtype %s is not a gradient type (fp32, bf16, fp16)", op, DTypeName(dtype)));
   }
   if (n < 0) return absl::InvalidArgumentError(absl::StrFormat("%s: n = %d", op, n));
   for (const void* p : pointers) {
     if (n > 0 && p == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: a null operand for %d elements", op, n));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: a null operand for %d elements", op, n));
     }
   }
   return absl::OkStatus();

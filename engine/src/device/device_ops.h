@@ -26,11 +26,11 @@ namespace zeroshard::internal {
 // Which fused update: fp32 params (no master), or an fp32 master with a
 // 16-bit param copy and fp32 or 16-bit gradients.
 enum class AdamVariant {
-  kFp32,                // param fp32, grad fp32
-  kMixedBf16,           // master fp32 -> param_out bf16, grad fp32
-  kMixedBf16GradBf16,   // master fp32 -> param_out bf16, grad bf16
-  kMixedFp16,           // master fp32 -> param_out fp16, grad fp32
-  kMixedFp16GradFp16,   // master fp32 -> param_out fp16, grad fp16
+  kFp32,               // param fp32, grad fp32
+  kMixedBf16,          // master fp32 -> param_out bf16, grad fp32
+  kMixedBf16GradBf16,  // master fp32 -> param_out bf16, grad bf16
+  kMixedFp16,          // master fp32 -> param_out fp16, grad fp32
+  kMixedFp16GradFp16,  // master fp32 -> param_out fp16, grad fp16
 };
 
 struct AdamArgs {

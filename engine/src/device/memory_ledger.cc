@@ -4,7 +4,6 @@
 
 namespace zeroshard {
 
-
 void MemoryLedger::Add(MemoryCategory category, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int c = static_cast<int>(category);

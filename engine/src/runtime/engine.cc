@@ -109,6 +109,21 @@ absl::Status EngineImpl::Allocate() {
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
     }
   }
+  ZS_ASSIGN_OR_RETURN(compute_, device_.CreateStream());
+  ZS_ASSIGN_OR_RETURN(ops_, CreateDeviceOps(device_, *compute_));
+  if (!device_.host_accessible()) {
+    host_norm_blocks_.resize(static_cast<size_t>(norm_blocks_.bytes()) / sizeof(double));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::SyncCompute() {
+  const absl::Status status = compute_->Synchronize();
+  if (!status.ok()) {
+    return Poison(absl::Status(status.code(), absl::StrFormat("%s: work on the compute stream "
+                                                              "failed: %s",
+                                                              device_.name(), status.message())));
+  }
   return absl::OkStatus();
 }
 
@@ -334,8 +349,9 @@ absl::Status EngineImpl::RetireOldestSlot() {
     const UnitSegment& seg = layout_.unit(slot.unit);
     const ElementRange shard = layout_.ShardRange(slot.unit, rank_);
     const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
-    AccumulateInto(GradsAt(slot.unit, shard.begin),
-                   static_cast<char*>(StagingSlotData(s)) + shard.begin * elem, seg.shard_numel);
+    ZS_RETURN_IF_ERROR(AccumulateInto(GradsAt(slot.unit, shard.begin),
+                                      static_cast<char*>(StagingSlotData(s)) + shard.begin * elem,
+                                      seg.shard_numel));
   }
   slot.unit = -1;
   free_slots_.push_back(s);
@@ -369,8 +385,11 @@ absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
   char* data = static_cast<char*>(StagingSlotData(slot));
   const int64_t elem = static_cast<int64_t>(DTypeSize(grad_dtype_));
   for (const ElementRange& pad : layout_.PaddingRanges(unit)) {
-    std::memset(data + pad.begin * elem, 0, pad.size() * elem);
+    ZS_RETURN_IF_ERROR(device_.ZeroAsync(data + pad.begin * elem, pad.size() * elem, *compute_));
   }
+  // The trainer writes the view from the host: the zeroing, and the
+  // accumulation that last read the slot, must be done.
+  ZS_RETURN_IF_ERROR(SyncCompute());
   open_grad_slot_[unit] = slot;
   return MakeView(data, grad_dtype_, unit);
 }
@@ -393,13 +412,15 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
 
   if (!plan_.stage.grads_sharded) {
     if (open >= 0) {
-      AccumulateInto(GradsAt(unit, 0), StagingSlotData(open), seg.padded_numel);
+      ZS_RETURN_IF_ERROR(AccumulateInto(GradsAt(unit, 0), StagingSlotData(open), seg.padded_numel));
       free_slots_.push_back(open);
     }
     if (last_micro) {
       // Stages 0-1 reduce once per step, when the unit's gradient is summed
       // over this rank's micro-batches; asynchronously, so the reduction
-      // overlaps the backward of the units before it.
+      // overlaps the backward of the units before it. The communicator reads
+      // the buffer the accumulation above writes.
+      if (open >= 0) ZS_RETURN_IF_ERROR(SyncCompute());
       void* grads = GradsAt(unit, 0);
       if (!plan_.stage.optimizer_sharded) {
         unit_reductions_[unit] =

@@ -24,6 +24,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/src/checkpoint/format.h"
+#include "engine/src/device/device_ops.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
 #include "zeroshard/engine.h"
@@ -167,7 +168,11 @@ class EngineImpl final : public Engine {
   absl::Status DrainReductions();
   absl::Status WaitParamGathers();
 
-  void AccumulateInto(void* acc, const void* add, int64_t n) const;
+  // Enqueues acc += add (n gradient elements) on the compute stream.
+  absl::Status AccumulateInto(void* acc, const void* add, int64_t n);
+  // Waits for the compute stream: before the host or the communicator
+  // touches a buffer that enqueued work reads or writes.
+  absl::Status SyncCompute();
   // Exact sum of squares of the reduced gradient over all ranks, fused with
   // the collective-sequence check (one all-gather per step).
   absl::StatusOr<double> GlobalSumSquaresAndCheckSequence();
@@ -186,7 +191,7 @@ class EngineImpl final : public Engine {
   // fp16: adjusts the dynamic loss scale after a step; an error after too
   // many skipped steps at the minimum scale.
   absl::Status UpdateLossScale(bool overflow);
-  void ApplyOptimizer(double grad_scale, double lr);
+  absl::Status ApplyOptimizer(double grad_scale, double lr);
   void BuildDecayRuns();
 
   ModelSpec model_;
@@ -202,7 +207,12 @@ class EngineImpl final : public Engine {
   bool mixed_ = false;
 
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, staging_, norm_blocks_, gather_pool_;
-  std::vector<int64_t> param_offset_;  // per unit: first element in params_
+  // The per-step arithmetic runs through ops_ on compute_ (declared after the
+  // buffers: destroyed first, so queued work never outlives them).
+  std::unique_ptr<Stream> compute_;
+  std::unique_ptr<DeviceOps> ops_;
+  std::vector<double> host_norm_blocks_;  // when norm_blocks_ is not host memory
+  std::vector<int64_t> param_offset_;     // per unit: first element in params_
 
   // Checkpoints (engine_checkpoint.cc): a Save whose file write may still be
   // running on its writer thread, committed by WaitForCheckpoint.

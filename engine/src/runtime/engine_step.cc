@@ -16,27 +16,9 @@ namespace zeroshard::internal {
 static_assert(static_cast<int64_t>(kernels::kNormBlock) == kNormBlockElements,
               "kernels::kNormBlock must equal the layout's kNormBlockElements");
 
-void EngineImpl::AccumulateInto(void* acc, const void* add, int64_t n) const {
-  if (grad_dtype_ == DType::kFloat32) {
-    float* a = static_cast<float*>(acc);
-    const float* b = static_cast<const float*>(add);
-    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-    return;
-  }
-  // 16-bit: widen blocks, add in fp32, round once per micro-batch.
-  constexpr int64_t kBlock = 1024;
-  float sum[kBlock];
-  float term[kBlock];
-  uint16_t* a = static_cast<uint16_t*>(acc);
-  const uint16_t* b = static_cast<const uint16_t*>(add);
-  const bool bf16 = grad_dtype_ == DType::kBFloat16;
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const size_t len = static_cast<size_t>(std::min(kBlock, n - begin));
-    (bf16 ? ConvertBf16ToFp32 : ConvertFp16ToFp32)(a + begin, sum, len);
-    (bf16 ? ConvertBf16ToFp32 : ConvertFp16ToFp32)(b + begin, term, len);
-    for (size_t i = 0; i < len; ++i) sum[i] += term[i];
-    (bf16 ? ConvertFp32ToBf16 : ConvertFp32ToFp16)(sum, a + begin, len);
-  }
+absl::Status EngineImpl::AccumulateInto(void* acc, const void* add, int64_t n) {
+  // 16-bit gradients: widened, added in fp32, rounded once per micro-batch.
+  return ops_->Accumulate(acc, add, n, grad_dtype_);
 }
 
 absl::Status EngineImpl::DrainReductions() {
@@ -54,24 +36,25 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   // Every rank sums squares over its shard of every unit, whatever the stage,
   // so each element is counted once. Blocks and the exact accumulator make
   // the result independent of the shard boundaries (kernels/cpu/norm.h).
+  // The block sums are computed on the device, one unit at a time (the
+  // blocks buffer holds the largest shard's), and added exactly on the host.
   kernels::ExactSum sum;
   double* blocks = norm_blocks_.as<double>();
+  const bool on_host = device_.host_accessible();
   for (int u = 0; u < layout_.num_units(); ++u) {
     const ElementRange shard = layout_.ShardRange(u, rank_);
-    const size_t n = static_cast<size_t>(shard.size());
-    const void* g = GradsAt(u, shard.begin);
-    switch (grad_dtype_) {
-      case DType::kFloat32:
-        kernels::BlockSumSquaresFp32(static_cast<const float*>(g), n, blocks);
-        break;
-      case DType::kBFloat16:
-        kernels::BlockSumSquaresBf16(static_cast<const uint16_t*>(g), n, blocks);
-        break;
-      default:
-        kernels::BlockSumSquaresFp16(static_cast<const uint16_t*>(g), n, blocks);
-        break;
+    const int64_t n = shard.size();
+    const int64_t num_blocks = (n + kNormBlockElements - 1) / kNormBlockElements;
+    ZS_RETURN_IF_ERROR(ops_->BlockSumSquares(GradsAt(u, shard.begin), n, grad_dtype_, blocks));
+    const double* host_blocks = blocks;
+    if (!on_host) {
+      ZS_RETURN_IF_ERROR(device_.CopyAsync(host_norm_blocks_.data(), blocks,
+                                           num_blocks * static_cast<int64_t>(sizeof(double)),
+                                           *compute_));
+      host_blocks = host_norm_blocks_.data();
     }
-    sum.AddBlocks(blocks, (n + kernels::kNormBlock - 1) / kernels::kNormBlock);
+    ZS_RETURN_IF_ERROR(SyncCompute());
+    sum.AddBlocks(host_blocks, static_cast<size_t>(num_blocks));
   }
   sum.Normalize();
   // One all-gather carries both the accumulator limbs and this step's
@@ -141,7 +124,7 @@ absl::Status EngineImpl::UpdateLossScale(bool overflow) {
   return absl::OkStatus();
 }
 
-void EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
+absl::Status EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
   kernels::AdamStepParams p;
   p.mode = train_.optimizer.kind == OptimizerKind::kAdamW ? kernels::AdamMode::kAdamW
                                                           : kernels::AdamMode::kAdamL2;
@@ -161,28 +144,29 @@ void EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
     const int u = run.unit;
     const int64_t b = run.range.begin;
     const size_t n = static_cast<size_t>(run.range.size());
-    float* m = OptimizerAt(adam_m_, u, b);
-    float* v = OptimizerAt(adam_v_, u, b);
-    auto* param_out = static_cast<uint16_t*>(ParamsAt(u, b));
+    AdamArgs args;
+    args.m = OptimizerAt(adam_m_, u, b);
+    args.v = OptimizerAt(adam_v_, u, b);
+    args.grad = GradsAt(u, b);
+    args.n = static_cast<int64_t>(n);
+    const bool grad16 = grad_dtype_ != DType::kFloat32;
     if (!mixed_) {
-      kernels::AdamFp32(static_cast<float*>(ParamsAt(u, b)),
-                        static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
-    } else if (param_dtype_ == DType::kBFloat16) {
-      if (grad_dtype_ == DType::kFloat32) {
-        kernels::AdamMixedBf16(OptimizerAt(master_, u, b), param_out,
-                               static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
-      } else {
-        kernels::AdamMixedBf16GradBf16(OptimizerAt(master_, u, b), param_out,
-                                       static_cast<const uint16_t*>(GradsAt(u, b)), m, v, n, c);
-      }
-    } else if (grad_dtype_ == DType::kFloat32) {
-      kernels::AdamMixedFp16(OptimizerAt(master_, u, b), param_out,
-                             static_cast<const float*>(GradsAt(u, b)), m, v, n, c);
+      args.variant = AdamVariant::kFp32;
+      args.master = static_cast<float*>(ParamsAt(u, b));
     } else {
-      kernels::AdamMixedFp16GradFp16(OptimizerAt(master_, u, b), param_out,
-                                     static_cast<const uint16_t*>(GradsAt(u, b)), m, v, n, c);
+      args.master = OptimizerAt(master_, u, b);
+      args.param_out = static_cast<uint16_t*>(ParamsAt(u, b));
+      if (param_dtype_ == DType::kBFloat16) {
+        args.variant = grad16 ? AdamVariant::kMixedBf16GradBf16 : AdamVariant::kMixedBf16;
+      } else {
+        args.variant = grad16 ? AdamVariant::kMixedFp16GradFp16 : AdamVariant::kMixedFp16;
+      }
     }
+    ZS_RETURN_IF_ERROR(ops_->Adam(args, c));
   }
+  // The param all-gathers (and the trainer's next Gather) read the updated
+  // params.
+  return SyncCompute();
 }
 
 // Step() in phases, each a function below: check the calls that came
@@ -257,7 +241,7 @@ absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
     result.clip_coef = std::min(1.0, train_.max_grad_norm / (result.grad_norm + 1e-6));
   }
   ++applied_steps_;
-  ApplyOptimizer(mean_scale * result.clip_coef, result.lr);
+  ZS_RETURN_IF_ERROR(ApplyOptimizer(mean_scale * result.clip_coef, result.lr));
   return result;
 }
 
