@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -382,6 +383,52 @@ TEST(EngineApiTest, RejectsInvalidTrainSpecs) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok());
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
+
+namespace zeroshard::testing {
+namespace {
+
+// A device that says it holds GPU memory (its memory is the host's: only
+// its kind matters here).
+class PretendGpuDevice final : public Device {
+ public:
+  std::string name() const override { return "cuda:7"; }
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  bool host_accessible() const override { return false; }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override { return cpu_->CreateStream(); }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override { return cpu_->CreateEvent(); }
+  absl::Status CopyAsync(void* dst, const void* src, int64_t bytes, Stream& stream) override {
+    return cpu_->CopyAsync(dst, src, bytes, stream);
+  }
+  absl::Status ZeroAsync(void* dst, int64_t bytes, Stream& stream) override {
+    return cpu_->ZeroAsync(dst, bytes, stream);
+  }
+
+ protected:
+  absl::StatusOr<void*> RawAllocate(int64_t bytes) override { return std::calloc(1, bytes); }
+  void RawFree(void* ptr) override { std::free(ptr); }
+
+ private:
+  std::unique_ptr<Device> cpu_ = CreateCpuDevice();
+};
+
+TEST(EngineCreateTest, ADeviceWhoseMemoryTheCommunicatorCannotMoveIsRefused) {
+  auto group = CreateLocalGroup(1);
+  ASSERT_TRUE(group.ok());
+  PretendGpuDevice device;
+  RunConfig run;
+  auto engine =
+      Engine::Create(mlp::BuildModelSpec(SmallMlp()), MakeTrainSpec(run), device, *(*group)[0]);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("cuda:7 holds GPU memory, but the 'local' communicator "
+                                           "moves host memory"),
+            std::string::npos)
+      << engine.status();
+  EXPECT_EQ(device.ledger().current_total(), 0);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
 
 namespace zeroshard {
@@ -102,6 +103,10 @@ class Communicator {
   virtual int size() const = 0;
   // "local" or "mpi".
   virtual std::string backend() const = 0;
+  // The memory its collectives' buffers must be: host memory (kCpu) for
+  // local and mpi, the GPU's (kCuda) for nccl. The engine refuses a device
+  // of another kind.
+  virtual DeviceKind memory_kind() const { return DeviceKind::kCpu; }
 
   // Every collective takes an optional `tag`: a label of what the data is
   // (the engine passes 1 + the unit index), compared across ranks like the

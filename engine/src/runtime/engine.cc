@@ -15,11 +15,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
                                                        const TrainSpec& train, Device& device,
                                                        Communicator& comm) {
   ZS_RETURN_IF_ERROR(train.Validate());
-  if (!device.host_accessible()) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "Engine::Create: device %s is not host-accessible; this build's engine runs on CPU "
-        "devices only",
-        device.name()));
+  if (device.kind() != comm.memory_kind()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Engine::Create: device %s holds %s memory, but the '%s' communicator moves %s memory; "
+        "use a %s communicator for this device (nccl for a CUDA device, local or mpi for the "
+        "CPU)",
+        device.name(), device.kind() == DeviceKind::kCuda ? "GPU" : "host", comm.backend(),
+        comm.memory_kind() == DeviceKind::kCuda ? "GPU" : "host",
+        device.kind() == DeviceKind::kCuda ? "GPU" : "host"));
   }
   ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
                       internal::FlatLayout::Create(model, comm.size()));
@@ -115,6 +118,59 @@ absl::Status EngineImpl::Allocate() {
     host_norm_blocks_.resize(static_cast<size_t>(norm_blocks_.bytes()) / sizeof(double));
   }
   return absl::OkStatus();
+}
+
+absl::Status EngineImpl::CopyOnCompute(void* dst, const void* src, int64_t bytes) const {
+  return device_.CopyAsync(dst, src, bytes, *compute_);
+}
+
+absl::Status EngineImpl::StoreConverted(const float* values, int64_t n, DType dtype, void* dst,
+                                        std::vector<uint16_t>& staging) const {
+  if (dtype == DType::kFloat32) {
+    return CopyOnCompute(dst, values, n * static_cast<int64_t>(sizeof(float)));
+  }
+  staging.resize(static_cast<size_t>(n));
+  if (dtype == DType::kBFloat16) {
+    ConvertFp32ToBf16(values, staging.data(), static_cast<size_t>(n));
+  } else {
+    ConvertFp32ToFp16(values, staging.data(), static_cast<size_t>(n));
+  }
+  return CopyOnCompute(dst, staging.data(), n * static_cast<int64_t>(sizeof(uint16_t)));
+}
+
+absl::Status EngineImpl::HostAllGather(const int64_t* mine, int64_t* all, int64_t count) {
+  if (device_.host_accessible()) {
+    CommHandle handle = comm_.AllGather(mine, all, count, DType::kInt64);
+    return WaitComm(handle);
+  }
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(int64_t));
+  ZS_ASSIGN_OR_RETURN(
+      DeviceBuffer temp,
+      device_.Allocate(bytes * (world_ + 1), MemoryCategory::kWorkspace, "host_record_exchange"));
+  int64_t* dev_mine = temp.as<int64_t>();
+  int64_t* dev_all = dev_mine + count;
+  ZS_RETURN_IF_ERROR(CopyOnCompute(dev_mine, mine, bytes));
+  ZS_RETURN_IF_ERROR(SyncCompute());
+  CommHandle handle = comm_.AllGather(dev_mine, dev_all, count, DType::kInt64);
+  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(all, dev_all, bytes * world_));
+  return SyncCompute();
+}
+
+absl::Status EngineImpl::HostBroadcast(int64_t* words, int64_t count, int root) {
+  if (device_.host_accessible()) {
+    CommHandle handle = comm_.Broadcast(words, count, DType::kInt64, root);
+    return WaitComm(handle);
+  }
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(int64_t));
+  ZS_ASSIGN_OR_RETURN(DeviceBuffer temp,
+                      device_.Allocate(bytes, MemoryCategory::kWorkspace, "host_record_exchange"));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(temp.data(), words, bytes));
+  ZS_RETURN_IF_ERROR(SyncCompute());
+  CommHandle handle = comm_.Broadcast(temp.data(), count, DType::kInt64, root);
+  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(words, temp.data(), bytes));
+  return SyncCompute();
 }
 
 absl::Status EngineImpl::SyncCompute() {
@@ -270,27 +326,22 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
                                                       : layout_.ShardRange(unit, rank_);
   const int64_t begin = std::max(held.begin, slot.offset);
   const int64_t end = std::min(held.end, slot.offset + slot.numel);
+  std::vector<uint16_t> staging;
   if (begin < end) {
-    const float* src = values.data() + (begin - slot.offset);
-    void* dst = ParamsAt(unit, begin);
-    const int64_t n = end - begin;
-    if (param_dtype_ == DType::kFloat32) {
-      std::memcpy(dst, src, n * sizeof(float));
-    } else if (param_dtype_ == DType::kBFloat16) {
-      ConvertFp32ToBf16(src, static_cast<uint16_t*>(dst), static_cast<size_t>(n));
-    } else {
-      ConvertFp32ToFp16(src, static_cast<uint16_t*>(dst), static_cast<size_t>(n));
-    }
+    ZS_RETURN_IF_ERROR(StoreConverted(values.data() + (begin - slot.offset), end - begin,
+                                      param_dtype_, ParamsAt(unit, begin), staging));
   }
   if (mixed_) {
     const ElementRange owned = OwnedRange(unit);
     const int64_t mb = std::max(owned.begin, slot.offset);
     const int64_t me = std::min(owned.end, slot.offset + slot.numel);
     if (mb < me) {
-      std::memcpy(OptimizerAt(master_, unit, mb), values.data() + (mb - slot.offset),
-                  (me - mb) * sizeof(float));
+      ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(master_, unit, mb),
+                                       values.data() + (mb - slot.offset),
+                                       (me - mb) * static_cast<int64_t>(sizeof(float))));
     }
   }
+  ZS_RETURN_IF_ERROR(SyncCompute());
   param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
   return absl::OkStatus();
 }
@@ -467,17 +518,31 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   if (full_here) {
     const void* src = mixed_ ? static_cast<const void*>(OptimizerAt(master_, unit, slot.offset))
                              : ParamsAt(unit, slot.offset);
-    std::memcpy(out.data(), src, slot.numel * sizeof(float));
+    ZS_RETURN_IF_ERROR(
+        CopyOnCompute(out.data(), src, slot.numel * static_cast<int64_t>(sizeof(float))));
+    ZS_RETURN_IF_ERROR(SyncCompute());
     return out;
   }
-  // Sharded: gather the unit into a host temporary (outside the ledger; a
-  // diagnostic path, not a training one).
-  std::vector<float> segment(seg.padded_numel);
+  // Sharded: gather the unit into a temporary (a diagnostic path, not a
+  // training one): host memory outside the ledger on a host device; device
+  // memory, ledgered as workspace while it lives, elsewhere.
+  std::vector<float> segment;
+  DeviceBuffer device_segment;
+  float* gathered_into = nullptr;
+  if (device_.host_accessible()) {
+    segment.resize(static_cast<size_t>(seg.padded_numel));
+    gathered_into = segment.data();
+  } else {
+    ZS_ASSIGN_OR_RETURN(device_segment,
+                        device_.Allocate(seg.padded_numel * static_cast<int64_t>(sizeof(float)),
+                                         MemoryCategory::kWorkspace, "get_param_gather"));
+    gathered_into = device_segment.as<float>();
+  }
   const ElementRange shard = layout_.ShardRange(unit, rank_);
   const void* mine = mixed_ ? static_cast<const void*>(OptimizerAt(master_, unit, shard.begin))
                             : ParamsAt(unit, shard.begin);
   CommHandle handle =
-      comm_.AllGather(mine, segment.data(), seg.shard_numel, DType::kFloat32, UnitTag(unit));
+      comm_.AllGather(mine, gathered_into, seg.shard_numel, DType::kFloat32, UnitTag(unit));
   NoteCollective(CollectiveKind::kGatherForRead, unit, seg.shard_numel);
   const absl::Status gathered = WaitComm(handle);
   if (!gathered.ok()) {
@@ -488,7 +553,9 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
                         model_.units[unit].name, model_.units[unit].params[param].name,
                         UnitTag(unit), gathered.message()));
   }
-  std::memcpy(out.data(), segment.data() + slot.offset, slot.numel * sizeof(float));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(out.data(), gathered_into + slot.offset,
+                                   slot.numel * static_cast<int64_t>(sizeof(float))));
+  ZS_RETURN_IF_ERROR(SyncCompute());
   return out;
 }
 
@@ -498,10 +565,13 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
 namespace zeroshard::internal {
 
 absl::Status EngineImpl::CheckPaddingIsZero() const {
-  auto all_zero = [](const void* p, int64_t bytes) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (int64_t i = 0; i < bytes; ++i) {
-      if (b[i] != 0) return false;
+  // Reads the device's bytes through a host copy (any device).
+  std::vector<unsigned char> host;
+  auto all_zero = [&](const void* p, int64_t bytes) {
+    host.assign(static_cast<size_t>(bytes), 0xff);
+    if (!CopyOnCompute(host.data(), p, bytes).ok() || !compute_->Synchronize().ok()) return false;
+    for (unsigned char b : host) {
+      if (b != 0) return false;
     }
     return true;
   };

@@ -157,10 +157,11 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
     const float* const tensors[kTensorsPerUnit] = {master, OptimizerAt(adam_m_, u, shard.begin),
                                                    OptimizerAt(adam_v_, u, shard.begin)};
     for (const float* tensor : tensors) {
-      std::memcpy(out, tensor, n * sizeof(float));
+      ZS_RETURN_IF_ERROR(CopyOnCompute(out, tensor, static_cast<int64_t>(n * sizeof(float))));
       out += n;
     }
   }
+  ZS_RETURN_IF_ERROR(SyncCompute());
   absl::Status made = MakeDirectories(pending->partial_dir);
   PendingCheckpoint* p = pending.get();
   const std::string file = JoinPath(p->partial_dir, RankFileName(rank_));
@@ -205,9 +206,8 @@ absl::Status EngineImpl::WaitForCheckpoint() {
   for (int u = 0; u < units && p->write_status.ok(); ++u) mine[4 + u] = p->record.unit_crc32c[u];
   PackMessage(std::string(p->write_status.message()), &mine[4 + units]);
   std::vector<int64_t> all(static_cast<size_t>(words) * world_);
-  CommHandle gathered = comm_.AllGather(mine.data(), all.data(), words, DType::kInt64);
   NoteCollective(CollectiveKind::kCheckpoint, -1, words);
-  ZS_RETURN_IF_ERROR(WaitComm(gathered));
+  ZS_RETURN_IF_ERROR(HostAllGather(mine.data(), all.data(), words));
   std::vector<std::string> failures;
   for (int r = 0; r < world_; ++r) {
     const int64_t* rec = &all[static_cast<size_t>(r) * words];
@@ -242,9 +242,8 @@ absl::Status EngineImpl::WaitForCheckpoint() {
   std::vector<int64_t> verdict(static_cast<size_t>(1 + kMessageWords), 0);
   verdict[0] = committed.ok() ? 1 : 0;
   PackMessage(std::string(committed.message()), &verdict[1]);
-  CommHandle told = comm_.Broadcast(verdict.data(), 1 + kMessageWords, DType::kInt64, 0);
   NoteCollective(CollectiveKind::kCheckpoint, -2, 1 + kMessageWords);
-  ZS_RETURN_IF_ERROR(WaitComm(told));
+  ZS_RETURN_IF_ERROR(HostBroadcast(verdict.data(), 1 + kMessageWords, 0));
   if (verdict[0] != 1) {
     return absl::InternalError(absl::StrFormat(
         "checkpoint %s was not completed (rank 0: %s); the previous one stays the latest",
@@ -327,9 +326,8 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   mine[2] = static_cast<int64_t>(read.code());
   PackMessage(read.ok() ? std::string() : std::string(read.message()), &mine[3]);
   std::vector<int64_t> all(static_cast<size_t>(words) * world_);
-  CommHandle gathered = comm_.AllGather(mine.data(), all.data(), words, DType::kInt64);
   NoteCollective(CollectiveKind::kCheckpoint, -3, words);
-  ZS_RETURN_IF_ERROR(WaitComm(gathered));
+  ZS_RETURN_IF_ERROR(HostAllGather(mine.data(), all.data(), words));
   if (!read.ok()) return read;
   for (int r = 0; r < world_; ++r) {
     const int64_t* rec = &all[static_cast<size_t>(r) * words];
@@ -348,27 +346,26 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     }
   }
 
-  // Every rank succeeded: the engine takes the values.
+  // Every rank succeeded: the engine takes the values (host -> device; the
+  // 16-bit params converted on the host into `staging`, alive until the sync).
+  std::vector<std::vector<uint16_t>> staging(static_cast<size_t>(units));
   for (int u = 0; u < units; ++u) {
     const ElementRange range = owned[u];
-    const size_t n = static_cast<size_t>(range.size());
+    const int64_t n = range.size();
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
-    if (mixed_) {
-      std::memcpy(OptimizerAt(master_, u, range.begin), master, n * sizeof(float));
-      void* params = ParamsAt(u, range.begin);
-      if (param_dtype_ == DType::kBFloat16) {
-        ConvertFp32ToBf16(master, static_cast<uint16_t*>(params), n);
-      } else {
-        ConvertFp32ToFp16(master, static_cast<uint16_t*>(params), n);
-      }
-    } else {
-      std::memcpy(ParamsAt(u, range.begin), master, n * sizeof(float));
-    }
-    std::memcpy(OptimizerAt(adam_m_, u, range.begin),
-                fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(), n * sizeof(float));
-    std::memcpy(OptimizerAt(adam_v_, u, range.begin),
-                fresh[static_cast<size_t>(u) * kTensorsPerUnit + 2].data(), n * sizeof(float));
+    if (mixed_)
+      ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(master_, u, range.begin), master, bytes));
+    ZS_RETURN_IF_ERROR(
+        StoreConverted(master, n, param_dtype_, ParamsAt(u, range.begin), staging[u]));
+    ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(adam_m_, u, range.begin),
+                                     fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(),
+                                     bytes));
+    ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(adam_v_, u, range.begin),
+                                     fresh[static_cast<size_t>(u) * kTensorsPerUnit + 2].data(),
+                                     bytes));
   }
+  ZS_RETURN_IF_ERROR(SyncCompute());
   // Resident units of a sharded optimizer hold every rank's part of the
   // params: bring them together, as after a step.
   IssueParamGathers();

@@ -173,6 +173,20 @@ class EngineImpl final : public Engine {
   // Waits for the compute stream: before the host or the communicator
   // touches a buffer that enqueued work reads or writes.
   absl::Status SyncCompute();
+  // Collectives on small int64 records that live in host memory (start-up,
+  // norm, checkpoint agreement), waited for. When the device's memory is not
+  // host memory (the communicator then moves device memory) they go through a
+  // device temporary, ledgered as workspace while it lives.
+  absl::Status HostAllGather(const int64_t* mine, int64_t* all, int64_t count);
+  absl::Status HostBroadcast(int64_t* words, int64_t count, int root);
+  // Enqueues a copy between host memory and the device's buffers (either
+  // direction) on the compute stream; the host memory must live until the
+  // next SyncCompute.
+  absl::Status CopyOnCompute(void* dst, const void* src, int64_t bytes) const;
+  // Writes fp32 `values` into device memory `dst` as `dtype` (converted on the
+  // host into `staging`, which must live until the next SyncCompute).
+  absl::Status StoreConverted(const float* values, int64_t n, DType dtype, void* dst,
+                              std::vector<uint16_t>& staging) const;
   // Exact sum of squares of the reduced gradient over all ranks, fused with
   // the collective-sequence check (one all-gather per step).
   absl::StatusOr<double> GlobalSumSquaresAndCheckSequence();

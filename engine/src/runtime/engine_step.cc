@@ -70,8 +70,7 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
     mine[kLimbs + 1] = sequence_count_;
   }
   std::vector<int64_t> all(static_cast<size_t>(kRecord) * world_);
-  CommHandle handle = comm_.AllGather(mine, all.data(), kRecord, DType::kInt64);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_RETURN_IF_ERROR(HostAllGather(mine, all.data(), kRecord));
   std::vector<int> differ;
   for (int r = 1; check && r < world_; ++r) {
     if (all[r * kRecord + kLimbs] != all[kLimbs] ||
