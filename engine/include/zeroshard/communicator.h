@@ -88,6 +88,12 @@ struct CommOptions {
   // RunLocalRanks only: once one rank has failed, how long the other ranks
   // may take to return before RunLocalRanks stops waiting for them.
   absl::Duration local_grace = absl::Seconds(2);
+  // Local groups only: the device whose memory the collectives' buffers are
+  // (every rank's buffers on this one device: ranks as threads on one GPU).
+  // Null or a CPU device: host memory. A CUDA device: copies and rank-order
+  // sums run on the GPU, with the same bits as on the host, for at most 8
+  // ranks. Must outlive the group. The mpi backend refuses a CUDA device.
+  Device* device = nullptr;
 };
 
 // The timeout `options` resolves to (see CommOptions::timeout).

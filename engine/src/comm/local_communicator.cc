@@ -19,9 +19,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
+#include "engine/src/comm/collective_memory.h"
 #include "engine/src/comm/comm_op.h"
-#include "engine/src/comm/reduce.h"
 #include "zeroshard/communicator.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace internal {
@@ -54,7 +55,7 @@ class LocalHub {
   explicit LocalHub(int world_size) : slots_(world_size) {}
 
   absl::Status Run(int rank, const CollectiveArgs& args, absl::Time deadline,
-                   absl::Duration timeout, const std::string& prefix) {
+                   absl::Duration timeout, const std::string& prefix, CollectiveMemory& memory) {
     const uint64_t seq = args.seq;
     const int world = static_cast<int>(slots_.size());
     std::unique_lock<std::mutex> lock(mu_);
@@ -77,15 +78,24 @@ class LocalHub {
     std::vector<CollectiveArgs> posts(world);
     for (int p = 0; p < world; ++p) posts[p] = slots_[p].posted;
     lock.unlock();
-    Compute(rank, posts);
+    absl::Status computed = Compute(rank, posts, memory);
+    if (computed.ok()) computed = memory.Finish();
     lock.lock();
+    // Done even after a failure, so that the peers do not wait for this
+    // rank's part; it is marked gone, and its error poisons it.
     slots_[rank].done_seq = seq;
+    if (!computed.ok()) {
+      computed = absl::Status(computed.code(),
+                              absl::StrFormat("%s: moving the data of %s failed: %s", prefix,
+                                              DescribeCollective(args), computed.message()));
+      MarkGoneLocked(rank, std::string(computed.message()));
+    }
     cv_.notify_all();
     cv_.wait(lock, [&] {
       return std::all_of(slots_.begin(), slots_.end(),
                          [&](const Slot& slot) { return slot.done_seq >= seq; });
     });
-    return absl::OkStatus();
+    return computed;
   }
 
   // Marks `rank` as gone: collectives not yet committed fail at once on
@@ -216,12 +226,13 @@ class LocalHub {
   }
 
   // Step 3 for `rank`: every rank computes a disjoint part of the outputs.
-  static void Compute(int rank, const std::vector<CollectiveArgs>& posts) {
+  static absl::Status Compute(int rank, const std::vector<CollectiveArgs>& posts,
+                              CollectiveMemory& memory) {
     const CollectiveArgs& mine = posts[rank];
     const int world = static_cast<int>(posts.size());
     const size_t element_bytes = DTypeSize(mine.dtype);
     const int64_t count = mine.count;
-    if (count == 0) return;
+    if (count == 0) return absl::OkStatus();
     std::vector<const void*> inputs(world);
     std::vector<void*> outputs(world);
     switch (mine.kind) {
@@ -231,13 +242,12 @@ class LocalHub {
         // place is safe (SumInRankOrder reads a block before writing it).
         int64_t offset, length;
         PieceRange(count, world, rank, &offset, &length);
-        if (length == 0) return;
+        if (length == 0) return absl::OkStatus();
         for (int p = 0; p < world; ++p) {
           inputs[p] = static_cast<const char*>(posts[p].send) + offset * element_bytes;
           outputs[p] = static_cast<char*>(posts[p].recv) + offset * element_bytes;
         }
-        SumInRankOrder(inputs.data(), world, outputs.data(), world, length, mine.dtype);
-        return;
+        return memory.Sum(inputs.data(), world, outputs.data(), world, length, mine.dtype);
       }
       case CollectiveKind::kReduceScatter: {
         // Block r of every send is read only by rank r, so recv may alias it.
@@ -245,8 +255,7 @@ class LocalHub {
           inputs[p] = static_cast<const char*>(posts[p].send) + rank * count * element_bytes;
         }
         void* out = mine.recv;
-        SumInRankOrder(inputs.data(), world, &out, 1, count, mine.dtype);
-        return;
+        return memory.Sum(inputs.data(), world, &out, 1, count, mine.dtype);
       }
       case CollectiveKind::kAllGather: {
         // Peers read only our send (block rank() of recv when in place), and
@@ -254,19 +263,20 @@ class LocalHub {
         for (int p = 0; p < world; ++p) {
           char* dst = static_cast<char*>(mine.recv) + p * count * element_bytes;
           if (dst != posts[p].send || p != rank) {
-            std::memcpy(dst, posts[p].send, count * element_bytes);
+            ZS_RETURN_IF_ERROR(memory.Copy(dst, posts[p].send, count * element_bytes));
           }
         }
-        return;
+        return absl::OkStatus();
       }
       case CollectiveKind::kBroadcast:
         if (rank != mine.root) {
-          std::memcpy(mine.recv, posts[mine.root].send, count * element_bytes);
+          return memory.Copy(mine.recv, posts[mine.root].send, count * element_bytes);
         }
-        return;
+        return absl::OkStatus();
       case CollectiveKind::kBarrier:
-        return;
+        return absl::OkStatus();
     }
+    return absl::OkStatus();
   }
 
   std::mutex mu_;
@@ -277,8 +287,12 @@ class LocalHub {
 
 class LocalCommunicator final : public AsyncCommunicator {
  public:
-  LocalCommunicator(std::shared_ptr<LocalHub> hub, int rank, int size, CommOptions options)
-      : AsyncCommunicator(rank, size, options), hub_(std::move(hub)) {
+  LocalCommunicator(std::shared_ptr<LocalHub> hub, int rank, int size, CommOptions options,
+                    std::unique_ptr<CollectiveMemory> memory)
+      : AsyncCommunicator(rank, size, options),
+        hub_(std::move(hub)),
+        memory_(std::move(memory)),
+        memory_kind_(options.device != nullptr ? options.device->kind() : DeviceKind::kCpu) {
     StartProgressThread();
   }
 
@@ -288,6 +302,7 @@ class LocalCommunicator final : public AsyncCommunicator {
   }
 
   std::string backend() const override { return "local"; }
+  DeviceKind memory_kind() const override { return memory_kind_; }
 
   LocalHub& hub() { return *hub_; }
   // This rank issues nothing more: peers' later collectives fail at once.
@@ -295,7 +310,7 @@ class LocalCommunicator final : public AsyncCommunicator {
 
  protected:
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override {
-    return hub_->Run(rank(), args, deadline, options().timeout, ErrorPrefix());
+    return hub_->Run(rank(), args, deadline, options().timeout, ErrorPrefix(), *memory_);
   }
   void OnPoisoned(const absl::Status& error) override {
     hub_->MarkGone(rank(), std::string(error.message()));
@@ -304,6 +319,8 @@ class LocalCommunicator final : public AsyncCommunicator {
 
  private:
   std::shared_ptr<LocalHub> hub_;
+  std::unique_ptr<CollectiveMemory> memory_;
+  DeviceKind memory_kind_;
 };
 
 }  // namespace
@@ -323,11 +340,23 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(int 
         absl::StrCat("CreateLocalGroup: ", timeout.status().message()));
   }
   options.timeout = *timeout;
+  if (options.device != nullptr && options.device->kind() != DeviceKind::kCpu &&
+      world_size > internal::kMaxDeviceLocalRanks) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CreateLocalGroup: %d ranks on %s; a local group on one GPU takes at most %d", world_size,
+        options.device->name(), internal::kMaxDeviceLocalRanks));
+  }
   auto hub = std::make_shared<internal::LocalHub>(world_size);
   std::vector<std::unique_ptr<Communicator>> group;
   group.reserve(world_size);
   for (int r = 0; r < world_size; ++r) {
-    group.push_back(std::make_unique<internal::LocalCommunicator>(hub, r, world_size, options));
+    auto memory = internal::CreateCollectiveMemory(options.device);
+    if (!memory.ok()) {
+      return absl::Status(memory.status().code(),
+                          absl::StrCat("CreateLocalGroup: ", memory.status().message()));
+    }
+    group.push_back(std::make_unique<internal::LocalCommunicator>(hub, r, world_size, options,
+                                                                  std::move(*memory)));
   }
   return group;
 }

@@ -142,6 +142,12 @@ absl::Status EnsureMpiInitialized() {
 bool HaveMpi() { return true; }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions options) {
+  if (options.device != nullptr && options.device->kind() != DeviceKind::kCpu) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CreateMpiCommunicator: the mpi backend moves host memory, not %s's; use the nccl "
+        "backend for GPU memory",
+        options.device->name()));
+  }
   absl::StatusOr<absl::Duration> timeout = ResolveCommTimeout(options);
   if (!timeout.ok()) {
     return absl::InvalidArgumentError(
