@@ -1,12 +1,14 @@
-// Adam constants, the scalar path and the dispatching entry points.
+// Adam constants, the scalar path (the shared element rule in a loop) and the
+// dispatching entry points.
 #include "kernels/cpu/adam.h"
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/internal/adam_body.h"
+#include "kernels/common/adam_element.h"
 #include "kernels/cpu/internal/check.h"
+#include "kernels/cpu/internal/format.h"
 #include "kernels/cpu/internal/paths.h"
 
 namespace zeroshard::kernels {
@@ -37,27 +39,50 @@ AdamConstants MakeAdamConstants(const AdamStepParams& p) {
 namespace internal {
 namespace {
 
-// The scalar path is the shared loop with one-lane "vectors".
-struct ScalarVec {
-  using Reg = float;
-  static constexpr size_t kWidth = 1;
-  static Reg Set1(float x) { return x; }
-  static Reg Load(const float* p) { return *p; }
-  static void Store(float* p, Reg x) { *p = x; }
-  static Reg LoadBf16(const uint16_t* p) { return Bf16ToFp32(*p); }
-  static Reg LoadFp16(const uint16_t* p) { return Fp16ToFp32(*p); }
-  static void StoreBf16(uint16_t* p, Reg x) { *p = Fp32ToBf16Rne(x); }
-  static void StoreFp16(uint16_t* p, Reg x) { *p = Fp32ToFp16Rne(x); }
-  static Reg Add(Reg a, Reg b) { return a + b; }
-  static Reg Sub(Reg a, Reg b) { return a - b; }
-  static Reg Mul(Reg a, Reg b) { return a * b; }
-  static Reg Div(Reg a, Reg b) { return a / b; }
-  static Reg Sqrt(Reg a) { return std::sqrt(a); }
-};
+// The scalar path: the shared element rule, one element at a time, with the
+// mode hoisted out of the loop.
+template <AdamMode kMode, Format kGrad, Format kOut>
+void AdamScalarLoop(float* p, uint16_t* param_out, const Storage<kGrad>* grad, float* m, float* v,
+                    size_t n, const AdamConstants& c) {
+  for (size_t i = 0; i < n; ++i) {
+    AdamElementAs<kMode>(c, ToFp32<kGrad>(grad[i]), p[i], m[i], v[i]);
+    if constexpr (kOut == Format::kBf16) param_out[i] = Fp32ToBf16Rne(p[i]);
+    if constexpr (kOut == Format::kFp16) param_out[i] = Fp32ToFp16Rne(p[i]);
+  }
+}
+
+template <Format kGrad, Format kOut>
+void AdamScalar(float* master, uint16_t* param_out, const Storage<kGrad>* grad, float* m, float* v,
+                size_t n, const AdamConstants& c) {
+  if (c.mode == AdamMode::kAdamW) {
+    AdamScalarLoop<AdamMode::kAdamW, kGrad, kOut>(master, param_out, grad, m, v, n, c);
+  } else {
+    AdamScalarLoop<AdamMode::kAdamL2, kGrad, kOut>(master, param_out, grad, m, v, n, c);
+  }
+}
 
 }  // namespace
 
-ZS_DEFINE_ADAM_PATH(ScalarVec, Scalar)
+void AdamFp32Scalar(float* param, const float* grad, float* m, float* v, size_t n,
+                    const AdamConstants& c) {
+  AdamScalar<Format::kFp32, Format::kFp32>(param, nullptr, grad, m, v, n, c);
+}
+void AdamMixedBf16Scalar(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
+                         size_t n, const AdamConstants& c) {
+  AdamScalar<Format::kFp32, Format::kBf16>(master, param_out, grad, m, v, n, c);
+}
+void AdamMixedBf16GradBf16Scalar(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
+                                 float* v, size_t n, const AdamConstants& c) {
+  AdamScalar<Format::kBf16, Format::kBf16>(master, param_out, grad, m, v, n, c);
+}
+void AdamMixedFp16Scalar(float* master, uint16_t* param_out, const float* grad, float* m, float* v,
+                         size_t n, const AdamConstants& c) {
+  AdamScalar<Format::kFp32, Format::kFp16>(master, param_out, grad, m, v, n, c);
+}
+void AdamMixedFp16GradFp16Scalar(float* master, uint16_t* param_out, const uint16_t* grad, float* m,
+                                 float* v, size_t n, const AdamConstants& c) {
+  AdamScalar<Format::kFp16, Format::kFp16>(master, param_out, grad, m, v, n, c);
+}
 
 }  // namespace internal
 

@@ -25,11 +25,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/adam_constants.h"
 #include "kernels/cpu/isa.h"
 
 namespace zeroshard::kernels {
 
-enum class AdamMode { kAdamW, kAdamL2 };
+// AdamMode and AdamConstants: kernels/common/adam_constants.h (shared with the
+// CUDA kernels); kernels/common/adam_element.h is the element rule.
 
 // Hyper-parameters of one optimizer step for one run of elements.
 struct AdamStepParams {
@@ -43,20 +45,7 @@ struct AdamStepParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-// The fp32 constants the kernels use, derived once per step on the host (in
-// double, then rounded to fp32).
-struct AdamConstants {
-  AdamMode mode;
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
-  float eps;
-  float step_size;                  // lr / (1 - beta1^step)
-  float inv_sqrt_bias_correction2;  // 1 / sqrt(1 - beta2^step)
-  float decay_factor;               // AdamW: 1 - lr * weight_decay; L2: 1
-  float l2;                         // L2: weight_decay; AdamW: 0
-  float grad_scale;
-};
-
+// The fp32 constants of one step (derived in double, rounded once to fp32).
 AdamConstants MakeAdamConstants(const AdamStepParams& p);
 
 // fp32 params (the master copy), fp32 grads.

@@ -1,54 +1,39 @@
-// Block sums of squares: the scalar path and the dispatching entry points.
+// Block sums of squares: the scalar path (the shared one-block rule) and the
+// dispatching entry points.
 #include "kernels/cpu/norm.h"
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/norm_block.h"
 #include "kernels/cpu/internal/check.h"
-#include "kernels/cpu/internal/norm_body.h"
 #include "kernels/cpu/internal/paths.h"
 
 namespace zeroshard::kernels {
 namespace internal {
 namespace {
 
-struct ScalarNorm {
-  struct Acc {
-    double lane[kNormLanes];
-  };
-  static Acc Zero() { return Acc{}; }
-  template <Format kFormat>
-  static Acc AccumulateAs(Acc acc, const Storage<kFormat>* x) {
-    for (size_t j = 0; j < kNormLanes; ++j) {
-      const double xj = ElementToDouble<kFormat>(x[j]);
-      acc.lane[j] += xj * xj;
-    }
-    return acc;
+// The scalar path: the shared one-block rule over every block.
+template <class Loader, class T>
+void BlockSumSquaresScalar(const T* x, size_t n, double* out) {
+  for (size_t start = 0; start < n; start += kNormBlock) {
+    const size_t len = n - start < kNormBlock ? n - start : kNormBlock;
+    out[start / kNormBlock] = NormBlockSumSquares(Loader{x + start}, len);
   }
-  static Acc Accumulate(Acc acc, const float* x) { return AccumulateAs<Format::kFp32>(acc, x); }
-  static Acc AccumulateBf16(Acc acc, const uint16_t* x) {
-    return AccumulateAs<Format::kBf16>(acc, x);
-  }
-  static Acc AccumulateFp16(Acc acc, const uint16_t* x) {
-    return AccumulateAs<Format::kFp16>(acc, x);
-  }
-  static void Store(const Acc& acc, double* lane) {
-    for (size_t j = 0; j < kNormLanes; ++j) lane[j] = acc.lane[j];
-  }
-};
+}
 
 }  // namespace
 
 void BlockSumSquaresFp32Scalar(const float* x, size_t n, double* out) {
-  BlockSumSquaresWith<ScalarNorm, Format::kFp32>(x, n, out);
+  BlockSumSquaresScalar<Fp32Loader>(x, n, out);
 }
 
 void BlockSumSquaresBf16Scalar(const uint16_t* x, size_t n, double* out) {
-  BlockSumSquaresWith<ScalarNorm, Format::kBf16>(x, n, out);
+  BlockSumSquaresScalar<Bf16Loader>(x, n, out);
 }
 
 void BlockSumSquaresFp16Scalar(const uint16_t* x, size_t n, double* out) {
-  BlockSumSquaresWith<ScalarNorm, Format::kFp16>(x, n, out);
+  BlockSumSquaresScalar<Fp16Loader>(x, n, out);
 }
 
 }  // namespace internal

@@ -17,11 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/norm_block.h"
 #include "kernels/cpu/isa.h"
 
 namespace zeroshard::kernels {
 
-inline constexpr size_t kNormBlock = 128;
+// kNormBlock, kNormLanes and the order within one block:
+// kernels/common/norm_block.h.
 
 // out[b] = sum of x[i]^2 (in double) over block b of x; ceil(n / kNormBlock)
 // blocks, the last one partial. Identical bits on every ISA path.

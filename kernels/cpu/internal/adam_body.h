@@ -1,5 +1,7 @@
-// The one Adam/AdamW element rule and the loop that applies it, shared by
-// every ISA path so that they cannot drift apart.
+// The vector loop of the Adam/AdamW element rule, shared by the SIMD paths so
+// that they cannot drift apart. The rule itself (and the scalar tail) is
+// AdamElementAs of kernels/common/adam_element.h, which the scalar path and
+// the CUDA kernel call too.
 //
 // A path supplies a vector traits type V (see simd_avx2.h) with:
 //   using Reg; static constexpr size_t kWidth;
@@ -9,8 +11,8 @@
 //   Reg Add, Sub, Mul, Div, Sqrt   (IEEE, correctly rounded; never FMA)
 // with the 16-bit conversions bit-identical to the scalar rules in
 // kernels/common/float16_rules.h. Each operation below is one fp32 operation
-// in the order of the contract in adam.h, on every lane and in the scalar
-// tail, so all paths give the same bits.
+// in the order of the contract in adam.h (the order of AdamElementAs), on
+// every lane and in the scalar tail, so all paths give the same bits.
 // V must be defined in an anonymous namespace of the including file so that
 // the instantiations of AdamLoop stay local to that file and its ISA flags.
 #ifndef ZEROSHARD_KERNELS_CPU_INTERNAL_ADAM_BODY_H_
@@ -21,23 +23,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/adam_element.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/internal/format.h"
 
 namespace zeroshard::kernels::internal {
-
-// One element, scalar fp32. `p` is the fp32 master.
-template <AdamMode kMode>
-ZS_KERNEL_INLINE void AdamElement(const AdamConstants& c, float grad, float& p, float& m,
-                                  float& v) {
-  float g = grad * c.grad_scale;
-  if constexpr (kMode == AdamMode::kAdamL2) g = g + c.l2 * p;
-  m = c.beta1 * m + c.one_minus_beta1 * g;
-  v = c.beta2 * v + c.one_minus_beta2 * (g * g);
-  const float denom = std::sqrt(v) * c.inv_sqrt_bias_correction2 + c.eps;
-  if constexpr (kMode == AdamMode::kAdamW) p = p * c.decay_factor;
-  p = p - c.step_size * (m / denom);
-}
 
 template <class V, Format kFormat>
 ZS_KERNEL_INLINE typename V::Reg LoadAsFp32(const Storage<kFormat>* x) {
@@ -95,7 +85,7 @@ ZS_KERNEL_INLINE void AdamLoop(float* p, uint16_t* param_out, const Storage<kGra
   }
   for (; i + kW <= n; i += kW) update(i);
   for (; i < n; ++i) {
-    AdamElement<kMode>(c, ToFp32<kGrad>(grad[i]), p[i], m[i], v[i]);
+    AdamElementAs<kMode>(c, ToFp32<kGrad>(grad[i]), p[i], m[i], v[i]);
     if constexpr (kOut == Format::kBf16) param_out[i] = Fp32ToBf16Rne(p[i]);
     if constexpr (kOut == Format::kFp16) param_out[i] = Fp32ToFp16Rne(p[i]);
   }

@@ -18,8 +18,6 @@
 
 namespace zeroshard::kernels::internal {
 
-inline constexpr size_t kNormLanes = 8;
-
 template <Format kFormat>
 ZS_KERNEL_INLINE double ElementToDouble(Storage<kFormat> x) {
   return static_cast<double>(ToFp32<kFormat>(x));

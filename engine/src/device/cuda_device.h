@@ -1,0 +1,67 @@
+// The CUDA device's internals, shared by cuda_device.cc and
+// cuda_device_ops.cc: the Stream behind a cudaStream_t, the Device's
+// ordinal, and the one conversion of a CUDA return code into a Status.
+// Built only when zeroshard is built with CUDA (zs_device_cuda).
+#ifndef ZEROSHARD_DEVICE_CUDA_DEVICE_H_
+#define ZEROSHARD_DEVICE_CUDA_DEVICE_H_
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "zeroshard/device.h"
+
+namespace zeroshard::internal {
+
+// OK for cudaSuccess; otherwise Internal naming the device, the call and
+// CUDA's own name and text for the code, e.g.
+// "cuda:1: cudaMemcpyAsync failed: cudaErrorInvalidValue (invalid argument)".
+// Clears the thread's last CUDA error, so that a later launch check does not
+// report this one again.
+absl::Status CudaStatus(cudaError_t error, int ordinal, const char* call);
+
+// Makes GPU `ordinal` current on the calling thread for the guard's life and
+// restores the previous device afterwards, so that a library call does not
+// change the caller's current device.
+class ScopedCudaDevice {
+ public:
+  explicit ScopedCudaDevice(int ordinal);
+  ~ScopedCudaDevice();
+  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
+  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
+  // The result of switching to `ordinal`.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  absl::Status status_;
+};
+
+// A non-blocking CUDA stream of GPU `ordinal` (it does not synchronize with
+// the legacy default stream).
+class CudaStream final : public Stream {
+ public:
+  // Creates the stream; the handle is null when creation failed (see Create).
+  static absl::StatusOr<std::unique_ptr<CudaStream>> Create(int ordinal);
+  ~CudaStream() override;
+
+  absl::Status Synchronize() override;
+  void* native_handle() const override { return handle_; }
+
+  cudaStream_t handle() const { return handle_; }
+  int ordinal() const { return ordinal_; }
+
+  // The CudaStream behind `stream`, or null when it is another kind.
+  static CudaStream* From(Stream& stream) { return dynamic_cast<CudaStream*>(&stream); }
+
+ private:
+  CudaStream(int ordinal, cudaStream_t handle) : ordinal_(ordinal), handle_(handle) {}
+  int ordinal_;
+  cudaStream_t handle_;
+};
+
+// The ordinal of a CUDA device (CreateCudaDevice), -1 for any other Device.
+int CudaDeviceOrdinal(const Device& device);
+
+}  // namespace zeroshard::internal
+
+#endif  // ZEROSHARD_DEVICE_CUDA_DEVICE_H_
