@@ -44,6 +44,8 @@
 
 namespace zeroshard {
 
+class Device;
+
 namespace internal {
 struct CommOpState;
 }  // namespace internal
@@ -100,7 +102,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "local" or "mpi".
+  // "local", "mpi" or "nccl".
   virtual std::string backend() const = 0;
 
   // Every collective takes an optional `tag`: a label of what the data is
@@ -180,6 +182,41 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
 // successful main; after a failure call AbortJob instead (MPI_Finalize waits
 // for every peer, and a dead or stuck one never comes).
 void FinalizeMpi();
+
+// True when this build has the nccl backend (CUDA and NCCL were found).
+bool HaveNccl();
+
+// The `nccl` backend: collectives between GPUs through NCCL, one GPU per rank
+// (docs/communicator.md, "The nccl backend"). Every buffer passed to its
+// collectives must be CUDA device memory of `device`'s GPU (InvalidArgument
+// otherwise), written completely before the collective is issued (the
+// communicator works on a CUDA stream of its own, which does not wait for
+// the caller's streams); after Wait() returns OK the result is in device
+// memory and any stream may read it. Sums are computed by zeroshard's own
+// kernel, not by NCCL's reductions, so they have the bits of the local and
+// mpi backends (the rank-order contract above). NCCL cannot say which peer
+// is missing: a timeout names the ranks it waited for.
+//
+// CreateNcclCommunicator: one rank per process over MPI_COMM_WORLD (rank 0
+// makes the NCCL id and broadcasts it over MPI, which it initialises if
+// needed), launched as `mpirun -np N` with one GPU per rank. Collective:
+// every rank must call it. `device` must be a CUDA device (InvalidArgument
+// for another kind, NotFound for a GPU this machine lacks); Unimplemented in
+// builds without NCCL, or without MPI; DeadlineExceeded when not every rank
+// joined within the timeout. The device must outlive the communicator.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device,
+                                                                     CommOptions options = {});
+
+// Runs `fn(rank, comm)` on one thread per GPU of `devices` (rank r on
+// devices[r]; distinct CUDA devices, as NCCL needs one GPU per rank) and
+// returns the first error any rank returned, prefixed with "rank R: ". Waits
+// for every rank: a rank that fails makes its peers' pending collectives time
+// out (CommOptions::timeout), it does not fail them at once as RunLocalRanks
+// does. InvalidArgument for an empty list, a null, non-CUDA or repeated
+// device; NotFound for a GPU this machine lacks; Unimplemented without NCCL.
+absl::Status RunNcclLocalRanks(const std::vector<Device*>& devices,
+                               const std::function<absl::Status(int rank, Communicator& comm)>& fn,
+                               CommOptions options = {});
 
 // Ends the whole job after a failure, once the caller has printed its error:
 // flushes stdout and stderr, then MPI_Abort on MPI_COMM_WORLD when MPI is
