@@ -337,7 +337,12 @@ TEST(NcclCommunicatorTest, MissingRankIsDeadlineExceededNotAHang) {
   const absl::Status status = RunNcclLocalRanks(
       gpus.devices,
       [](int rank, Communicator& comm) {
-        if (rank == 1) return absl::OkStatus();  // never issues the collective
+        if (rank == 1) {
+          // Alive, with its communicator intact, but never issues the
+          // collective until rank 0 has given up.
+          absl::SleepFor(absl::Seconds(4));
+          return absl::OkStatus();
+        }
         void* buf = nullptr;
         if (cudaMalloc(&buf, 64) != cudaSuccess) return absl::InternalError("cudaMalloc");
         absl::Status result = comm.AllReduce(buf, buf, 16, DType::kFloat32).Wait();

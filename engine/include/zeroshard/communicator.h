@@ -22,7 +22,7 @@
 //                       and what is known of it (stuck, stopped, running)
 //   Aborted             a peer left the group, failed or died, naming it
 //   Cancelled           the communicator was destroyed while waiting
-//   Internal            the transport (MPI) returned an error code
+//   Internal            the transport (MPI, NCCL, CUDA) returned an error code
 //
 // Reductions are sums. They are deterministic and bit-reproducible on every
 // backend: element i of the result is ((x_0[i] + x_1[i]) + x_2[i]) + ...
