@@ -84,8 +84,9 @@ absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || ordinal >= count) {
     return absl::NotFoundError(absl::StrFormat(
-        "%s: device %s: this machine has %d CUDA device(s)%s", where, name,
-        rc == cudaSuccess ? count : 0,
+        "%s: device %s: this machine has %d CUDA device(s)%s; check the driver and "
+        "CUDA_VISIBLE_DEVICES, and give each rank a GPU that exists",
+        where, name, rc == cudaSuccess ? count : 0,
         rc == cudaSuccess ? ""
                           : absl::StrCat(" (cudaGetDeviceCount: ", cudaGetErrorString(rc), ")")));
   }
