@@ -1,5 +1,6 @@
-// The communicators' rank-order sum on device memory: the contract of
-// engine/src/comm/reduce.h (element i = ((x_0[i] + x_1[i]) + x_2[i]) + ...,
+// The local backend's rank-order sum on device memory (ranks as threads on
+// one GPU: every rank's buffer is its own array): the rules of
+// kernels/common/rank_order_sum.h, the contract of engine/src/comm/reduce.h (element i = ((x_0[i] + x_1[i]) + x_2[i]) + ...,
 // fp32 accumulation for fp32/bf16/fp16 with 16-bit results rounded once to
 // nearest even, fp64 in double, int64 wrapping), with the same bits.
 //
@@ -12,12 +13,11 @@
 
 #include <cstddef>
 
+#include "kernels/common/rank_order_sum.h"
+
 namespace zeroshard::kernels::cuda {
 
 inline constexpr int kMaxSumOperands = 8;
-
-// Which element type (the engine's DType values for the summable types).
-enum class SumType { kFp32, kBf16, kFp16, kFp64, kInt64 };
 
 // Sums `num_inputs` device arrays of n elements (in order) into each of
 // `num_outputs` device arrays, on `stream`. An output may be one of the

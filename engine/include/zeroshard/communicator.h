@@ -22,7 +22,7 @@
 //                       and what is known of it (stuck, stopped, running)
 //   Aborted             a peer left the group, failed or died, naming it
 //   Cancelled           the communicator was destroyed while waiting
-//   Internal            the transport (MPI) returned an error code
+//   Internal            the transport (MPI, NCCL, CUDA) returned an error code
 //
 // Reductions are sums. They are deterministic and bit-reproducible on every
 // backend: element i of the result is ((x_0[i] + x_1[i]) + x_2[i]) + ...
@@ -44,6 +44,8 @@
 #include "zeroshard/dtype.h"
 
 namespace zeroshard {
+
+class Device;
 
 namespace internal {
 struct CommOpState;
@@ -107,7 +109,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "local" or "mpi".
+  // "local", "mpi" or "nccl".
   virtual std::string backend() const = 0;
   // The memory its collectives' buffers must be: host memory (kCpu) for
   // local and mpi, the GPU's (kCuda) for nccl. The engine refuses a device
@@ -191,6 +193,41 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
 // successful main; after a failure call AbortJob instead (MPI_Finalize waits
 // for every peer, and a dead or stuck one never comes).
 void FinalizeMpi();
+
+// True when this build has the nccl backend (CUDA and NCCL were found).
+bool HaveNccl();
+
+// The `nccl` backend: collectives between GPUs through NCCL, one GPU per rank
+// (docs/communicator.md, "The nccl backend"). Every buffer passed to its
+// collectives must be CUDA device memory of `device`'s GPU (InvalidArgument
+// otherwise), written completely before the collective is issued (the
+// communicator works on a CUDA stream of its own, which does not wait for
+// the caller's streams); after Wait() returns OK the result is in device
+// memory and any stream may read it. Sums are computed by zeroshard's own
+// kernel, not by NCCL's reductions, so they have the bits of the local and
+// mpi backends (the rank-order contract above). NCCL cannot say which peer
+// is missing: a timeout names the ranks it waited for.
+//
+// CreateNcclCommunicator: one rank per process over MPI_COMM_WORLD (rank 0
+// makes the NCCL id and broadcasts it over MPI, which it initialises if
+// needed), launched as `mpirun -np N` with one GPU per rank. Collective:
+// every rank must call it. `device` must be a CUDA device (InvalidArgument
+// for another kind, NotFound for a GPU this machine lacks); Unimplemented in
+// builds without NCCL, or without MPI; DeadlineExceeded when not every rank
+// joined within the timeout. The device must outlive the communicator.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device,
+                                                                     CommOptions options = {});
+
+// Runs `fn(rank, comm)` on one thread per GPU of `devices` (rank r on
+// devices[r]; distinct CUDA devices, as NCCL needs one GPU per rank) and
+// returns the first error any rank returned, prefixed with "rank R: ". Waits
+// for every rank: a rank that fails makes its peers' pending collectives time
+// out (CommOptions::timeout), it does not fail them at once as RunLocalRanks
+// does. InvalidArgument for an empty list, a null, non-CUDA or repeated
+// device; NotFound for a GPU this machine lacks; Unimplemented without NCCL.
+absl::Status RunNcclLocalRanks(const std::vector<Device*>& devices,
+                               const std::function<absl::Status(int rank, Communicator& comm)>& fn,
+                               CommOptions options = {});
 
 // Ends the whole job after a failure, once the caller has printed its error:
 // flushes stdout and stderr, then MPI_Abort on MPI_COMM_WORLD when MPI is

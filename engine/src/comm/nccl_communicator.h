@@ -1,0 +1,61 @@
+// Internal pieces of the `nccl` backend shared by the communicator
+// (nccl_communicator.cc) and its bootstraps (nccl_bootstrap.cc: over MPI, or
+// threads of one process).
+#ifndef ZEROSHARD_ENGINE_SRC_COMM_NCCL_COMMUNICATOR_H_
+#define ZEROSHARD_ENGINE_SRC_COMM_NCCL_COMMUNICATOR_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+
+namespace zeroshard {
+namespace internal {
+
+// InternalError "<where>: <call> failed: <CUDA's text> (CUDA error <code>)".
+absl::Status CudaError(const std::string& where, const char* call, cudaError_t code);
+// "<where>: <call> failed: <NCCL's text> (NCCL error <code>)", Aborted for
+// the codes that mean a peer or the network failed (remote, system), else
+// Internal.
+absl::Status NcclError(const std::string& where, const char* call, ncclResult_t code);
+
+// The GPU ordinal of a CUDA `device` ("cuda:N"): InvalidArgument when it is
+// not a CUDA device, NotFound when this machine has no such GPU (or none).
+absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where);
+
+// Makes `ordinal` the calling thread's current CUDA device and restores the
+// previous one on destruction.
+class ScopedCudaDevice {
+ public:
+  explicit ScopedCudaDevice(int ordinal);
+  ~ScopedCudaDevice();
+  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
+  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
+  // The error of cudaSetDevice, if it failed.
+  cudaError_t error() const { return error_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t error_ = cudaSuccess;
+};
+
+// Joins rank `rank` of the NCCL group `id` of `size` ranks on GPU `ordinal`
+// (collective: every rank must call it with the same id) and returns its
+// communicator. `options.timeout` must already be resolved; DeadlineExceeded
+// when not every rank joined by `deadline`.
+absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, int rank, int size,
+                                                                  const ncclUniqueId& id,
+                                                                  CommOptions options,
+                                                                  absl::Time deadline);
+
+}  // namespace internal
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_ENGINE_SRC_COMM_NCCL_COMMUNICATOR_H_
