@@ -66,6 +66,10 @@ __global__ void AddInPlaceKernel(const float* x, size_t n, float* y) {
   for (size_t i = FirstIndex(); i < n; i += GridStride()) y[i] = __fadd_rn(y[i], x[i]);
 }
 
+__global__ void ScaleInPlaceKernel(float scale, size_t n, float* y) {
+  for (size_t i = FirstIndex(); i < n; i += GridStride()) y[i] = __fmul_rn(y[i], scale);
+}
+
 // One thread per column: neighbouring threads read neighbouring addresses
 // of each row (coalesced), and every column is summed in row order.
 __global__ void ColumnSumsKernel(const float* m, size_t rows, size_t cols, float* out) {
@@ -176,6 +180,13 @@ cudaError_t LaunchAddInPlace(const float* x, size_t n, float* y, cudaStream_t st
   if (n == 0) return cudaSuccess;
   if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
   AddInPlaceKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScaleInPlace(float scale, size_t n, float* y, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (y == nullptr) return cudaErrorInvalidValue;
+  ScaleInPlaceKernel<<<BlocksFor(n), kThreads, 0, stream>>>(scale, n, y);
   return cudaGetLastError();
 }
 

@@ -39,6 +39,9 @@ cudaError_t LaunchMulGeluGrad(const float* pre, size_t n, float* grad, cudaStrea
 // y[i] += x[i], i < n (the residual path).
 cudaError_t LaunchAddInPlace(const float* x, size_t n, float* y, cudaStream_t stream);
 
+// y[i] *= scale, i < n (the loss scale on the backward's seed).
+cudaError_t LaunchScaleInPlace(float scale, size_t n, float* y, cudaStream_t stream);
+
 // out[c] = sum over r of m[r, c] (row-major [rows, cols]), rows summed in
 // index order starting from 0.0f: one thread per column, so the order does
 // not depend on the grid.
