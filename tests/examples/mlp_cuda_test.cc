@@ -34,6 +34,7 @@
 #include "examples/mlp/cuda/view_convert_cuda.h"
 #include "examples/mlp/internal/block_math.h"
 #include "kernels/common/float16_rules.h"
+#include "tests/examples/mlp_cuda_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/engine.h"
 
@@ -42,64 +43,9 @@ namespace mlp {
 namespace gpu {
 namespace {
 
-#define ZS_ASSERT_CUDA(call)                                                       \
-  do {                                                                             \
-    const cudaError_t zs_err = (call);                                             \
-    ASSERT_EQ(zs_err, cudaSuccess) << #call << ": " << cudaGetErrorString(zs_err); \
-  } while (0)
-
-#define ZS_ASSERT_OK(expr)                    \
-  do {                                        \
-    const absl::Status zs_status = (expr);    \
-    ASSERT_TRUE(zs_status.ok()) << zs_status; \
-  } while (0)
-
-bool HaveDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return false;
-  return count > 0;
-}
-
-// Prints the line ctest's SKIP_REGULAR_EXPRESSION looks for, then skips.
-#define ZS_SKIP_WITHOUT_DEVICE()                                          \
-  do {                                                                    \
-    if (!HaveDevice()) {                                                  \
-      std::printf("[  SKIPPED ] no CUDA device: MLP GPU math not run\n"); \
-      GTEST_SKIP() << "no CUDA device: MLP GPU math not run";             \
-    }                                                                     \
-  } while (0)
-
-// A device array of n elements of T, freed on scope exit.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) {
-    error_ = cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(n, 1) * sizeof(T));
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return ptr_; }
-  cudaError_t error() const { return error_; }
-  cudaError_t Upload(const std::vector<T>& host) const {
-    return cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  // All bytes 0xff: NaN for floats, so an element left unwritten shows.
-  cudaError_t Poison() const { return cudaMemset(ptr_, 0xff, n_ * sizeof(T)); }
-  std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    if (cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      ADD_FAILURE() << "cudaMemcpy device to host failed";
-    }
-    return host;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-  cudaError_t error_;
-};
+using testing::DeviceArray;
+using testing::MaxRelError;
+using testing::RelError;
 
 // Fresh random inputs of one block (seeded per run, never zeros).
 struct BlockInputs {
@@ -198,26 +144,6 @@ BlockOutputs RunGpu(CublasLtGemm& gemm, const BlockInputs& in, MatmulInputs inpu
   *ok = true;
   return {pre.Download(), act.Download(), y.Download(),   dx.Download(),
           dw1.Download(), db1.Download(), dw2.Download(), db2.Download()};
-}
-
-// max over i of |got - want| / (|want| + mean |want|), and where.
-struct RelError {
-  double value = 0.0;
-  size_t index = 0;
-};
-
-RelError MaxRelError(const std::vector<float>& got, const std::vector<float>& want) {
-  RelError worst;
-  if (got.size() != want.size() || want.empty()) return {std::numeric_limits<double>::infinity()};
-  double scale = 0.0;
-  for (float w : want) scale += std::fabs(w);
-  scale /= static_cast<double>(want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double err =
-        std::fabs(static_cast<double>(got[i]) - want[i]) / (std::fabs(want[i]) + scale);
-    if (!(err <= worst.value)) worst = {err, i};  // NaN counts as worst
-  }
-  return worst;
 }
 
 void ExpectClose(const BlockOutputs& gpu, const BlockOutputs& cpu, double tolerance,
