@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "examples/mlp/cuda/cuda_status.h"
+#include "examples/mlp/cuda/internal/column_major.h"
 
 namespace zeroshard {
 namespace mlp {
@@ -29,15 +30,13 @@ absl::Status WithContext(absl::Status status, absl::string_view what) {
   return absl::Status(status.code(), absl::StrCat("CublasLtGemm (", what, "): ", status.message()));
 }
 
-// A column-major layout of `rows` x `cols` stored with leading dimension ld.
-absl::StatusOr<Layout> MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
+// The cuBLASLt layout of one stored column-major matrix.
+absl::StatusOr<Layout> MakeLayout(cudaDataType_t type, const internal::ColumnMajorMatrix& m) {
   cublasLtMatrixLayout_t raw = nullptr;
-  ZS_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows),
-                                                       static_cast<uint64_t>(cols), ld));
+  ZS_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(m.rows),
+                                                       static_cast<uint64_t>(m.cols), m.ld));
   return Layout(raw);
 }
-
-cublasOperation_t ToCublas(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 absl::Status CheckArgs(const RowMajorGemmArgs& g) {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
@@ -85,14 +84,14 @@ CublasLtGemm::~CublasLtGemm() {
 absl::Status CublasLtGemm::RowMajor(const RowMajorGemmArgs& g, cudaStream_t stream,
                                     absl::string_view what) {
   ZS_RETURN_IF_ERROR(WithContext(CheckArgs(g), what));
-  // cuBLASLt is column-major. A row-major [r, c] matrix with leading
-  // dimension ld is, read column-major, its transpose [c, r] with the same
-  // ld. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T:
-  // pass B as cuBLASLt's first operand and A as its second, with the same
-  // transpose flags and the sizes m and n swapped. No data moves.
+  // cuBLASLt is column-major: internal/column_major.h maps the row-major
+  // product onto it (B first, A second, m and n swapped; no data moves).
+  const internal::ColumnMajorGemm cm =
+      internal::ToColumnMajor(g.trans_a == Transpose::kYes, g.trans_b == Transpose::kYes, g.m, g.n,
+                              g.k, g.lda, g.ldb, g.ldc);
   const cudaDataType_t in_type = g.input_type == GemmInputType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
-  const cublasOperation_t op_first = ToCublas(g.trans_b);
-  const cublasOperation_t op_second = ToCublas(g.trans_a);
+  const cublasOperation_t op_first = cm.first.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = cm.second.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
 
   cublasLtMatmulDesc_t raw_desc = nullptr;
   ZS_RETURN_IF_ERROR(WithContext(
@@ -111,17 +110,11 @@ absl::Status CublasLtGemm::RowMajor(const RowMajorGemmArgs& g, cudaStream_t stre
                        "cublasLtMatmulDescSetAttribute(TRANSB)"),
       what));
 
-  // Column-major view: first operand op(.) is [n, k], second [k, m], C [n, m].
-  // A stored matrix's column-major shape is its row-major shape reversed.
-  const int64_t first_rows = g.trans_b == Transpose::kNo ? g.n : g.k;
-  const int64_t first_cols = g.trans_b == Transpose::kNo ? g.k : g.n;
-  const int64_t second_rows = g.trans_a == Transpose::kNo ? g.k : g.m;
-  const int64_t second_cols = g.trans_a == Transpose::kNo ? g.m : g.k;
-  absl::StatusOr<Layout> first = MakeLayout(in_type, first_rows, first_cols, g.ldb);
+  absl::StatusOr<Layout> first = MakeLayout(in_type, cm.first);
   ZS_RETURN_IF_ERROR(WithContext(first.status(), what));
-  absl::StatusOr<Layout> second = MakeLayout(in_type, second_rows, second_cols, g.lda);
+  absl::StatusOr<Layout> second = MakeLayout(in_type, cm.second);
   ZS_RETURN_IF_ERROR(WithContext(second.status(), what));
-  absl::StatusOr<Layout> out = MakeLayout(CUDA_R_32F, g.n, g.m, g.ldc);
+  absl::StatusOr<Layout> out = MakeLayout(CUDA_R_32F, cm.out);
   ZS_RETURN_IF_ERROR(WithContext(out.status(), what));
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
