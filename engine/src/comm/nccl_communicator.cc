@@ -240,6 +240,7 @@ class NcclCommunicator final : public AsyncCommunicator {
   }
 
   std::string backend() const override { return "nccl"; }
+  DeviceKind memory_kind() const override { return DeviceKind::kCuda; }
 
  protected:
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
