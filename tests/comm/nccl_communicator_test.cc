@@ -279,6 +279,46 @@ std::vector<Case> AllCases(int world) {
   return cases;
 }
 
+// Ranks as threads on one GPU: the local backend over cuda:0's memory
+// (CommOptions::device) against the local backend over host memory, for 1-4
+// ranks: the copies and rank-order sums run on the GPU with the same bits.
+TEST(LocalOnGpuTest, ThreadRanksOnOneGpuMatchTheHostBitwise) {
+  ZS_SKIP_WITHOUT_GPUS(1);
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace());
+  auto device = CreateCudaDevice(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CommOptions on_gpu;
+  on_gpu.device = device->get();
+  for (int world = 1; world <= 4; ++world) {
+    std::mt19937_64 rng(::zeroshard::testing::Seed() + 100 + world);
+    for (const Case& c : AllCases(world)) {
+      SCOPED_TRACE(absl::StrFormat("%s, %d thread rank(s) on one GPU", Describe(c), world));
+      std::vector<std::vector<uint8_t>> inputs(world);
+      for (auto& input : inputs) input = RandomInput(c.dtype, InputElements(c, world), rng);
+      std::vector<std::vector<uint8_t>> expected(world), actual(world);
+      const Memory host = HostMemory();
+      const Memory gpu = GpuMemory();
+      ASSERT_TRUE(RunLocalRanks(world, [&](int, Communicator& comm) {
+                    return RunRank(comm, host, c, inputs, &expected);
+                  }).ok());
+      const absl::Status status = RunLocalRanks(
+          world,
+          [&](int, Communicator& comm) {
+            EXPECT_EQ(comm.memory_kind(), DeviceKind::kCuda);
+            return RunRank(comm, gpu, c, inputs, &actual);
+          },
+          on_gpu);
+      ASSERT_TRUE(status.ok()) << status;
+      for (int r = 0; r < world; ++r) {
+        ASSERT_EQ(actual[r], expected[r]) << "rank " << r << " differs from the host run";
+      }
+    }
+  }
+  // More ranks than the kernel's operand arrays hold: refused up front.
+  auto too_many = CreateLocalGroup(9, on_gpu);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument) << too_many.status();
+}
+
 TEST(NcclCommunicatorTest, OneGpuMatchesLocalBackendBitwise) {
   ZS_SKIP_WITHOUT_GPUS(1);
   CompareWithLocal(1, AllCases(1));

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "examples/common/rng.h"
 #include "tests/test_seed.h"
@@ -44,6 +46,54 @@ float Load(const TensorView& t, int64_t i) {
   }
 }
 
+// Element access to the engine's views: direct on host memory, through a
+// host copy of the view's bytes otherwise.
+class ViewIo {
+ public:
+  explicit ViewIo(Device* device) : device_(device) {}
+
+  absl::StatusOr<std::vector<float>> Read(const TensorView& t) {
+    std::vector<float> out(static_cast<size_t>(t.numel));
+    if (device_ == nullptr || device_->host_accessible()) {
+      for (int64_t i = 0; i < t.numel; ++i) out[i] = Load(t, i);
+      return out;
+    }
+    const int64_t bytes = t.numel * static_cast<int64_t>(DTypeSize(t.dtype));
+    std::vector<unsigned char> raw(static_cast<size_t>(bytes));
+    ZS_RETURN_IF_ERROR(EnsureStream());
+    ZS_RETURN_IF_ERROR(device_->CopyAsync(raw.data(), t.data, bytes, *stream_));
+    ZS_RETURN_IF_ERROR(stream_->Synchronize());
+    const TensorView host{raw.data(), t.dtype, t.numel, t.shape};
+    for (int64_t i = 0; i < t.numel; ++i) out[i] = Load(host, i);
+    return out;
+  }
+
+  absl::Status Write(const TensorView& t, const std::vector<float>& values) {
+    if (device_ == nullptr || device_->host_accessible()) {
+      for (int64_t i = 0; i < t.numel; ++i) Store(t, i, values[i]);
+      return absl::OkStatus();
+    }
+    const int64_t bytes = t.numel * static_cast<int64_t>(DTypeSize(t.dtype));
+    std::vector<unsigned char> raw(static_cast<size_t>(bytes));
+    const TensorView host{raw.data(), t.dtype, t.numel, t.shape};
+    for (int64_t i = 0; i < t.numel; ++i) Store(host, i, values[i]);
+    ZS_RETURN_IF_ERROR(EnsureStream());
+    ZS_RETURN_IF_ERROR(device_->CopyAsync(t.data, raw.data(), bytes, *stream_));
+    // The engine reads the gradient after ReduceGrads: the copy must be done.
+    return stream_->Synchronize();
+  }
+
+ private:
+  absl::Status EnsureStream() {
+    if (stream_ != nullptr) return absl::OkStatus();
+    ZS_ASSIGN_OR_RETURN(stream_, device_->CreateStream());
+    return absl::OkStatus();
+  }
+
+  Device* device_;
+  std::unique_ptr<Stream> stream_;
+};
+
 }  // namespace
 
 ModelSpec SyntheticSpec() {
@@ -71,7 +121,8 @@ absl::Status SyntheticStart(Engine& engine, const ModelSpec& spec) {
 }
 
 absl::StatusOr<StepResult> SyntheticStep(Engine& engine, const ModelSpec& spec,
-                                         const SyntheticHooks& hooks) {
+                                         const SyntheticHooks& hooks, Device* device) {
+  ViewIo io(device);
   const int64_t step = engine.steps();
   const int rank = engine.rank();
   const int units = static_cast<int>(spec.units.size());
@@ -84,7 +135,8 @@ absl::StatusOr<StepResult> SyntheticStep(Engine& engine, const ModelSpec& spec,
       const int gather = hooks.forward_unit ? hooks.forward_unit(step, rank, u) : u;
       ZS_ASSIGN_OR_RETURN(UnitView w, engine.Gather(gather));
       for (const TensorView& t : w.params) {
-        for (int64_t i = 0; i < t.numel; ++i) checksum[u] += Load(t, i);
+        ZS_ASSIGN_OR_RETURN(const std::vector<float> values, io.Read(t));
+        for (float v : values) checksum[u] += v;
       }
       ZS_RETURN_IF_ERROR(engine.Release(gather));
     }
@@ -93,10 +145,13 @@ absl::StatusOr<StepResult> SyntheticStep(Engine& engine, const ModelSpec& spec,
       ZS_ASSIGN_OR_RETURN(UnitView g, engine.GradView(u));
       const double c = std::tanh(checksum[u]);
       for (size_t p = 0; p < g.params.size(); ++p) {
+        ZS_ASSIGN_OR_RETURN(const std::vector<float> weights, io.Read(w.params[p]));
+        std::vector<float> grads(static_cast<size_t>(g.params[p].numel));
         for (int64_t i = 0; i < g.params[p].numel; ++i) {
           const float noise = Uniform(step * 131 + micro, rank, u * 16 + p, i);
-          Store(g.params[p], i, scale * (noise + 0.1f * Load(w.params[p], i) + 0.01f * float(c)));
+          grads[i] = scale * (noise + 0.1f * weights[i] + 0.01f * float(c));
         }
+        ZS_RETURN_IF_ERROR(io.Write(g.params[p], grads));
       }
       if (hooks.after_grads) hooks.after_grads(step, rank, u, g);
       ZS_RETURN_IF_ERROR(engine.ReduceGrads(u));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 
 namespace zeroshard::testing {
@@ -28,8 +29,12 @@ struct SyntheticHooks {
 };
 
 // One optimizer step (grad_accum_steps micro-batches) on one rank.
+// `device` is the engine's device when its memory is not host memory (a
+// CUDA device): the views are then read and written through copies on a
+// stream of it. The hooks need host-accessible views.
 absl::StatusOr<StepResult> SyntheticStep(Engine& engine, const ModelSpec& spec,
-                                         const SyntheticHooks& hooks = {});
+                                         const SyntheticHooks& hooks = {},
+                                         Device* device = nullptr);
 
 // SetParam for every param with SyntheticInit, then Start().
 absl::Status SyntheticStart(Engine& engine, const ModelSpec& spec);

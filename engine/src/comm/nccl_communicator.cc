@@ -93,12 +93,12 @@ absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where
   return ordinal;
 }
 
-ScopedCudaDevice::ScopedCudaDevice(int ordinal) {
+NcclScopedDevice::NcclScopedDevice(int ordinal) {
   if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
   if (previous_ != ordinal) error_ = cudaSetDevice(ordinal);
 }
 
-ScopedCudaDevice::~ScopedCudaDevice() {
+NcclScopedDevice::~NcclScopedDevice() {
   if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
@@ -212,7 +212,7 @@ class NcclCommunicator final : public AsyncCommunicator {
 
   ~NcclCommunicator() override {
     Shutdown();
-    ScopedCudaDevice on_device(ordinal_);
+    NcclScopedDevice on_device(ordinal_);
     if (comm_ != nullptr) {
       // Finalize flushes NCCL's pending work, waiting for peers; a peer that
       // is gone must not make destruction hang, so it is bounded like a
@@ -474,7 +474,7 @@ absl::Status NcclCommunicator::RunCollective(const CollectiveArgs& args, absl::T
         absl::StrFormat("%s: the NCCL communicator was aborted", Where(args)));
   }
   // The progress thread's current device; cheap when it is already set.
-  ScopedCudaDevice on_device(ordinal_);
+  NcclScopedDevice on_device(ordinal_);
   if (on_device.error() != cudaSuccess) {
     return CudaError(Where(args), "cudaSetDevice", on_device.error());
   }
@@ -522,7 +522,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, i
                                                                   CommOptions options,
                                                                   absl::Time deadline) {
   const std::string where = absl::StrFormat("nccl comm rank %d (cuda:%d)", rank, ordinal);
-  ScopedCudaDevice on_device(ordinal);
+  NcclScopedDevice on_device(ordinal);
   if (on_device.error() != cudaSuccess) return CudaError(where, "cudaSetDevice", on_device.error());
 
   // Nonblocking, so that joining (which waits for every rank) can time out.

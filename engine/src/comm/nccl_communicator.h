@@ -32,12 +32,12 @@ absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where
 
 // Makes `ordinal` the calling thread's current CUDA device and restores the
 // previous one on destruction.
-class ScopedCudaDevice {
+class NcclScopedDevice {
  public:
-  explicit ScopedCudaDevice(int ordinal);
-  ~ScopedCudaDevice();
-  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
-  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
+  explicit NcclScopedDevice(int ordinal);
+  ~NcclScopedDevice();
+  NcclScopedDevice(const NcclScopedDevice&) = delete;
+  NcclScopedDevice& operator=(const NcclScopedDevice&) = delete;
   // The error of cudaSetDevice, if it failed.
   cudaError_t error() const { return error_; }
 
