@@ -63,6 +63,8 @@ void PrintUsage(std::FILE* out) {
       "  --clip C           max global gradient norm, 0 = off (default %g)\n"
       "  --backend B        local (threads) or mpi (one process per rank under mpirun;\n"
       "                     rank 0 prints) (default local)\n"
+      "  --device D         cpu, or cuda: the distributed run's ranks as threads on\n"
+      "                     GPU 0 (local backend), the baseline on the CPU (default cpu)\n"
       "  --checkpoint-dir D save checkpoints of the distributed run into D (with\n"
       "                     --save-every) and resume from D/latest (with --resume)\n"
       "  --save-every N     a checkpoint every N steps (background write)\n"
@@ -155,6 +157,12 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
          opts.precision = *p;
          return absl::OkStatus();
        }},
+      {"device",
+       [&](auto& f, auto& v) -> absl::Status {
+         if (v != "cpu" && v != "cuda") return BadValue(f, v, "cpu or cuda");
+         opts.device_cuda = v == "cuda";
+         return absl::OkStatus();
+       }},
       {"backend",
        [&](auto& f, auto& v) -> absl::Status {
          if (v != "local" && v != "mpi") return BadValue(f, v, "local or mpi");
@@ -176,6 +184,11 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   if ((opts.save_every > 0 || opts.resume) && opts.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--save-every and --resume need --checkpoint-dir DIR (where checkpoints go)");
+  }
+  if (opts.device_cuda && opts.backend_mpi) {
+    return absl::InvalidArgumentError(
+        "--device cuda runs the ranks as threads on one GPU (--backend local); across GPUs use "
+        "the nccl communicator from your own trainer (docs/gpu.md)");
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   // Range checks of the engine's own spec (e.g. the supported stages), so a

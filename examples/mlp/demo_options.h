@@ -36,6 +36,10 @@ struct DemoOptions {
   // first steps only.
   double clip = 2.0;
   bool backend_mpi = false;
+  // --device cuda: the distributed run's ranks are threads sharing GPU 0
+  // (local backend over its memory) with the MLP math on the GPU; the
+  // baseline stays on the CPU, so the report compares the two.
+  bool device_cuda = false;
   // Communicator timeout per collective; 0: $ZS_COMM_TIMEOUT, else 120 s.
   double comm_timeout_s = 0.0;
   // Checkpoints of the distributed run (docs/checkpoint.md): into

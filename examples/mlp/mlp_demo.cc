@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/status.h"
+#if ZS_HAVE_CUDA
+#include "examples/mlp/cuda/cuda_mlp_trainer.h"
+#endif
 
 namespace zeroshard {
 namespace mlp {
@@ -65,21 +69,52 @@ class ProgressBar {
   absl::Time last_draw_ = absl::InfinitePast();
 };
 
+// All-gathers `n` 8-byte values per rank that live in host memory; through
+// `device` when the communicator moves GPU memory.
+absl::Status AllGatherHost(Communicator& comm, Device& device, const void* mine, void* all, int n,
+                           DType dtype) {
+  if (comm.memory_kind() == DeviceKind::kCpu) return comm.AllGatherSync(mine, all, n, dtype);
+  const int64_t bytes = int64_t{n} * 8;
+  ZS_ASSIGN_OR_RETURN(DeviceBuffer temp,
+                      device.Allocate(bytes * (comm.size() + 1), MemoryCategory::kWorkspace,
+                                      "demo_report_exchange"));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
+  char* dev_all = temp.as<char>() + bytes;
+  ZS_RETURN_IF_ERROR(device.CopyAsync(temp.data(), mine, bytes, *stream));
+  ZS_RETURN_IF_ERROR(stream->Synchronize());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(temp.data(), dev_all, n, dtype));
+  ZS_RETURN_IF_ERROR(device.CopyAsync(all, dev_all, bytes * comm.size(), *stream));
+  return stream->Synchronize();
+}
+
 // Collects a per-rank row of `n` values on every rank (rank order).
-absl::StatusOr<std::vector<int64_t>> GatherInt64(Communicator& comm, const int64_t* row, int n) {
+absl::StatusOr<std::vector<int64_t>> GatherInt64(Communicator& comm, Device& device,
+                                                 const int64_t* row, int n) {
   std::vector<int64_t> all(static_cast<size_t>(n) * comm.size());
-  ZS_RETURN_IF_ERROR(comm.AllGatherSync(row, all.data(), n, DType::kInt64));
+  ZS_RETURN_IF_ERROR(AllGatherHost(comm, device, row, all.data(), n, DType::kInt64));
   return all;
 }
 
-absl::Status GatherLedger(Communicator& comm, const Device& device, RunResult* out) {
+// The engine's device for this run: GPU 0 for a --device cuda run's ranks.
+absl::StatusOr<std::unique_ptr<Device>> MakeDevice(bool gpu) {
+  if (gpu) return CreateCudaDevice(0);
+  return CreateCpuDevice();
+}
+
+// One optimizer step of whichever trainer the run uses.
+struct StepFn {
+  std::function<absl::StatusOr<double>()> train_step;
+  std::function<const StepResult&()> last_step;
+};
+
+absl::Status GatherLedger(Communicator& comm, Device& device, RunResult* out) {
   LedgerRow row;
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     row[c] = device.ledger().current(static_cast<MemoryCategory>(c));
   }
   row[kNumMemoryCategories] = device.ledger().current_model_states();
   const int n = static_cast<int>(row.size());
-  ZS_ASSIGN_OR_RETURN(std::vector<int64_t> all, GatherInt64(comm, row.data(), n));
+  ZS_ASSIGN_OR_RETURN(std::vector<int64_t> all, GatherInt64(comm, device, row.data(), n));
   if (comm.rank() != 0) return absl::OkStatus();
   out->ledger.assign(comm.size(), LedgerRow{});
   for (int r = 0; r < comm.size(); ++r) {
@@ -118,7 +153,8 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
                        bool checkpointed, Communicator& comm, RunResult* out) {
   const absl::Time start = absl::Now();
   const bool lead = comm.rank() == 0;
-  std::unique_ptr<Device> device = CreateCpuDevice();
+  const bool gpu = comm.memory_kind() == DeviceKind::kCuda;
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, MakeDevice(gpu));
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
       Engine::Create(BuildModelSpec(opts.model), MakeTrainSpec(opts, stage, accum), *device, comm));
@@ -147,13 +183,28 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
     ZS_RETURN_IF_ERROR(InitEngineParams(*engine, opts.model));
   }
   ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(opts.model)));
-  MlpTrainer trainer(opts.model, *engine, comm);
+  StepFn trainer;
+  std::unique_ptr<MlpTrainer> cpu_trainer;
+#if ZS_HAVE_CUDA
+  std::unique_ptr<gpu::CudaMlpTrainer> gpu_trainer;
+  if (gpu) {
+    ZS_ASSIGN_OR_RETURN(gpu_trainer,
+                        gpu::CudaMlpTrainer::Create(opts.model, *engine, comm, *device));
+    trainer = {[&] { return gpu_trainer->TrainStep(); },
+               [&]() -> const StepResult& { return gpu_trainer->last_step(); }};
+  }
+#endif
+  if (!gpu) {
+    cpu_trainer = std::make_unique<MlpTrainer>(opts.model, *engine, comm);
+    trainer = {[&] { return cpu_trainer->TrainStep(); },
+               [&]() -> const StepResult& { return cpu_trainer->last_step(); }};
+  }
   const int64_t first = engine->steps();
   ProgressBar bar(label, opts.steps);
   CheckpointOptions save_options;
   save_options.keep_last = opts.keep_last;
   for (int64_t s = first; s < opts.steps; ++s) {
-    ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
+    ZS_ASSIGN_OR_RETURN(const double loss, trainer.train_step());
     if (checkpointed && opts.save_every > 0 && engine->steps() % opts.save_every == 0) {
       ZS_RETURN_IF_ERROR(engine->Save(opts.checkpoint_dir,
                                       TrainerState(opts.model, engine->steps()), save_options));
@@ -191,7 +242,8 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
       absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
       absl::ToDoubleMilliseconds(stats.totals.total) / steps};
   std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
-  ZS_RETURN_IF_ERROR(comm.AllGatherSync(row, all.data(), kNumTimeColumns, DType::kFloat64));
+  ZS_RETURN_IF_ERROR(
+      AllGatherHost(comm, *device, row, all.data(), kNumTimeColumns, DType::kFloat64));
   if (lead) {
     for (int r = 0; r < comm.size(); ++r) {
       out->step_ms.emplace_back(all.begin() + r * kNumTimeColumns,
@@ -203,7 +255,8 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
 
 // A stage-0 engine on the same ranks, created only to read what it allocates.
 absl::Status Stage0LedgerRank(const DemoOptions& opts, Communicator& comm, RunResult* out) {
-  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                      MakeDevice(comm.memory_kind() == DeviceKind::kCuda));
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       Engine::Create(BuildModelSpec(opts.model),
                                      MakeTrainSpec(opts, /*stage=*/0, opts.accum), *device, comm));
@@ -241,9 +294,20 @@ absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) 
 int RunLocal(const DemoOptions& opts) {
   DemoResults results;
   results.world = opts.ranks;
+  CommOptions options = MakeCommOptions(opts);
+  std::unique_ptr<Device> gpu;
+  if (opts.device_cuda) {
+    absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+    if (!device.ok()) Fail(device.status());
+#if !ZS_HAVE_CUDA
+    Fail(absl::UnimplementedError("--device cuda: mlp_demo was built without CUDA"));
+#endif
+    gpu = std::move(*device);
+    options.device = gpu.get();  // the ranks' collectives on GPU 0's memory
+  }
   absl::Status status = RunLocalRanks(
       opts.ranks, [&](int, Communicator& comm) { return DistributedRank(opts, comm, &results); },
-      MakeCommOptions(opts));
+      options);
   if (!status.ok()) Fail(status);
   status = Baseline(opts, opts.ranks, &results);
   if (!status.ok()) Fail(status);
