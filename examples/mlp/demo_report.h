@@ -24,6 +24,7 @@ enum TimeColumn : int {
   kInputWaitMs,
   kEngineOtherMs,
   kTotalMs,
+  kHiddenCommMs,  // not part of the split: collectives' run time not waited for
   kNumTimeColumns
 };
 

@@ -240,7 +240,10 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
       absl::ToDoubleMilliseconds(stats.totals.optimizer) / steps,
       absl::ToDoubleMilliseconds(stats.totals.input_wait) / steps,
       absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.total) / steps};
+      absl::ToDoubleMilliseconds(stats.totals.total) / steps,
+      absl::ToDoubleMilliseconds(
+          std::max(absl::ZeroDuration(), stats.totals.comm_busy - stats.totals.exposed_comm)) /
+          steps};
   std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
   ZS_RETURN_IF_ERROR(
       AllGatherHost(comm, *device, row, all.data(), kNumTimeColumns, DType::kFloat64));

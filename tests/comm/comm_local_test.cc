@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "tests/comm/comm_suite.h"
+#include "tests/test_env.h"
 #include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
@@ -67,6 +68,27 @@ CommOptions Timeout(absl::Duration timeout) {
   CommOptions options;
   options.timeout = timeout;
   return options;
+}
+
+// busy_time counts a collective's run time on the progress thread, waits
+// for a late peer included: the rank that arrives first is busy while it
+// waits, the late one only briefly, and nothing counts before a collective.
+TEST(LocalGroup, BusyTimeCountsTheCollectivesRunTime) {
+  auto group = CreateLocalGroup(2);
+  ASSERT_TRUE(group.ok());
+  Communicator& early = *(*group)[0];
+  Communicator& late = *(*group)[1];
+  EXPECT_EQ(early.busy_time(), absl::ZeroDuration());
+  double a = 1.0, b = 2.0, out_a = 0.0, out_b = 0.0;
+  CommHandle first = early.AllReduce(&a, &out_a, 1, DType::kFloat64);
+  absl::SleepFor(absl::Milliseconds(300));
+  CommHandle second = late.AllReduce(&b, &out_b, 1, DType::kFloat64);
+  ASSERT_TRUE(first.Wait().ok());
+  ASSERT_TRUE(second.Wait().ok());
+  EXPECT_EQ(out_a, 3.0);
+  EXPECT_GE(early.busy_time(), absl::Milliseconds(250)) << early.busy_time();
+  EXPECT_LT(late.busy_time(), absl::Seconds(::zeroshard::testing::TimeLimit(0.25)))
+      << late.busy_time();
 }
 
 TEST(LocalGroup, RejectsBadWorldSize) {

@@ -115,6 +115,12 @@ class Communicator {
   // local and mpi, the GPU's (kCuda) for nccl. The engine refuses a device
   // of another kind.
   virtual DeviceKind memory_kind() const { return DeviceKind::kCpu; }
+  // Wall time this rank's collectives have been running so far, summed over
+  // collectives: from the moment one starts on the progress thread (its
+  // predecessors done) to its completion, waits for peers included. With
+  // the engine's exposed wait it splits communication into exposed and
+  // hidden (StepTimes::comm_busy). Zero for a backend that does not count.
+  virtual absl::Duration busy_time() const { return absl::ZeroDuration(); }
 
   // Every collective takes an optional `tag`: a label of what the data is
   // (the engine passes 1 + the unit index), compared across ranks like the

@@ -78,6 +78,10 @@ struct StepTimes {
   absl::Duration engine_other;  // the engine's own work in between: gradient accumulation,
                                 // staging, views (so the five parts add up to total)
   absl::Duration total;
+  // Not part of the split: how long this rank's collectives ran during the
+  // step (Communicator::busy_time); comm_busy - exposed_comm of it was
+  // hidden behind other work (overlap).
+  absl::Duration comm_busy;
 };
 
 // A setting of the trainer that every rank must share (its micro-batch size,
@@ -131,8 +135,11 @@ class Engine {
   // flat buffers for comm.size() ranks and allocates exactly the buffers
   // PlanEngineBuffers(model, train, comm.size()) lists, on `device`
   // (ResourceExhausted when the device cannot). The engine does not own
-  // `device` or `comm`; both must outlive it. Unimplemented for a device the
-  // host cannot address (CUDA support comes later).
+  // `device` or `comm`; both must outlive it. The device's memory must be
+  // what the communicator moves (Communicator::memory_kind(): host memory
+  // for local and mpi, GPU memory for nccl or a local group on a GPU), else
+  // InvalidArgument naming both. On a CUDA device the views point to device
+  // memory (docs/gpu.md).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelSpec& model,
                                                         const TrainSpec& train, Device& device,
                                                         Communicator& comm);

@@ -80,6 +80,11 @@ CommHandle AsyncCommunicator::Broadcast(void* buf, int64_t count, DType dtype, i
 
 CommHandle AsyncCommunicator::Barrier() { return Issue({CollectiveKind::kBarrier}); }
 
+absl::Duration AsyncCommunicator::busy_time() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_;
+}
+
 uint64_t AsyncCommunicator::issued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_seq_ - 1;
@@ -206,7 +211,11 @@ void AsyncCommunicator::ProgressLoop() {
           absl::StrFormat("%s: %s not run: an earlier collective failed: %s", ErrorPrefix(),
                           DescribeCollective(op.args), poisoned.message()));
     } else {
-      result = RunCollective(op.args, absl::Now() + options_.timeout);
+      const absl::Time begin = absl::Now();
+      result = RunCollective(op.args, begin + options_.timeout);
+      const absl::Duration took = absl::Now() - begin;
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ += took;
     }
     if (!result.ok() && poisoned.ok()) {
       {

@@ -47,6 +47,7 @@ class AsyncCommunicator : public Communicator {
   // How many collectives this rank has issued so far (the sequence number of
   // the last one).
   uint64_t issued() const;
+  absl::Duration busy_time() const override;
 
  protected:
   // `options.timeout` must already be resolved (ResolveCommTimeout).
@@ -88,6 +89,7 @@ class AsyncCommunicator : public Communicator {
   const CommOptions options_;
 
   mutable std::mutex mu_;
+  absl::Duration busy_;  // summed run time of completed collectives
   std::condition_variable cv_;
   std::deque<PendingOp> queue_;
   uint64_t next_seq_ = 1;

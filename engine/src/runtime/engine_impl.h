@@ -263,6 +263,7 @@ class EngineImpl final : public Engine {
   absl::Status poisoned_;
 
   // Per-step state.
+  absl::Duration step_comm_busy_begin_;  // comm_.busy_time() when the step began
   int64_t step_ = 0;                 // Step() calls completed (restored by Load)
   int64_t steps_since_start_ = 0;    // Step() calls since Start (stage 3 records the first)
   int64_t applied_steps_ = 0;        // optimizer updates applied (bias correction)

@@ -177,6 +177,7 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
   ZS_RETURN_IF_ERROR(CheckWeightsAndSettingsAgree(settings));
   started_ = true;
   step_begin_ = absl::Now();
+  step_comm_busy_begin_ = comm_.busy_time();  // start-up collectives are not a step's
   return absl::OkStatus();
 }
 

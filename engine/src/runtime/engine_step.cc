@@ -285,6 +285,9 @@ void EngineImpl::RecordStepTimes(absl::Time end) {
   t.input_wait = step_input_wait_;
   t.compute = t.total - step_engine_time_ - step_input_wait_;
   t.engine_other = step_engine_time_ - step_comm_wait_ - step_optimizer_;
+  const absl::Duration busy = comm_.busy_time();
+  t.comm_busy = busy - step_comm_busy_begin_;
+  step_comm_busy_begin_ = busy;
   stats_.steps = steps_since_start_;
   stats_.last = t;
   stats_.totals.total += t.total;
@@ -293,6 +296,7 @@ void EngineImpl::RecordStepTimes(absl::Time end) {
   stats_.totals.input_wait += t.input_wait;
   stats_.totals.compute += t.compute;
   stats_.totals.engine_other += t.engine_other;
+  stats_.totals.comm_busy += t.comm_busy;
   step_begin_ = end;
   step_engine_time_ = step_comm_wait_ = step_optimizer_ = step_input_wait_ = absl::ZeroDuration();
 }
