@@ -140,11 +140,11 @@ if [[ ${dry_run} -eq 1 ]]; then
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH}"
   problems=0
   for i in "${!kinds[@]}"; do
-    line="${kinds[i]} ${names[i]}: ${bins[i]:-?}"
+    line="${kinds[i]} ${names[i]}: ${bins[i]:-(no binary)}"
     [[ -n "${argss[i]}" ]] && line+=" $(tr '\n' ' ' <<<"${argss[i]}")"
     [[ "${kinds[i]}" == bench ]] && line+=" --json RESULTS/${names[i]}.json"
     if [[ -z "${bins[i]}" || ! -x "${bins[i]}" ]]; then
-      line+="  [MISSING: not built]"
+      line+="  [MISSING: not built; cmake --build BUILD --target ${names[i]}]"
       problems=$((problems + 1))
     elif [[ -z "${build_dir}" && -n "$(missing_libs "${bins[i]}")" ]]; then
       line+="  [libraries not found here: $(missing_libs "${bins[i]}")]"
@@ -177,6 +177,18 @@ gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clo
   --format=csv,noheader 2>/dev/null | head -1)
 echo "check.sh: ${gpu_count} GPU(s): ${gpu_line}"
 echo "check.sh: from ${source_desc}; budget ${budget} s"
+if [[ -z "${build_dir}" && -f "${bundle}/MANIFEST" ]]; then
+  sed 's/^/check.sh: bundle /' "${bundle}/MANIFEST"
+  # A glibc older than the build machine's symbols: every binary would fail
+  # to load; say why once, up front.
+  needs_glibc=$(sed -n 's/^needs_glibc //p' "${bundle}/MANIFEST")
+  have_glibc=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9]\+\.[0-9]\+$')
+  if [[ -n "${needs_glibc}" && -n "${have_glibc}" &&
+    "$(printf '%s\n' "${needs_glibc}" "${have_glibc}" | sort -V | head -1)" != "${needs_glibc}" ]]; then
+    echo "check.sh: warning: the bundle needs glibc ${needs_glibc}, this machine has ${have_glibc};" \
+      "build the bundle on an older system or build on this machine (--build-dir)"
+  fi
+fi
 
 results_dir="${OUT:-${root}/perf/gpu/results}"
 mkdir -p "${results_dir}"
