@@ -18,7 +18,8 @@
 //
 // Before timing, one update of the whole buffer is checked bit for bit
 // against the CPU kernel (kernels/cpu/adam.h, the same numeric contract) on
-// its first and last kCheckElems elements: a fast wrong kernel fails.
+// its first and last kCheckElems elements, and every bf16 param must have
+// been written: a fast wrong kernel fails.
 //
 // Exit codes: 0 all ratios >= --min-ratio; 1 a ratio below it, a CUDA error
 // or a wrong result; 2 bad arguments; 77 no CUDA device (ctest's skip code).
@@ -44,6 +45,9 @@ namespace {
 
 constexpr int kExitNoDevice = 77;
 constexpr size_t kCheckElems = size_t{1} << 20;
+// The bf16 params' initial bits: a NaN, so an element the kernel never
+// writes shows up.
+constexpr uint16_t kPoison = 0x7fc1;
 
 struct Options {
   size_t params = size_t{256} << 20;
@@ -163,7 +167,7 @@ State MakeState(size_t n, bool need_bf16) {
       m[i] = 1e-4f * r;
       v[i] = 1e-8f * (r * r + 0.01f);
       g16[i] = Fp32ToBf16Rne(g[i]);
-      out[i] = 0x7fc1;  // a NaN: an element the kernel never writes shows up
+      out[i] = kPoison;
     }
     const size_t bytes = len * sizeof(float);
     Check(cudaMemcpy(s.p + begin, p.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy p");
@@ -242,6 +246,25 @@ bool CheckOneUpdate(const Variant& variant, State& s, const AdamConstants& c, si
                    "(p %.9g vs %.9g, m %.9g vs %.9g, v %.9g vs %.9g); the CUDA kernel is wrong, "
                    "run kernels_cuda_adam_test\n",
                    variant.name, offset + i, gpu_p[i], p[i], gpu_m[i], m[i], gpu_v[i], v[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// After an update every bf16 param must have been written: none may still
+// hold MakeState's poison (a NaN no finite update produces).
+bool EveryParamWritten(const State& s) {
+  constexpr size_t kChunk = size_t{32} << 20;
+  for (size_t begin = 0; begin < s.n; begin += kChunk) {
+    const size_t len = std::min(kChunk, s.n - begin);
+    const std::vector<uint16_t> out = CopyBack(s.out, begin, len);
+    const auto hit = std::find(out.begin(), out.end(), kPoison);
+    if (hit != out.end()) {
+      std::fprintf(stderr,
+                   "adam_gpu_bench: bf16 param %zu was never written by the update; the CUDA "
+                   "kernel misses elements, run kernels_cuda_adam_test\n",
+                   begin + static_cast<size_t>(hit - out.begin()));
       return false;
     }
   }
@@ -407,7 +430,8 @@ int Main(int argc, char** argv) {
     const size_t len = std::min(kCheckElems, o.params);
     // The check's one update is also the first warm-up launch.
     correct = CheckOneUpdate(*variant, s, BenchConstants(), 0, len) &&
-              CheckOneUpdate(*variant, s, BenchConstants(), o.params - len, len) && correct;
+              CheckOneUpdate(*variant, s, BenchConstants(), o.params - len, len) &&
+              (!variant->bf16 || EveryParamWritten(s)) && correct;
     results.push_back(Measure(*variant, s, copy_src, copy_dst, o));
   }
 
