@@ -301,6 +301,11 @@ for i in "${!kinds[@]}"; do
 import json, sys
 try:
     data = json.load(open(sys.argv[1]))
+    if "summary" in data:
+        print(f"{sys.argv[2]}:")
+        for line in data["summary"]:
+            print(f"  {line}")
+        sys.exit(0)
     print(f"{sys.argv[2]} ({data.get('params', '?')} params; ratio needed "
           f"{data.get('min_ratio', '?')}):")
     for r in data.get("results", []):
