@@ -8,29 +8,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "engine/src/comm/collective_memory.h"
+#include "engine/src/comm/reduce.h"
 #include "kernels/cuda/sum_in_rank_order.cuh"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
 namespace {
-
-absl::StatusOr<kernels::SumType> SumTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return kernels::SumType::kFp32;
-    case DType::kBFloat16:
-      return kernels::SumType::kBf16;
-    case DType::kFloat16:
-      return kernels::SumType::kFp16;
-    case DType::kFloat64:
-      return kernels::SumType::kFp64;
-    case DType::kInt64:
-      return kernels::SumType::kInt64;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrFormat("no sum is defined for dtype %s", DTypeName(dtype)));
-  }
-}
 
 class CudaCollectiveMemory final : public CollectiveMemory {
  public:
@@ -43,7 +26,11 @@ class CudaCollectiveMemory final : public CollectiveMemory {
 
   absl::Status Sum(const void* const* inputs, int num_inputs, void* const* outputs, int num_outputs,
                    int64_t count, DType dtype) override {
-    ZS_ASSIGN_OR_RETURN(const kernels::SumType type, SumTypeOf(dtype));
+    kernels::SumType type;
+    if (!ToSumType(dtype, &type)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("no sum is defined for dtype %s", DTypeName(dtype)));
+    }
     ZS_RETURN_IF_ERROR(EnsureStream());
     const cudaError_t err = kernels::cuda::LaunchSumInRankOrder(
         inputs, num_inputs, outputs, num_outputs, static_cast<size_t>(count), type,

@@ -141,7 +141,7 @@ absl::Status RunNcclLocalRanks(const std::vector<Device*>& devices,
         return;
       }
       // fn's CUDA calls go to this rank's GPU.
-      internal::NcclScopedDevice on_device(ordinals[r]);
+      internal::ScopedCudaDevice on_device(ordinals[r]);
       results[r] = fn(r, **comm);
     });
   }

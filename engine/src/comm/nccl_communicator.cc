@@ -48,6 +48,7 @@
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
 #include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/reduce.h"
 #include "kernels/cuda/rank_order_sum.cuh"
 #include "zeroshard/status.h"
 
@@ -93,15 +94,6 @@ absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where
   return ordinal;
 }
 
-NcclScopedDevice::NcclScopedDevice(int ordinal) {
-  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-  if (previous_ != ordinal) error_ = cudaSetDevice(ordinal);
-}
-
-NcclScopedDevice::~NcclScopedDevice() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
 namespace {
 
 // The descriptor every rank contributes at the start of a collective.
@@ -129,21 +121,6 @@ CollectiveArgs FromDescriptor(const Descriptor& d) {
   args.seq = static_cast<uint64_t>(d.seq);
   args.tag = d.tag;
   return args;
-}
-
-kernels::SumType ToSumType(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return kernels::SumType::kBf16;
-    case DType::kFloat16:
-      return kernels::SumType::kFp16;
-    case DType::kFloat64:
-      return kernels::SumType::kFp64;
-    case DType::kInt64:
-      return kernels::SumType::kInt64;
-    default:
-      return kernels::SumType::kFp32;  // kUInt8 never gets here (CheckArguments)
-  }
 }
 
 // "ranks 1, 2, 3" (all but `self`), shortened for large groups.
@@ -212,7 +189,7 @@ class NcclCommunicator final : public AsyncCommunicator {
 
   ~NcclCommunicator() override {
     Shutdown();
-    NcclScopedDevice on_device(ordinal_);
+    ScopedCudaDevice on_device(ordinal_);
     if (comm_ != nullptr) {
       // Finalize flushes NCCL's pending work, waiting for peers; a peer that
       // is gone must not make destruction hang, so it is bounded like a
@@ -426,9 +403,10 @@ absl::Status NcclCommunicator::EnqueueReduceScatter(const CollectiveArgs& args, 
     ZS_RETURN_IF_ERROR(
         Nccl(args, "ncclGroupEnd(reduce-scatter sends and receives)", end, deadline));
   }
+  kernels::SumType type = kernels::SumType::kFp32;
+  ToSumType(args.dtype, &type);  // summable: CheckArguments refused the others
   return Cuda(args, "LaunchRankOrderSum",
-              kernels::cuda::LaunchRankOrderSum(staging, size(), count, ToSumType(args.dtype), recv,
-                                                stream_));
+              kernels::cuda::LaunchRankOrderSum(staging, size(), count, type, recv, stream_));
 }
 
 absl::Status NcclCommunicator::EnqueueAllReduce(const CollectiveArgs& args, absl::Time deadline) {
@@ -474,9 +452,10 @@ absl::Status NcclCommunicator::RunCollective(const CollectiveArgs& args, absl::T
         absl::StrFormat("%s: the NCCL communicator was aborted", Where(args)));
   }
   // The progress thread's current device; cheap when it is already set.
-  NcclScopedDevice on_device(ordinal_);
-  if (on_device.error() != cudaSuccess) {
-    return CudaError(Where(args), "cudaSetDevice", on_device.error());
+  ScopedCudaDevice on_device(ordinal_);
+  if (!on_device.status().ok()) {
+    return absl::Status(on_device.status().code(),
+                        absl::StrCat(Where(args), ": ", on_device.status().message()));
   }
   if (args.kind != CollectiveKind::kBarrier && args.count > 0) {
     ZS_RETURN_IF_ERROR(CheckDeviceBuffer(
@@ -522,8 +501,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, i
                                                                   CommOptions options,
                                                                   absl::Time deadline) {
   const std::string where = absl::StrFormat("nccl comm rank %d (cuda:%d)", rank, ordinal);
-  NcclScopedDevice on_device(ordinal);
-  if (on_device.error() != cudaSuccess) return CudaError(where, "cudaSetDevice", on_device.error());
+  ScopedCudaDevice on_device(ordinal);
+  if (!on_device.status().ok()) {
+    return absl::Status(on_device.status().code(),
+                        absl::StrCat(where, ": ", on_device.status().message()));
+  }
 
   // Nonblocking, so that joining (which waits for every rank) can time out.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

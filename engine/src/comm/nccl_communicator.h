@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/src/device/cuda_device.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 
@@ -29,22 +30,6 @@ absl::Status NcclError(const std::string& where, const char* call, ncclResult_t 
 // The GPU ordinal of a CUDA `device` ("cuda:N"): InvalidArgument when it is
 // not a CUDA device, NotFound when this machine has no such GPU (or none).
 absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where);
-
-// Makes `ordinal` the calling thread's current CUDA device and restores the
-// previous one on destruction.
-class NcclScopedDevice {
- public:
-  explicit NcclScopedDevice(int ordinal);
-  ~NcclScopedDevice();
-  NcclScopedDevice(const NcclScopedDevice&) = delete;
-  NcclScopedDevice& operator=(const NcclScopedDevice&) = delete;
-  // The error of cudaSetDevice, if it failed.
-  cudaError_t error() const { return error_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
 
 // Joins rank `rank` of the NCCL group `id` of `size` ranks on GPU `ordinal`
 // (collective: every rank must call it with the same id) and returns its

@@ -10,6 +10,28 @@ namespace internal {
 
 bool IsSummable(DType dtype) { return dtype != DType::kUInt8; }
 
+bool ToSumType(DType dtype, kernels::SumType* type) {
+  switch (dtype) {
+    case DType::kFloat32:
+      *type = kernels::SumType::kFp32;
+      return true;
+    case DType::kBFloat16:
+      *type = kernels::SumType::kBf16;
+      return true;
+    case DType::kFloat16:
+      *type = kernels::SumType::kFp16;
+      return true;
+    case DType::kFloat64:
+      *type = kernels::SumType::kFp64;
+      return true;
+    case DType::kInt64:
+      *type = kernels::SumType::kInt64;
+      return true;
+    default:
+      return false;
+  }
+}
+
 namespace {
 
 // Elements per block: the accumulator lives on the stack and each block is

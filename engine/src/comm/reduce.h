@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/rank_order_sum.h"
 #include "zeroshard/dtype.h"
 
 namespace zeroshard {
@@ -14,6 +15,9 @@ namespace internal {
 
 // True for the dtypes a sum is defined for (all but kUInt8).
 bool IsSummable(DType dtype);
+
+// The device sum kernels' name for a summable dtype (false for the others).
+bool ToSumType(DType dtype, kernels::SumType* type);
 
 // Sums `num_inputs` arrays of `count` elements in input order (input k is
 // rank k's contribution) and stores the result into each of the
