@@ -63,8 +63,9 @@ void PrintUsage(std::FILE* out) {
       "  --clip C           max global gradient norm, 0 = off (default %g)\n"
       "  --backend B        local (threads) or mpi (one process per rank under mpirun;\n"
       "                     rank 0 prints) (default local)\n"
-      "  --device D         cpu, or cuda: the distributed run's ranks as threads on\n"
-      "                     GPU 0 (local backend), the baseline on the CPU (default cpu)\n"
+      "  --device D         cpu, or cuda: the distributed run on GPUs (local: ranks\n"
+      "                     as threads on GPU 0; mpi: a GPU per process, nccl), the\n"
+      "                     baseline on the CPU (default cpu)\n"
       "  --checkpoint-dir D save checkpoints of the distributed run into D (with\n"
       "                     --save-every) and resume from D/latest (with --resume)\n"
       "  --save-every N     a checkpoint every N steps (background write)\n"
@@ -184,11 +185,6 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   if ((opts.save_every > 0 || opts.resume) && opts.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--save-every and --resume need --checkpoint-dir DIR (where checkpoints go)");
-  }
-  if (opts.device_cuda && opts.backend_mpi) {
-    return absl::InvalidArgumentError(
-        "--device cuda runs the ranks as threads on one GPU (--backend local); across GPUs use "
-        "the nccl communicator from your own trainer (docs/gpu.md)");
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   // Range checks of the engine's own spec (e.g. the supported stages), so a

@@ -36,10 +36,13 @@ struct DemoOptions {
   // first steps only.
   double clip = 2.0;
   bool backend_mpi = false;
-  // --device cuda: the distributed run's ranks are threads sharing GPU 0
-  // (local backend over its memory) with the MLP math on the GPU; the
-  // baseline stays on the CPU, so the report compares the two.
+  // --device cuda: the distributed run's math on GPUs: with --backend local
+  // its ranks are threads sharing GPU 0 (local backend over its memory);
+  // with --backend mpi each process takes GPU (local rank % GPUs) and the
+  // collectives go through nccl. The baseline stays on the CPU, so the
+  // report compares the two.
   bool device_cuda = false;
+  int gpu_ordinal = 0;  // the GPU of this process's ranks (set by main)
   // Communicator timeout per collective; 0: $ZS_COMM_TIMEOUT, else 120 s.
   double comm_timeout_s = 0.0;
   // Checkpoints of the distributed run (docs/checkpoint.md): into

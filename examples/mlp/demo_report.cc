@@ -133,8 +133,8 @@ void PrintTimes(const DemoResults& r, std::FILE* out) {
   std::fprintf(out,
                "\ntime per step (ms; Engine::Stats().totals / steps; hidden comm: the "
                "collectives' run time not waited for, outside the split)\n");
-  std::fprintf(out, "  %-10s %9s %13s %10s %11s %12s %9s %12s\n", "", "compute",
-               "exposed comm", "optimizer", "input wait", "engine other", "total", "hidden comm");
+  std::fprintf(out, "  %-10s %9s %13s %10s %11s %12s %9s %12s\n", "", "compute", "exposed comm",
+               "optimizer", "input wait", "engine other", "total", "hidden comm");
   auto print_row = [&](const std::string& label, const std::vector<double>& ms) {
     if (ms.size() < kNumTimeColumns) return;
     std::fprintf(out, "  %-10s %9.2f %13.2f %10.2f %11.2f %12.2f %9.2f %12.2f\n", label.c_str(),
@@ -187,11 +187,12 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                "          micro-batch %d, global batch %d samples per step\n",
                m.blocks, static_cast<int>(m.hidden), WithCommas(params).c_str(), m.micro_batch,
                static_cast<int>(global_batch));
-  std::string distributed = absl::StrFormat("%d ranks (%s), ZeRO stage %d, %s, accum %d", r.world,
-                                            opts.backend_mpi   ? "mpi"
-                                            : opts.device_cuda ? "threads on GPU 0"
-                                                               : "local threads",
-                                            opts.stage, PrecisionName(opts.precision), opts.accum);
+  std::string distributed =
+      absl::StrFormat("%d ranks (%s), ZeRO stage %d, %s, accum %d", r.world,
+                      opts.backend_mpi   ? (opts.device_cuda ? "mpi, nccl on GPUs" : "mpi")
+                      : opts.device_cuda ? "threads on GPU 0"
+                                         : "local threads",
+                      opts.stage, PrecisionName(opts.precision), opts.accum);
   if (opts.stage == 3) {
     absl::StrAppendFormat(&distributed, ", prefetch %d%s", opts.prefetch,
                           r.distributed.prefetch_active ? "" : " (inactive)");

@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -95,9 +97,10 @@ absl::StatusOr<std::vector<int64_t>> GatherInt64(Communicator& comm, Device& dev
   return all;
 }
 
-// The engine's device for this run: GPU 0 for a --device cuda run's ranks.
-absl::StatusOr<std::unique_ptr<Device>> MakeDevice(bool gpu) {
-  if (gpu) return CreateCudaDevice(0);
+// The engine's device for this run: this process's GPU for a --device cuda
+// run's ranks.
+absl::StatusOr<std::unique_ptr<Device>> MakeDevice(bool gpu, int ordinal) {
+  if (gpu) return CreateCudaDevice(ordinal);
   return CreateCpuDevice();
 }
 
@@ -154,7 +157,7 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   const absl::Time start = absl::Now();
   const bool lead = comm.rank() == 0;
   const bool gpu = comm.memory_kind() == DeviceKind::kCuda;
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, MakeDevice(gpu));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, MakeDevice(gpu, opts.gpu_ordinal));
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
       Engine::Create(BuildModelSpec(opts.model), MakeTrainSpec(opts, stage, accum), *device, comm));
@@ -259,7 +262,7 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
 // A stage-0 engine on the same ranks, created only to read what it allocates.
 absl::Status Stage0LedgerRank(const DemoOptions& opts, Communicator& comm, RunResult* out) {
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                      MakeDevice(comm.memory_kind() == DeviceKind::kCuda));
+                      MakeDevice(comm.memory_kind() == DeviceKind::kCuda, opts.gpu_ordinal));
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       Engine::Create(BuildModelSpec(opts.model),
                                      MakeTrainSpec(opts, /*stage=*/0, opts.accum), *device, comm));
@@ -318,8 +321,36 @@ int RunLocal(const DemoOptions& opts) {
   return 0;
 }
 
-int RunMpi(const DemoOptions& opts) {
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator(MakeCommOptions(opts));
+// This process's GPU under mpirun: its rank on the node (OpenMPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID) modulo the GPUs.
+int LocalGpuOrdinal() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    int rank = 0;
+    if (const char* v = std::getenv(name); v != nullptr && absl::SimpleAtoi(v, &rank)) {
+      int count = 1;
+      for (int n = 1; n <= 64; ++n) {
+        if (!CreateCudaDevice(n - 1).ok()) break;
+        count = n;
+      }
+      return rank % count;
+    }
+  }
+  return 0;
+}
+
+int RunMpi(DemoOptions opts) {
+  std::unique_ptr<Device> gpu;  // outlives the communicator
+  absl::StatusOr<std::unique_ptr<Communicator>> comm;
+  if (opts.device_cuda) {
+    // One process per GPU; the collectives go through nccl between them.
+    opts.gpu_ordinal = LocalGpuOrdinal();
+    absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(opts.gpu_ordinal);
+    if (!device.ok()) Fail(device.status());
+    gpu = std::move(*device);
+    comm = CreateNcclCommunicator(*gpu, MakeCommOptions(opts));
+  } else {
+    comm = CreateMpiCommunicator(MakeCommOptions(opts));
+  }
   if (!comm.ok()) Fail(comm.status());
   const bool lead = (*comm)->rank() == 0;
   DemoResults results;
