@@ -179,6 +179,13 @@ echo "check.sh: ${gpu_count} GPU(s): ${gpu_line}"
 echo "check.sh: from ${source_desc}; budget ${budget} s"
 if [[ -z "${build_dir}" && -f "${bundle}/MANIFEST" ]]; then
   sed 's/^/check.sh: bundle /' "${bundle}/MANIFEST"
+  # A bundle built from another commit tests other code: say so up front.
+  bundle_commit=$(sed -n 's/^commit //p' "${bundle}/MANIFEST")
+  tree_commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || true)
+  if [[ -n "${tree_commit}" && -n "${bundle_commit}" && "${bundle_commit}" != "${tree_commit}" ]]; then
+    echo "check.sh: warning: the bundle was built from ${bundle_commit}, this tree is at" \
+      "${tree_commit}; run perf/gpu/bundle.sh again to test this tree's code"
+  fi
   # A glibc older than the build machine's symbols: every binary would fail
   # to load; say why once, up front.
   needs_glibc=$(sed -n 's/^needs_glibc //p' "${bundle}/MANIFEST")

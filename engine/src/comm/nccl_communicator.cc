@@ -56,6 +56,7 @@ namespace zeroshard {
 namespace internal {
 
 absl::Status CudaError(const std::string& where, const char* call, cudaError_t code) {
+  cudaGetLastError();  // clear a non-sticky error: a later launch check must not report it
   return absl::InternalError(absl::StrFormat("%s: %s failed: %s (CUDA error %d)", where, call,
                                              cudaGetErrorString(code), static_cast<int>(code)));
 }
@@ -155,8 +156,13 @@ class Poller {
 // collective runs at a time).
 class ScratchBuffer {
  public:
-  ~ScratchBuffer() {
+  ~ScratchBuffer() { Release(); }
+  // Frees the memory now (with the owning GPU current, so that no context is
+  // created on another one).
+  void Release() {
     if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    bytes_ = 0;
   }
   cudaError_t Reserve(size_t bytes) {
     if (bytes <= bytes_) return cudaSuccess;
@@ -211,6 +217,9 @@ class NcclCommunicator final : public AsyncCommunicator {
       comm_ = nullptr;
     }
     cudaStreamSynchronize(stream_);
+    descriptors_.Release();
+    staging_.Release();
+    padded_.Release();
     cudaStreamDestroy(stream_);
     cudaEventDestroy(done_);
     cudaFreeHost(host_descriptors_);

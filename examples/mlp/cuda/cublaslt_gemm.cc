@@ -1,5 +1,6 @@
 #include "examples/mlp/cuda/cublaslt_gemm.h"
 
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,25 @@ absl::Status CublasLtGemm::RowMajor(const RowMajorGemmArgs& g, cudaStream_t stre
                                                &workspace_bytes_, sizeof(workspace_bytes_)),
           "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"),
       what));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise;
+  // an engine view at another offset would then get a kernel it cannot run.
+  auto alignment = [](const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+    return a;
+  };
+  // cuBLASLt's A is our B (first), its B our A (second); C and D are g.c.
+  const uint32_t aligned[4] = {alignment(g.b), alignment(g.a), alignment(g.c), alignment(g.c)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    ZS_RETURN_IF_ERROR(
+        WithContext(CublasCallStatus(cublasLtMatmulPreferenceSetAttribute(
+                                         pref.get(), which[i], &aligned[i], sizeof(aligned[i])),
+                                     "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"),
+                    what));
+  }
 
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;

@@ -1,7 +1,12 @@
 #include "examples/mlp/cuda/cuda_mlp_trainer.h"
 
+#include <cuda_runtime_api.h>
+
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "zeroshard/status.h"
 
@@ -26,6 +31,12 @@ absl::StatusOr<std::unique_ptr<CudaMlpTrainer>> CudaMlpTrainer::Create(
         "device; nccl or a local group with CommOptions::device); use MlpTrainer on the CPU");
   }
   std::unique_ptr<CudaMlpTrainer> t(new CudaMlpTrainer(cfg, engine, comm, device));
+  absl::string_view digits = device.name();
+  if (!absl::ConsumePrefix(&digits, "cuda:") || !absl::SimpleAtoi(digits, &t->ordinal_)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CudaMlpTrainer: device %s is not named cuda:N", device.name()));
+  }
+  ZS_RETURN_IF_ERROR(t->UseDevice());
   ZS_ASSIGN_OR_RETURN(t->stream_, device.CreateStream());
   CudaMlpMathConfig math;
   math.blocks = cfg.blocks;
@@ -77,7 +88,18 @@ absl::StatusOr<double> CudaMlpTrainer::MicroBatch(int micro, float loss_scale) {
   return math_->ReadLoss(stream());
 }
 
+absl::Status CudaMlpTrainer::UseDevice() const {
+  const cudaError_t rc = cudaSetDevice(ordinal_);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();  // not a sticky error: leave no trace for the next launch check
+    return absl::InternalError(
+        absl::StrFormat("CudaMlpTrainer: cudaSetDevice(%d): %s", ordinal_, cudaGetErrorString(rc)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> CudaMlpTrainer::TrainStep() {
+  ZS_RETURN_IF_ERROR(UseDevice());
   const int accum = engine_.train().grad_accum_steps;
   const float loss_scale = static_cast<float>(engine_.loss_scale());
   double local_loss_sum = 0.0;

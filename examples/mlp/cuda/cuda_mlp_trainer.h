@@ -37,11 +37,15 @@ class CudaMlpTrainer {
   CudaMlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm, Device& device);
   absl::StatusOr<double> MicroBatch(int micro, float loss_scale);
   cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_->native_handle()); }
+  // Makes the engine's GPU the calling thread's current device: the math's
+  // memory, cuBLASLt handle and launches must be on the stream's GPU.
+  absl::Status UseDevice() const;
 
   MlpConfig cfg_;
   Engine& engine_;
   Communicator& comm_;
   Device& device_;
+  int ordinal_ = 0;  // of device_ ("cuda:N")
   DistributedSampler sampler_;
   StepResult last_step_;
   std::unique_ptr<Stream> stream_;

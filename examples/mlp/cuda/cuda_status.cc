@@ -8,6 +8,9 @@ namespace gpu {
 
 absl::Status CudaCallStatus(cudaError_t error, absl::string_view call) {
   if (error == cudaSuccess) return absl::OkStatus();
+  // Clear the runtime's last-error slot (a non-sticky error stays there), so
+  // a later launch check does not report this failure as its own.
+  cudaGetLastError();
   const std::string message =
       absl::StrCat(call, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
   switch (error) {
