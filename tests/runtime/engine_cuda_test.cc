@@ -2,6 +2,7 @@
 // communicator over its memory), stages 0-3, fp32 / bf16 / fp16, against the
 // same run on the CPU device: the weights, norms and loss scales are the
 // same bits. Labelled gpu; without a CUDA device every test skips visibly.
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -11,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/runtime/synthetic_trainer.h"
 #include "tests/test_seed.h"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
@@ -22,8 +24,9 @@ struct Run {
   int64_t device_bytes = 0;                // rank 0's ledger
 };
 
-TrainSpec Train(int stage, Precision precision) {
+TrainSpec Train(int stage, Precision precision, int accum = 1) {
   TrainSpec t;
+  t.grad_accum_steps = accum;
   t.zero_stage = stage;
   t.precision = precision;
   t.optimizer.lr = 1e-2;
@@ -34,7 +37,10 @@ TrainSpec Train(int stage, Precision precision) {
 
 // `gpu`: every rank's engine on its own Device object for cuda:0, the
 // group's collectives on that GPU's memory; else CPU devices.
-absl::StatusOr<Run> RunOn(bool gpu, int world, const TrainSpec& train, int steps) {
+// From the start, or from `load_dir`'s checkpoint; saves into `save_dir` at
+// the end when given.
+absl::StatusOr<Run> RunOn(bool gpu, int world, const TrainSpec& train, int steps,
+                          const std::string& load_dir = "", const std::string& save_dir = "") {
   const ModelSpec spec = SyntheticSpec();
   std::unique_ptr<Device> group_device;
   CommOptions options;
@@ -55,11 +61,20 @@ absl::StatusOr<Run> RunOn(bool gpu, int world, const TrainSpec& train, int steps
           device = CreateCpuDevice();
         }
         ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-        ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+        if (load_dir.empty()) {
+          ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+        } else {
+          ZS_RETURN_IF_ERROR(engine->Load(load_dir).status());
+          ZS_RETURN_IF_ERROR(engine->Start());
+        }
         std::vector<StepResult> results;
         for (int s = 0; s < steps; ++s) {
           ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, {}, device.get()));
           results.push_back(r);
+        }
+        if (!save_dir.empty()) {
+          ZS_RETURN_IF_ERROR(engine->Save(save_dir, "{}", CheckpointOptions{}));
+          ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
         }
         ZS_ASSIGN_OR_RETURN(auto params, AllParams(*engine, spec));
         if (rank == 0) {
@@ -103,17 +118,50 @@ TEST(EngineCudaTest, ThreadRanksOnOneGpuTrainTheCpuRunsModelBitForBit) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
     for (int world = 1; world <= 4; ++world) {
       for (int stage = 0; stage <= 3; ++stage) {
-        const std::string what = absl::StrFormat(
-            "%s, %d rank(s), stage %d, %s", PrecisionName(precision), world, stage, SeedTrace());
-        auto cpu = RunOn(false, world, Train(stage, precision), 4);
+        // Two micro-batches per rank on 2 and 3 ranks: the accumulation and
+        // (stage 2) the staging slots' retirement run on the GPU too.
+        const int accum = (world == 2 || world == 3) ? 2 : 1;
+        const std::string what =
+            absl::StrFormat("%s, %d rank(s), stage %d, accum %d, %s", PrecisionName(precision),
+                            world, stage, accum, SeedTrace());
+        auto cpu = RunOn(false, world, Train(stage, precision, accum), 4);
         ASSERT_TRUE(cpu.ok()) << cpu.status() << " " << what;
-        auto gpu = RunOn(true, world, Train(stage, precision), 4);
+        auto gpu = RunOn(true, world, Train(stage, precision, accum), 4);
         ASSERT_TRUE(gpu.ok()) << gpu.status() << " " << what;
         EXPECT_EQ(FirstDifference(*cpu, *gpu), "") << what;
         EXPECT_EQ(cpu->device_bytes, gpu->device_bytes) << "the ledgers differ: " << what;
       }
     }
   }
+}
+
+// A checkpoint written from GPU memory continues on the CPU, and one written
+// from host memory continues on the GPU, both bit for bit like the
+// uninterrupted CPU run.
+TEST(EngineCudaTest, ACheckpointMovesBetweenGpuAndCpuBitForBit) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << CreateCudaDevice(0).status();
+  char pattern[] = "/tmp/zs_cuda_ckpt_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  for (Precision precision : {Precision::kFp32, Precision::kFp16Mixed}) {
+    const std::string what = absl::StrFormat("%s, %s", PrecisionName(precision), SeedTrace());
+    const TrainSpec train = Train(2, precision);
+    auto whole = RunOn(false, 2, train, 6);
+    ASSERT_TRUE(whole.ok()) << whole.status() << " " << what;
+    const std::string a = dir + "/" + PrecisionName(precision) + "_from_gpu";
+    const std::string b = dir + "/" + PrecisionName(precision) + "_from_cpu";
+    ASSERT_TRUE(RunOn(true, 2, train, 3, "", a).ok()) << what;
+    auto cpu_rest = RunOn(false, 2, train, 3, a);
+    ASSERT_TRUE(cpu_rest.ok()) << cpu_rest.status() << " " << what;
+    ASSERT_TRUE(RunOn(false, 2, train, 3, "", b).ok()) << what;
+    auto gpu_rest = RunOn(true, 2, train, 3, b);
+    ASSERT_TRUE(gpu_rest.ok()) << gpu_rest.status() << " " << what;
+    for (size_t p = 0; p < whole->params.size(); ++p) {
+      EXPECT_EQ(cpu_rest->params[p], whole->params[p]) << "GPU -> CPU, param " << p << " " << what;
+      EXPECT_EQ(gpu_rest->params[p], whole->params[p]) << "CPU -> GPU, param " << p << " " << what;
+    }
+  }
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(EngineCudaTest, AHostCommunicatorIsRefusedForAGpuDevice) {

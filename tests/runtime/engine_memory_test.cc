@@ -4,8 +4,8 @@
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
 #include "gtest/gtest.h"
-#include "zeroshard/buffer_plan.h"
 #include "tests/runtime/engine_test_util.h"
+#include "zeroshard/buffer_plan.h"
 
 namespace zeroshard::testing {
 namespace {

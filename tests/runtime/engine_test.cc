@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -395,7 +396,8 @@ namespace {
 // its kind matters here).
 class PretendGpuDevice final : public Device {
  public:
-  std::string name() const override { return "cuda:7"; }
+  explicit PretendGpuDevice(std::string name = "cuda:7") : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   bool host_accessible() const override { return false; }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override { return cpu_->CreateStream(); }
@@ -412,8 +414,35 @@ class PretendGpuDevice final : public Device {
   void RawFree(void* ptr) override { std::free(ptr); }
 
  private:
+  std::string name_;
   std::unique_ptr<Device> cpu_ = CreateCpuDevice();
 };
+
+// A local group on one GPU's memory and an engine on another GPU: refused by
+// name (the sum kernels on the group's GPU could not read the engine's
+// buffers). In a build without CUDA the group itself cannot be made.
+TEST(EngineCreateTest, AnEngineOnAnotherGpuThanItsGroupIsRefused) {
+  PretendGpuDevice group_gpu("cuda:7");
+  PretendGpuDevice engine_gpu("cuda:3");
+  CommOptions options;
+  options.device = &group_gpu;
+  auto group = CreateLocalGroup(1, options);
+  if (!group.ok()) {
+    EXPECT_EQ(group.status().code(), absl::StatusCode::kUnimplemented) << group.status();
+    EXPECT_NE(group.status().message().find("built without CUDA"), std::string::npos)
+        << group.status();
+    return;
+  }
+  RunConfig run;
+  auto engine =
+      Engine::Create(mlp::BuildModelSpec(SmallMlp()), MakeTrainSpec(run), engine_gpu, *(*group)[0]);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("the engine's device is cuda:3 but the 'local' "
+                                           "communicator's group moves cuda:7's memory"),
+            std::string::npos)
+      << engine.status();
+}
 
 TEST(EngineCreateTest, ADeviceWhoseMemoryTheCommunicatorCannotMoveIsRefused) {
   auto group = CreateLocalGroup(1);

@@ -115,6 +115,11 @@ class Communicator {
   // local and mpi, the GPU's (kCuda) for nccl. The engine refuses a device
   // of another kind.
   virtual DeviceKind memory_kind() const { return DeviceKind::kCpu; }
+  // The device whose memory the collectives move, when the group was made
+  // for one (a local group with CommOptions::device); null otherwise. The
+  // engine refuses a device of the same kind with another name (another
+  // GPU: the sum kernels could not read it).
+  virtual const Device* memory_device() const { return nullptr; }
   // Wall time this rank's collectives have been running so far, summed over
   // collectives: from the moment one starts on the progress thread (its
   // predecessors done) to its completion, waits for peers included. With

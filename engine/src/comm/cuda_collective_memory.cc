@@ -55,6 +55,7 @@ class CudaCollectiveMemory final : public CollectiveMemory {
   absl::Status EnsureStream() {
     const cudaError_t err = cudaSetDevice(ordinal_);
     if (err != cudaSuccess) {
+      cudaGetLastError();  // not sticky: leave no trace for the next launch check
       return absl::InternalError(
           absl::StrFormat("cudaSetDevice(%d): %s", ordinal_, cudaGetErrorString(err)));
     }

@@ -79,7 +79,10 @@ class LocalHub {
     for (int p = 0; p < world; ++p) posts[p] = slots_[p].posted;
     lock.unlock();
     absl::Status computed = Compute(rank, posts, memory);
-    if (computed.ok()) computed = memory.Finish();
+    // Always drain this rank's queued copies and sums, even after a failure:
+    // once it reports done, its peers may reuse the buffers they read.
+    const absl::Status finished = memory.Finish();
+    if (computed.ok()) computed = finished;
     lock.lock();
     // Done even after a failure, so that the peers do not wait for this
     // rank's part; it is marked gone, and its error poisons it.
@@ -303,6 +306,7 @@ class LocalCommunicator final : public AsyncCommunicator {
 
   std::string backend() const override { return "local"; }
   DeviceKind memory_kind() const override { return memory_kind_; }
+  const Device* memory_device() const override { return options().device; }
 
   LocalHub& hub() { return *hub_; }
   // This rank issues nothing more: peers' later collectives fail at once.

@@ -24,6 +24,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
         comm.memory_kind() == DeviceKind::kCuda ? "GPU" : "host",
         device.kind() == DeviceKind::kCuda ? "GPU" : "host"));
   }
+  if (const Device* group = comm.memory_device();
+      group != nullptr && group->kind() == DeviceKind::kCuda && group->name() != device.name()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Engine::Create: the engine's device is %s but the '%s' communicator's group moves %s's "
+        "memory; create the engine on %s (ranks as threads share one GPU)",
+        device.name(), comm.backend(), group->name(), group->name()));
+  }
   ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
                       internal::FlatLayout::Create(model, comm.size()));
   ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
