@@ -151,10 +151,7 @@ absl::Status EngineImpl::HostAllGather(const int64_t* mine, int64_t* all, int64_
     return WaitComm(handle);
   }
   const int64_t bytes = count * static_cast<int64_t>(sizeof(int64_t));
-  ZS_ASSIGN_OR_RETURN(
-      DeviceBuffer temp,
-      device_.Allocate(bytes * (world_ + 1), MemoryCategory::kWorkspace, "host_record_exchange"));
-  int64_t* dev_mine = temp.as<int64_t>();
+  ZS_ASSIGN_OR_RETURN(int64_t * dev_mine, RecordExchange(count * (world_ + 1)));
   int64_t* dev_all = dev_mine + count;
   ZS_RETURN_IF_ERROR(CopyOnCompute(dev_mine, mine, bytes));
   ZS_RETURN_IF_ERROR(SyncCompute());
@@ -170,14 +167,23 @@ absl::Status EngineImpl::HostBroadcast(int64_t* words, int64_t count, int root) 
     return WaitComm(handle);
   }
   const int64_t bytes = count * static_cast<int64_t>(sizeof(int64_t));
-  ZS_ASSIGN_OR_RETURN(DeviceBuffer temp,
-                      device_.Allocate(bytes, MemoryCategory::kWorkspace, "host_record_exchange"));
-  ZS_RETURN_IF_ERROR(CopyOnCompute(temp.data(), words, bytes));
+  ZS_ASSIGN_OR_RETURN(int64_t * temp, RecordExchange(count));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(temp, words, bytes));
   ZS_RETURN_IF_ERROR(SyncCompute());
-  CommHandle handle = comm_.Broadcast(temp.data(), count, DType::kInt64, root);
+  CommHandle handle = comm_.Broadcast(temp, count, DType::kInt64, root);
   ZS_RETURN_IF_ERROR(WaitComm(handle));
-  ZS_RETURN_IF_ERROR(CopyOnCompute(words, temp.data(), bytes));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(words, temp, bytes));
   return SyncCompute();
+}
+
+absl::StatusOr<int64_t*> EngineImpl::RecordExchange(int64_t words) {
+  const int64_t bytes = words * static_cast<int64_t>(sizeof(int64_t));
+  if (record_exchange_.bytes() < bytes) {
+    record_exchange_ = DeviceBuffer();  // free first: the ledger never holds both
+    ZS_ASSIGN_OR_RETURN(record_exchange_, device_.Allocate(bytes, MemoryCategory::kWorkspace,
+                                                           "host_record_exchange"));
+  }
+  return record_exchange_.as<int64_t>();
 }
 
 absl::Status EngineImpl::SyncCompute() {

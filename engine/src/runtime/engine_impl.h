@@ -179,6 +179,10 @@ class EngineImpl final : public Engine {
   // device temporary, ledgered as workspace while it lives.
   absl::Status HostAllGather(const int64_t* mine, int64_t* all, int64_t count);
   absl::Status HostBroadcast(int64_t* words, int64_t count, int root);
+  // The device temporary of those exchanges, at least `words` int64 long:
+  // kept and grown as needed (a per-call cudaMalloc/cudaFree would stall the
+  // GPU every step); workspace in the ledger, outside the plan.
+  absl::StatusOr<int64_t*> RecordExchange(int64_t words);
   // Enqueues a copy between host memory and the device's buffers (either
   // direction) on the compute stream; the host memory must live until the
   // next SyncCompute.
@@ -226,6 +230,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<DeviceOps> ops_;
   std::vector<double> host_norm_blocks_;  // when norm_blocks_ is not host memory
+  DeviceBuffer record_exchange_;          // see RecordExchange
   std::vector<int64_t> param_offset_;     // per unit: first element in params_
 
   // Checkpoints (engine_checkpoint.cc): a Save whose file write may still be
@@ -264,11 +269,11 @@ class EngineImpl final : public Engine {
 
   // Per-step state.
   absl::Duration step_comm_busy_begin_;  // comm_.busy_time() when the step began
-  int64_t step_ = 0;                 // Step() calls completed (restored by Load)
-  int64_t steps_since_start_ = 0;    // Step() calls since Start (stage 3 records the first)
-  int64_t applied_steps_ = 0;        // optimizer updates applied (bias correction)
-  std::vector<int> reduced_count_;   // per unit: ReduceGrads calls this step
-  std::vector<int> open_grad_slot_;  // per unit: slot of an open GradView, -1 direct, -2 none
+  int64_t step_ = 0;                     // Step() calls completed (restored by Load)
+  int64_t steps_since_start_ = 0;        // Step() calls since Start (stage 3 records the first)
+  int64_t applied_steps_ = 0;            // optimizer updates applied (bias correction)
+  std::vector<int> reduced_count_;       // per unit: ReduceGrads calls this step
+  std::vector<int> open_grad_slot_;      // per unit: slot of an open GradView, -1 direct, -2 none
   std::vector<CommHandle> unit_reductions_;  // per unit: boundary / first-micro reduction
   std::vector<CommHandle> param_gathers_;    // per unit: all-gather of updated params
   std::vector<StagingSlot> slots_;
