@@ -3,26 +3,16 @@
 // same run on the CPU device: the weights, norms and loss scales are the
 // same bits. Labelled gpu; without a CUDA device every test skips visibly.
 #include <cstdlib>
-#include <cstring>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/synthetic_trainer.h"
 #include "tests/test_seed.h"
-#include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
 namespace {
-
-struct Run {
-  std::vector<std::vector<float>> params;  // rank 0, after the last step
-  std::vector<StepResult> steps;           // rank 0
-  int64_t device_bytes = 0;                // rank 0's ledger
-};
 
 TrainSpec Train(int stage, Precision precision, int accum = 1) {
   TrainSpec t;
@@ -36,84 +26,32 @@ TrainSpec Train(int stage, Precision precision, int accum = 1) {
 }
 
 // `gpu`: every rank's engine on its own Device object for cuda:0, the
-// group's collectives on that GPU's memory; else CPU devices.
-// From the start, or from `load_dir`'s checkpoint; saves into `save_dir` at
-// the end when given.
-absl::StatusOr<Run> RunOn(bool gpu, int world, const TrainSpec& train, int steps,
-                          const std::string& load_dir = "", const std::string& save_dir = "") {
-  const ModelSpec spec = SyntheticSpec();
+// group's collectives on that GPU's memory; else CPU devices. From the
+// start, or from `load_dir`'s checkpoint; saved into `save_dir` when given.
+absl::StatusOr<SyntheticRunResult> RunOn(bool gpu, int world, const TrainSpec& train, int steps,
+                                         const std::string& load_dir = "",
+                                         const std::string& save_dir = "") {
   std::unique_ptr<Device> group_device;
-  CommOptions options;
-  options.timeout = absl::Seconds(60);
+  SyntheticRunSpec run;
+  run.world = world;
+  run.train = train;
+  run.steps = steps;
+  run.load_dir = load_dir;
+  run.save_dir = save_dir;
+  run.comm.timeout = absl::Seconds(60);
   if (gpu) {
     ZS_ASSIGN_OR_RETURN(group_device, CreateCudaDevice(0));
-    options.device = group_device.get();
+    run.comm.device = group_device.get();
+    run.make_device = [](int) { return CreateCudaDevice(0); };
+  } else {
+    run.make_device = [](int) -> absl::StatusOr<std::unique_ptr<Device>> {
+      return CreateCpuDevice();
+    };
   }
-  Run run;
-  std::mutex mu;
-  ZS_RETURN_IF_ERROR(RunLocalRanks(
-      world,
-      [&](int rank, Communicator& comm) -> absl::Status {
-        std::unique_ptr<Device> device;
-        if (gpu) {
-          ZS_ASSIGN_OR_RETURN(device, CreateCudaDevice(0));
-        } else {
-          device = CreateCpuDevice();
-        }
-        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-        if (load_dir.empty()) {
-          ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
-        } else {
-          ZS_RETURN_IF_ERROR(engine->Load(load_dir).status());
-          ZS_RETURN_IF_ERROR(engine->Start());
-        }
-        std::vector<StepResult> results;
-        for (int s = 0; s < steps; ++s) {
-          ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, {}, device.get()));
-          results.push_back(r);
-        }
-        if (!save_dir.empty()) {
-          ZS_RETURN_IF_ERROR(engine->Save(save_dir, "{}", CheckpointOptions{}));
-          ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
-        }
-        ZS_ASSIGN_OR_RETURN(auto params, AllParams(*engine, spec));
-        if (rank == 0) {
-          std::lock_guard<std::mutex> lock(mu);
-          run.params = std::move(params);
-          run.steps = results;
-          // Model states: a GPU engine also keeps a small workspace for its
-          // host-record exchanges.
-          run.device_bytes = device->ledger().current_model_states();
-        }
-        return absl::OkStatus();
-      },
-      options));
-  return run;
+  return RunSyntheticRanks(run);
 }
 
 bool HaveGpu() { return CreateCudaDevice(0).ok(); }
-
-std::string FirstDifference(const Run& cpu, const Run& gpu) {
-  if (cpu.params.size() != gpu.params.size()) return "a different number of params";
-  for (size_t p = 0; p < cpu.params.size(); ++p) {
-    for (size_t i = 0; i < cpu.params[p].size(); ++i) {
-      if (std::memcmp(&cpu.params[p][i], &gpu.params[p][i], sizeof(float)) != 0) {
-        return absl::StrFormat("param %d element %d: cpu %.9g, gpu %.9g", p, i, cpu.params[p][i],
-                               gpu.params[p][i]);
-      }
-    }
-  }
-  for (size_t s = 0; s < cpu.steps.size(); ++s) {
-    if (std::memcmp(&cpu.steps[s].grad_norm, &gpu.steps[s].grad_norm, sizeof(double)) != 0 ||
-        cpu.steps[s].loss_scale != gpu.steps[s].loss_scale ||
-        cpu.steps[s].skipped != gpu.steps[s].skipped) {
-      return absl::StrFormat("step %d: norm %.17g vs %.17g, loss scale %g vs %g", s + 1,
-                             cpu.steps[s].grad_norm, gpu.steps[s].grad_norm,
-                             cpu.steps[s].loss_scale, gpu.steps[s].loss_scale);
-    }
-  }
-  return "";
-}
 
 TEST(EngineCudaTest, ThreadRanksOnOneGpuTrainTheCpuRunsModelBitForBit) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << CreateCudaDevice(0).status();
@@ -130,8 +68,10 @@ TEST(EngineCudaTest, ThreadRanksOnOneGpuTrainTheCpuRunsModelBitForBit) {
         ASSERT_TRUE(cpu.ok()) << cpu.status() << " " << what;
         auto gpu = RunOn(true, world, Train(stage, precision, accum), 4);
         ASSERT_TRUE(gpu.ok()) << gpu.status() << " " << what;
-        EXPECT_EQ(FirstDifference(*cpu, *gpu), "") << what;
-        EXPECT_EQ(cpu->device_bytes, gpu->device_bytes) << "the ledgers differ: " << what;
+        EXPECT_EQ(FirstDifference(*cpu, *gpu), "") << "cpu vs gpu: " << what;
+        // Model states only: a GPU engine also keeps a small workspace for
+        // its host-record exchanges.
+        EXPECT_EQ(cpu->model_state_bytes, gpu->model_state_bytes) << "ledgers differ: " << what;
       }
     }
   }
@@ -158,10 +98,8 @@ TEST(EngineCudaTest, ACheckpointMovesBetweenGpuAndCpuBitForBit) {
     ASSERT_TRUE(RunOn(false, 2, train, 3, "", b).ok()) << what;
     auto gpu_rest = RunOn(true, 2, train, 3, b);
     ASSERT_TRUE(gpu_rest.ok()) << gpu_rest.status() << " " << what;
-    for (size_t p = 0; p < whole->params.size(); ++p) {
-      EXPECT_EQ(cpu_rest->params[p], whole->params[p]) << "GPU -> CPU, param " << p << " " << what;
-      EXPECT_EQ(gpu_rest->params[p], whole->params[p]) << "CPU -> GPU, param " << p << " " << what;
-    }
+    EXPECT_EQ(cpu_rest->params, whole->params) << "GPU -> CPU: " << what;
+    EXPECT_EQ(gpu_rest->params, whole->params) << "CPU -> GPU: " << what;
   }
   std::system(("rm -rf '" + dir + "'").c_str());
 }

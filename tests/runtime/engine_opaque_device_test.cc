@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,19 +26,20 @@ namespace {
 // Host memory that the engine must treat as device memory.
 class OpaqueCpuDevice final : public Device {
  public:
+  // `copies` (may be null) counts the CopyAsync calls.
+  explicit OpaqueCpuDevice(std::atomic<int64_t>* copies) : copies_(copies) {}
   std::string name() const override { return "opaque-cpu"; }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool host_accessible() const override { return false; }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override { return cpu_->CreateStream(); }
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override { return cpu_->CreateEvent(); }
   absl::Status CopyAsync(void* dst, const void* src, int64_t bytes, Stream& stream) override {
-    ++copies_;
+    if (copies_ != nullptr) ++*copies_;
     return cpu_->CopyAsync(dst, src, bytes, stream);
   }
   absl::Status ZeroAsync(void* dst, int64_t bytes, Stream& stream) override {
     return cpu_->ZeroAsync(dst, bytes, stream);
   }
-  int64_t copies() const { return copies_; }
 
  protected:
   absl::StatusOr<void*> RawAllocate(int64_t bytes) override {
@@ -52,13 +52,7 @@ class OpaqueCpuDevice final : public Device {
 
  private:
   std::unique_ptr<Device> cpu_ = CreateCpuDevice();
-  std::atomic<int64_t> copies_{0};
-};
-
-struct Run {
-  std::vector<std::vector<float>> params;
-  std::vector<StepResult> steps;
-  int64_t copies = 0;
+  std::atomic<int64_t>* copies_;
 };
 
 TrainSpec Train(int stage, Precision precision, int accum = 1) {
@@ -72,69 +66,24 @@ TrainSpec Train(int stage, Precision precision, int accum = 1) {
   return t;
 }
 
-// `steps` steps from the start, or from `load_dir`'s checkpoint; saves into
-// `save_dir` at the end when given.
-absl::StatusOr<Run> RunOn(bool opaque, int world, const TrainSpec& train, int steps,
-                          const std::string& load_dir = "", const std::string& save_dir = "") {
-  const ModelSpec spec = SyntheticSpec();
-  Run run;
-  std::mutex mu;
-  ZS_RETURN_IF_ERROR(RunLocalRanks(
-      world,
-      [&](int rank, Communicator& comm) -> absl::Status {
-        std::unique_ptr<Device> device;
-        OpaqueCpuDevice* opaque_device = nullptr;
-        if (opaque) {
-          auto d = std::make_unique<OpaqueCpuDevice>();
-          opaque_device = d.get();
-          device = std::move(d);
-        } else {
-          device = CreateCpuDevice();
-        }
-        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-        if (load_dir.empty()) {
-          ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
-        } else {
-          ZS_RETURN_IF_ERROR(engine->Load(load_dir).status());
-          ZS_RETURN_IF_ERROR(engine->Start());
-        }
-        std::vector<StepResult> results;
-        for (int s = 0; s < steps; ++s) {
-          ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, {}, device.get()));
-          results.push_back(r);
-        }
-        if (!save_dir.empty()) {
-          ZS_RETURN_IF_ERROR(engine->Save(save_dir, "{}", CheckpointOptions{}));
-          ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
-        }
-        ZS_ASSIGN_OR_RETURN(auto params, AllParams(*engine, spec));
-        if (rank == 0) {
-          std::lock_guard<std::mutex> lock(mu);
-          run.params = std::move(params);
-          run.steps = results;
-          if (opaque_device != nullptr) run.copies = opaque_device->copies();
-        }
-        return absl::OkStatus();
-      },
-      CommOptions{absl::Seconds(30)}));
-  return run;
-}
-
-bool SameBits(const Run& a, const Run& b) {
-  if (a.params.size() != b.params.size() || a.steps.size() != b.steps.size()) return false;
-  for (size_t p = 0; p < a.params.size(); ++p) {
-    if (a.params[p].size() != b.params[p].size() ||
-        std::memcmp(a.params[p].data(), b.params[p].data(), a.params[p].size() * 4) != 0) {
-      return false;
-    }
-  }
-  for (size_t s = 0; s < a.steps.size(); ++s) {
-    if (std::memcmp(&a.steps[s].grad_norm, &b.steps[s].grad_norm, sizeof(double)) != 0 ||
-        a.steps[s].loss_scale != b.steps[s].loss_scale) {
-      return false;
-    }
-  }
-  return true;
+// From the start, or from `load_dir`'s checkpoint; saved into `save_dir`
+// when given. `copies` counts the opaque devices' copies.
+absl::StatusOr<SyntheticRunResult> RunOn(bool opaque, int world, const TrainSpec& train, int steps,
+                                         const std::string& load_dir = "",
+                                         const std::string& save_dir = "",
+                                         std::atomic<int64_t>* copies = nullptr) {
+  SyntheticRunSpec run;
+  run.world = world;
+  run.train = train;
+  run.steps = steps;
+  run.load_dir = load_dir;
+  run.save_dir = save_dir;
+  run.comm.timeout = absl::Seconds(30);
+  run.make_device = [opaque, copies](int) -> absl::StatusOr<std::unique_ptr<Device>> {
+    if (opaque) return std::unique_ptr<Device>(std::make_unique<OpaqueCpuDevice>(copies));
+    return CreateCpuDevice();
+  };
+  return RunSyntheticRanks(run);
 }
 
 TEST(EngineOpaqueDeviceTest, TheDeviceCopyPathsTrainTheHostRunsModelBitForBit) {
@@ -148,11 +97,12 @@ TEST(EngineOpaqueDeviceTest, TheDeviceCopyPathsTrainTheHostRunsModelBitForBit) {
         const int accum = (world == 2 || world == 3) ? 2 : 1;
         auto host = RunOn(false, world, Train(stage, precision, accum), 3);
         ASSERT_TRUE(host.ok()) << host.status() << " " << what;
-        auto opaque = RunOn(true, world, Train(stage, precision, accum), 3);
+        std::atomic<int64_t> copies{0};
+        auto opaque = RunOn(true, world, Train(stage, precision, accum), 3, "", "", &copies);
         ASSERT_TRUE(opaque.ok()) << opaque.status() << " " << what;
-        EXPECT_TRUE(SameBits(*host, *opaque)) << what;
+        EXPECT_EQ(FirstDifference(*host, *opaque), "") << "host vs opaque device: " << what;
         // The engine and the trainer really went through the device.
-        EXPECT_GT(opaque->copies, 0) << what;
+        EXPECT_GT(copies.load(), 0) << what;
       }
     }
   }
@@ -178,14 +128,8 @@ TEST(EngineOpaqueDeviceTest, ACheckpointMovesBetweenHostAndDeviceMemoryBitForBit
     ASSERT_TRUE(RunOn(false, 2, train, 3, "", b).ok()) << what;
     auto opaque_rest = RunOn(true, 2, train, 3, b);
     ASSERT_TRUE(opaque_rest.ok()) << opaque_rest.status() << " " << what;
-    EXPECT_EQ(std::memcmp(host_rest->params[0].data(), whole->params[0].data(),
-                          whole->params[0].size() * 4),
-              0)
-        << what;
-    for (size_t p = 0; p < whole->params.size(); ++p) {
-      EXPECT_EQ(host_rest->params[p], whole->params[p]) << "device -> host, param " << p << what;
-      EXPECT_EQ(opaque_rest->params[p], whole->params[p]) << "host -> device, param " << p << what;
-    }
+    EXPECT_EQ(host_rest->params, whole->params) << "device -> host: " << what;
+    EXPECT_EQ(opaque_rest->params, whole->params) << "host -> device: " << what;
   }
   std::system(("rm -rf '" + dir + "'").c_str());
 }

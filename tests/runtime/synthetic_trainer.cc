@@ -4,10 +4,14 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "examples/common/rng.h"
 #include "tests/test_seed.h"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
@@ -170,6 +174,68 @@ absl::StatusOr<std::vector<std::vector<float>>> AllParams(Engine& engine, const 
     }
   }
   return out;
+}
+
+absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& run) {
+  const ModelSpec spec = SyntheticSpec();
+  SyntheticRunResult result;
+  std::mutex mu;
+  ZS_RETURN_IF_ERROR(RunLocalRanks(
+      run.world,
+      [&](int rank, Communicator& comm) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, run.make_device(rank));
+        ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, run.train, *device, comm));
+        if (run.load_dir.empty()) {
+          ZS_RETURN_IF_ERROR(SyntheticStart(*engine, spec));
+        } else {
+          ZS_RETURN_IF_ERROR(engine->Load(run.load_dir).status());
+          ZS_RETURN_IF_ERROR(engine->Start());
+        }
+        std::vector<StepResult> steps;
+        for (int s = 0; s < run.steps; ++s) {
+          ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, {}, device.get()));
+          steps.push_back(r);
+        }
+        if (!run.save_dir.empty()) {
+          ZS_RETURN_IF_ERROR(engine->Save(run.save_dir, "{}", CheckpointOptions{}));
+          ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
+        }
+        ZS_ASSIGN_OR_RETURN(auto params, AllParams(*engine, spec));
+        if (rank == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          result.params = std::move(params);
+          result.steps = std::move(steps);
+          result.model_state_bytes = device->ledger().current_model_states();
+        }
+        return absl::OkStatus();
+      },
+      run.comm));
+  return result;
+}
+
+std::string FirstDifference(const SyntheticRunResult& a, const SyntheticRunResult& b) {
+  if (a.params.size() != b.params.size() || a.steps.size() != b.steps.size()) {
+    return "a different number of params or steps";
+  }
+  for (size_t p = 0; p < a.params.size(); ++p) {
+    if (a.params[p].size() != b.params[p].size()) return absl::StrFormat("param %d's size", p);
+    for (size_t i = 0; i < a.params[p].size(); ++i) {
+      if (std::memcmp(&a.params[p][i], &b.params[p][i], sizeof(float)) != 0) {
+        return absl::StrFormat("param %d element %d: %.9g vs %.9g", p, i, a.params[p][i],
+                               b.params[p][i]);
+      }
+    }
+  }
+  for (size_t s = 0; s < a.steps.size(); ++s) {
+    if (std::memcmp(&a.steps[s].grad_norm, &b.steps[s].grad_norm, sizeof(double)) != 0 ||
+        a.steps[s].loss_scale != b.steps[s].loss_scale ||
+        a.steps[s].skipped != b.steps[s].skipped) {
+      return absl::StrFormat("step %d: norm %.17g vs %.17g, loss scale %g vs %g", s + 1,
+                             a.steps[s].grad_norm, b.steps[s].grad_norm, a.steps[s].loss_scale,
+                             b.steps[s].loss_scale);
+    }
+  }
+  return "";
 }
 
 }  // namespace zeroshard::testing

@@ -8,9 +8,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 
@@ -41,6 +44,30 @@ absl::Status SyntheticStart(Engine& engine, const ModelSpec& spec);
 
 // All params (fp32, from GetParam: collective).
 absl::StatusOr<std::vector<std::vector<float>>> AllParams(Engine& engine, const ModelSpec& spec);
+
+// A whole synthetic run on `world` local ranks, each engine on the device
+// `make_device(rank)` makes: `steps` steps from SyntheticInit, or from the
+// checkpoint `load_dir` when given; saved into `save_dir` at the end when
+// given. What rank 0 saw comes back.
+struct SyntheticRunSpec {
+  int world = 1;
+  TrainSpec train;
+  int steps = 0;
+  std::string load_dir;
+  std::string save_dir;
+  std::function<absl::StatusOr<std::unique_ptr<Device>>(int rank)> make_device;
+  CommOptions comm;  // comm.device: the group's memory (null: host)
+};
+struct SyntheticRunResult {
+  std::vector<std::vector<float>> params;  // GetParam of every param, at the end
+  std::vector<StepResult> steps;
+  int64_t model_state_bytes = 0;  // rank 0's ledger
+};
+absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& spec);
+
+// "" when the two runs have the same bits (params, norms, loss scales,
+// skips), else where they first differ.
+std::string FirstDifference(const SyntheticRunResult& a, const SyntheticRunResult& b);
 
 }  // namespace zeroshard::testing
 
