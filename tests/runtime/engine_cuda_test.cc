@@ -14,17 +14,6 @@
 namespace zeroshard::testing {
 namespace {
 
-TrainSpec Train(int stage, Precision precision, int accum = 1) {
-  TrainSpec t;
-  t.grad_accum_steps = accum;
-  t.zero_stage = stage;
-  t.precision = precision;
-  t.optimizer.lr = 1e-2;
-  t.optimizer.weight_decay = 0.05;
-  t.max_grad_norm = 5.0;
-  return t;
-}
-
 // `gpu`: every rank's engine on its own Device object for cuda:0, the
 // group's collectives on that GPU's memory; else CPU devices. From the
 // start, or from `load_dir`'s checkpoint; saved into `save_dir` when given.
@@ -64,9 +53,9 @@ TEST(EngineCudaTest, ThreadRanksOnOneGpuTrainTheCpuRunsModelBitForBit) {
         const std::string what =
             absl::StrFormat("%s, %d rank(s), stage %d, accum %d, %s", PrecisionName(precision),
                             world, stage, accum, SeedTrace());
-        auto cpu = RunOn(false, world, Train(stage, precision, accum), 4);
+        auto cpu = RunOn(false, world, SyntheticTrain(stage, precision, accum), 4);
         ASSERT_TRUE(cpu.ok()) << cpu.status() << " " << what;
-        auto gpu = RunOn(true, world, Train(stage, precision, accum), 4);
+        auto gpu = RunOn(true, world, SyntheticTrain(stage, precision, accum), 4);
         ASSERT_TRUE(gpu.ok()) << gpu.status() << " " << what;
         EXPECT_EQ(FirstDifference(*cpu, *gpu), "") << "cpu vs gpu: " << what;
         // Model states only: a GPU engine also keeps a small workspace for
@@ -87,7 +76,7 @@ TEST(EngineCudaTest, ACheckpointMovesBetweenGpuAndCpuBitForBit) {
   const std::string dir = pattern;
   for (Precision precision : {Precision::kFp32, Precision::kFp16Mixed}) {
     const std::string what = absl::StrFormat("%s, %s", PrecisionName(precision), SeedTrace());
-    const TrainSpec train = Train(2, precision);
+    const TrainSpec train = SyntheticTrain(2, precision);
     auto whole = RunOn(false, 2, train, 6);
     ASSERT_TRUE(whole.ok()) << whole.status() << " " << what;
     const std::string a = dir + "/" + PrecisionName(precision) + "_from_gpu";
@@ -110,7 +99,8 @@ TEST(EngineCudaTest, AHostCommunicatorIsRefusedForAGpuDevice) {
   ASSERT_TRUE(device.ok());
   auto group = CreateLocalGroup(1);
   ASSERT_TRUE(group.ok());
-  auto engine = Engine::Create(SyntheticSpec(), Train(1, Precision::kFp32), **device, *(*group)[0]);
+  auto engine =
+      Engine::Create(SyntheticSpec(), SyntheticTrain(1, Precision::kFp32), **device, *(*group)[0]);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
 }
 

@@ -55,17 +55,6 @@ class OpaqueCpuDevice final : public Device {
   std::atomic<int64_t>* copies_;
 };
 
-TrainSpec Train(int stage, Precision precision, int accum = 1) {
-  TrainSpec t;
-  t.grad_accum_steps = accum;
-  t.zero_stage = stage;
-  t.precision = precision;
-  t.optimizer.lr = 1e-2;
-  t.optimizer.weight_decay = 0.05;
-  t.max_grad_norm = 5.0;
-  return t;
-}
-
 // From the start, or from `load_dir`'s checkpoint; saved into `save_dir`
 // when given. `copies` counts the opaque devices' copies.
 absl::StatusOr<SyntheticRunResult> RunOn(bool opaque, int world, const TrainSpec& train, int steps,
@@ -95,10 +84,11 @@ TEST(EngineOpaqueDeviceTest, TheDeviceCopyPathsTrainTheHostRunsModelBitForBit) {
         // Two micro-batches per rank on 2 and 3 ranks (accumulation, stage-2
         // staging slots).
         const int accum = (world == 2 || world == 3) ? 2 : 1;
-        auto host = RunOn(false, world, Train(stage, precision, accum), 3);
+        auto host = RunOn(false, world, SyntheticTrain(stage, precision, accum), 3);
         ASSERT_TRUE(host.ok()) << host.status() << " " << what;
         std::atomic<int64_t> copies{0};
-        auto opaque = RunOn(true, world, Train(stage, precision, accum), 3, "", "", &copies);
+        auto opaque =
+            RunOn(true, world, SyntheticTrain(stage, precision, accum), 3, "", "", &copies);
         ASSERT_TRUE(opaque.ok()) << opaque.status() << " " << what;
         EXPECT_EQ(FirstDifference(*host, *opaque), "") << "host vs opaque device: " << what;
         // The engine and the trainer really went through the device.
@@ -114,7 +104,7 @@ TEST(EngineOpaqueDeviceTest, ACheckpointMovesBetweenHostAndDeviceMemoryBitForBit
   const std::string dir = pattern;
   for (Precision precision : {Precision::kFp32, Precision::kFp16Mixed}) {
     const std::string what = absl::StrFormat("%s, %s", PrecisionName(precision), SeedTrace());
-    const TrainSpec train = Train(2, precision);
+    const TrainSpec train = SyntheticTrain(2, precision);
     // Uninterrupted: 6 steps on the host.
     auto whole = RunOn(false, 2, train, 6);
     ASSERT_TRUE(whole.ok()) << whole.status();

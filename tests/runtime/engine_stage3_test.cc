@@ -23,16 +23,6 @@ struct SyntheticRun {
   EngineStats stats;                       // rank 0
 };
 
-TrainSpec SyntheticTrain(int stage, Precision precision) {
-  TrainSpec t;
-  t.zero_stage = stage;
-  t.precision = precision;
-  t.optimizer.lr = 1e-2;
-  t.optimizer.weight_decay = 0.05;
-  t.max_grad_norm = 5.0;
-  return t;
-}
-
 absl::StatusOr<SyntheticRun> RunSynthetic(int world, const TrainSpec& train, int steps,
                                           const SyntheticHooks& hooks = {}) {
   const ModelSpec spec = SyntheticSpec();
@@ -221,7 +211,7 @@ TEST(GetParamTest, RanksAskingForDifferentUnitsOfEqualSizeAreRefused) {
   }
 }
 
-TrainSpec Fp16Train(int stage, int hysteresis) {
+TrainSpec Fp16SyntheticTrain(int stage, int hysteresis) {
   TrainSpec t = SyntheticTrain(stage, Precision::kFp16Mixed);
   t.loss_scale.initial_scale = 1024;
   t.loss_scale.hysteresis = hysteresis;
@@ -241,7 +231,7 @@ SyntheticHooks InjectInf(int64_t at_step, int on_rank) {
 
 TEST(LossScaleTest, InfOnOneRankSkipsTheStepOnAllRanksAndHalvesTheScale) {
   for (int stage : {2, 3}) {
-    auto run = RunSynthetic(2, Fp16Train(stage, /*hysteresis=*/1), 5, InjectInf(2, 1));
+    auto run = RunSynthetic(2, Fp16SyntheticTrain(stage, /*hysteresis=*/1), 5, InjectInf(2, 1));
     ASSERT_TRUE(run.ok()) << run.status();
     ASSERT_EQ(run->steps.size(), 5u);
     for (const auto* steps : {&run->steps, &run->rank1_steps}) {
@@ -255,8 +245,8 @@ TEST(LossScaleTest, InfOnOneRankSkipsTheStepOnAllRanksAndHalvesTheScale) {
     EXPECT_EQ(run->stats.loss_scale, 512.0);
     // The skipped step left the weights alone: a run stopped before the bad
     // step and one stopped right after it agree bit for bit.
-    auto before = RunSynthetic(2, Fp16Train(stage, 1), 2);
-    auto through = RunSynthetic(2, Fp16Train(stage, 1), 3, InjectInf(2, 1));
+    auto before = RunSynthetic(2, Fp16SyntheticTrain(stage, 1), 2);
+    auto through = RunSynthetic(2, Fp16SyntheticTrain(stage, 1), 3, InjectInf(2, 1));
     ASSERT_TRUE(before.ok() && through.ok());
     EXPECT_TRUE(SameBits(*before, *through)) << "the skipped step changed the weights";
   }
@@ -268,14 +258,14 @@ TEST(LossScaleTest, HysteresisGrowthAndMinimum) {
   twice.after_grads = [](int64_t step, int rank, int unit, UnitView& g) {
     if ((step == 1 || step == 3) && rank == 0 && unit == 0) g.params[0].as<uint16_t>()[0] = 0x7e00;
   };
-  auto run = RunSynthetic(2, Fp16Train(3, /*hysteresis=*/2), 5, twice);
+  auto run = RunSynthetic(2, Fp16SyntheticTrain(3, /*hysteresis=*/2), 5, twice);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->steps[1].skipped, true);
   EXPECT_EQ(run->steps[2].loss_scale, 1024.0);
   EXPECT_EQ(run->steps[4].loss_scale, 512.0);
 
   // Growth after growth_interval clean steps.
-  TrainSpec grow = Fp16Train(2, 1);
+  TrainSpec grow = Fp16SyntheticTrain(2, 1);
   grow.loss_scale.growth_interval = 2;
   auto grown = RunSynthetic(2, grow, 5);
   ASSERT_TRUE(grown.ok()) << grown.status();
@@ -284,7 +274,7 @@ TEST(LossScaleTest, HysteresisGrowthAndMinimum) {
   EXPECT_EQ(grown->steps[4].loss_scale, 4096.0);
 
   // Overflow on every step at the minimum scale ends in a clear error.
-  TrainSpec stuck = Fp16Train(2, 1);
+  TrainSpec stuck = Fp16SyntheticTrain(2, 1);
   stuck.loss_scale.min_scale = 256;
   stuck.loss_scale.max_skips_at_min_scale = 3;
   SyntheticHooks always;

@@ -176,6 +176,17 @@ absl::StatusOr<std::vector<std::vector<float>>> AllParams(Engine& engine, const 
   return out;
 }
 
+TrainSpec SyntheticTrain(int stage, Precision precision, int accum) {
+  TrainSpec t;
+  t.zero_stage = stage;
+  t.precision = precision;
+  t.grad_accum_steps = accum;
+  t.optimizer.lr = 1e-2;
+  t.optimizer.weight_decay = 0.05;
+  t.max_grad_norm = 5.0;
+  return t;
+}
+
 absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& run) {
   const ModelSpec spec = SyntheticSpec();
   SyntheticRunResult result;

@@ -45,6 +45,10 @@ absl::Status SyntheticStart(Engine& engine, const ModelSpec& spec);
 // All params (fp32, from GetParam: collective).
 absl::StatusOr<std::vector<std::vector<float>>> AllParams(Engine& engine, const ModelSpec& spec);
 
+// The tests' optimizer setting for the synthetic model: AdamW lr 1e-2, weight
+// decay 0.05, clipping at 5, `accum` micro-batches per rank.
+TrainSpec SyntheticTrain(int stage, Precision precision, int accum = 1);
+
 // A whole synthetic run on `world` local ranks, each engine on the device
 // `make_device(rank)` makes: `steps` steps from SyntheticInit, or from the
 // checkpoint `load_dir` when given; saved into `save_dir` at the end when
