@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -15,6 +17,7 @@
 #include "tests/comm/comm_suite.h"
 #include "tests/test_env.h"
 #include "tests/test_seed.h"
+#include "zeroshard/device.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -89,6 +92,58 @@ TEST(LocalGroup, BusyTimeCountsTheCollectivesRunTime) {
   EXPECT_GE(early.busy_time(), absl::Milliseconds(250)) << early.busy_time();
   EXPECT_LT(late.busy_time(), absl::Seconds(::zeroshard::testing::TimeLimit(0.25)))
       << late.busy_time();
+}
+
+// AllReduceAfter / ReduceScatterAfter run only once the device work recorded
+// in the event has finished: each rank's send buffer is written by a copy
+// queued behind a long chain of others on a CPU stream, and the collective
+// is issued at once; had it not waited, it would sum the zeros the buffer
+// held before.
+TEST(LocalGroup, CollectivesAfterAnEventWaitForTheDeviceWork) {
+  constexpr int kWorld = 2;
+  constexpr int64_t kCount = 1 << 16;
+  std::mt19937_64 rng(::zeroshard::testing::Seed());
+  std::vector<std::vector<float>> source(kWorld, std::vector<float>(kCount));
+  for (auto& v : source) {
+    for (float& x : v) x = static_cast<float>(rng() % 1000) + 1.0f;  // never zero
+  }
+  std::vector<std::vector<float>> reduced(kWorld), scattered(kWorld);
+  const absl::Status status = RunLocalRanks(kWorld, [&](int rank, Communicator& comm) {
+    auto device = CreateCpuDevice();
+    auto stream = device->CreateStream();
+    if (!stream.ok()) return stream.status();
+    std::vector<float> send(kCount, 0.0f), send2(kCount, 0.0f);
+    std::vector<float> busy_a(8 << 20), busy_b(8 << 20);
+    for (int i = 0; i < 16; ++i) {  // tens of milliseconds of queued work
+      ZS_RETURN_IF_ERROR(
+          device->CopyAsync(busy_b.data(), busy_a.data(), busy_a.size() * 4, **stream));
+    }
+    ZS_RETURN_IF_ERROR(device->CopyAsync(send.data(), source[rank].data(), kCount * 4, **stream));
+    ZS_RETURN_IF_ERROR(device->CopyAsync(send2.data(), source[rank].data(), kCount * 4, **stream));
+    auto event = device->CreateEvent();
+    if (!event.ok()) return event.status();
+    ZS_RETURN_IF_ERROR((*event)->Record(**stream));
+    std::shared_ptr<Event> ready(std::move(*event));
+    reduced[rank].assign(kCount, 0.0f);
+    scattered[rank].assign(kCount / kWorld, 0.0f);
+    CommHandle a =
+        comm.AllReduceAfter(ready, send.data(), reduced[rank].data(), kCount, DType::kFloat32, 0);
+    CommHandle b = comm.ReduceScatterAfter(ready, send2.data(), scattered[rank].data(),
+                                           kCount / kWorld, DType::kFloat32, 0);
+    ZS_RETURN_IF_ERROR(a.Wait());
+    ZS_RETURN_IF_ERROR(b.Wait());
+    return (*stream)->Synchronize();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  for (int r = 0; r < kWorld; ++r) {
+    for (int64_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(reduced[r][i], source[0][i] + source[1][i]) << "rank " << r << " element " << i;
+    }
+    for (int64_t i = 0; i < kCount / kWorld; ++i) {
+      const int64_t j = r * (kCount / kWorld) + i;
+      ASSERT_EQ(scattered[r][i], source[0][j] + source[1][j]) << "rank " << r << " element " << i;
+    }
+  }
 }
 
 TEST(LocalGroup, RejectsBadWorldSize) {

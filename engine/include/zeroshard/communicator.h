@@ -148,6 +148,17 @@ class Communicator {
   virtual CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root, uint64_t tag) = 0;
   virtual CommHandle Barrier() = 0;
 
+  // AllReduce / ReduceScatter that start only once the device work recorded
+  // in `ready` has finished (the accumulation that wrote `send`, say): the
+  // caller does not wait, the communicator does, before the collective runs,
+  // so the device and the communicator overlap with the caller's thread.
+  // `ready` null: no wait. Backends with a progress thread (local, mpi,
+  // nccl) wait there; this default waits on the caller's thread.
+  virtual CommHandle AllReduceAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
+                                    int64_t count, DType dtype, uint64_t tag);
+  virtual CommHandle ReduceScatterAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
+                                        int64_t recv_count, DType dtype, uint64_t tag);
+
   // The same without a tag.
   CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) {
     return AllReduce(send, recv, count, dtype, 0);

@@ -80,6 +80,19 @@ CommHandle AsyncCommunicator::Broadcast(void* buf, int64_t count, DType dtype, i
 
 CommHandle AsyncCommunicator::Barrier() { return Issue({CollectiveKind::kBarrier}); }
 
+CommHandle AsyncCommunicator::AllReduceAfter(std::shared_ptr<Event> ready, const void* send,
+                                             void* recv, int64_t count, DType dtype, uint64_t tag) {
+  return Issue({CollectiveKind::kAllReduce, send, recv, count, dtype, /*root=*/0, tag},
+               std::move(ready));
+}
+
+CommHandle AsyncCommunicator::ReduceScatterAfter(std::shared_ptr<Event> ready, const void* send,
+                                                 void* recv, int64_t recv_count, DType dtype,
+                                                 uint64_t tag) {
+  return Issue({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype, /*root=*/0, tag},
+               std::move(ready));
+}
+
 absl::Duration AsyncCommunicator::busy_time() const {
   std::lock_guard<std::mutex> lock(mu_);
   return busy_;
@@ -152,7 +165,7 @@ absl::Status AsyncCommunicator::CheckArguments(const CollectiveArgs& args) const
   return absl::OkStatus();
 }
 
-CommHandle AsyncCommunicator::Issue(CollectiveArgs args) {
+CommHandle AsyncCommunicator::Issue(CollectiveArgs args, std::shared_ptr<Event> ready) {
   auto state = std::make_shared<CommOpState>();
   absl::Status poisoned;
   absl::Status argument_error;
@@ -165,11 +178,11 @@ CommHandle AsyncCommunicator::Issue(CollectiveArgs args) {
     if (poisoned.ok() && !stopping) {
       argument_error = CheckArguments(args);
       if (argument_error.ok()) {
-        queue_.push_back(PendingOp{args, absl::OkStatus(), state});
+        queue_.push_back(PendingOp{args, absl::OkStatus(), state, std::move(ready)});
       } else {
         // The handle fails now; a marker poisons the communicator once the
         // collectives issued before this one have run.
-        queue_.push_back(PendingOp{args, argument_error, nullptr});
+        queue_.push_back(PendingOp{args, argument_error, nullptr, nullptr});
       }
     }
   }
@@ -211,8 +224,19 @@ void AsyncCommunicator::ProgressLoop() {
           absl::StrFormat("%s: %s not run: an earlier collective failed: %s", ErrorPrefix(),
                           DescribeCollective(op.args), poisoned.message()));
     } else {
+      // The device work that produces the send buffer first (AllReduceAfter):
+      // not part of the collective's run time.
+      if (op.ready != nullptr) {
+        const absl::Status waited = op.ready->Synchronize();
+        if (!waited.ok()) {
+          result = absl::Status(
+              waited.code(),
+              absl::StrFormat("%s: %s not run: the device work it waits for failed: %s",
+                              ErrorPrefix(), DescribeCollective(op.args), waited.message()));
+        }
+      }
       const absl::Time begin = absl::Now();
-      result = RunCollective(op.args, begin + options_.timeout);
+      if (result.ok()) result = RunCollective(op.args, begin + options_.timeout);
       const absl::Duration took = absl::Now() - begin;
       std::lock_guard<std::mutex> lock(mu_);
       busy_ += took;

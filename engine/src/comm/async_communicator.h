@@ -43,6 +43,11 @@ class AsyncCommunicator : public Communicator {
                        uint64_t tag) final;
   CommHandle Broadcast(void* buf, int64_t count, DType dtype, int root, uint64_t tag) final;
   CommHandle Barrier() final;
+  // The progress thread waits for `ready` before running the collective.
+  CommHandle AllReduceAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
+                            int64_t count, DType dtype, uint64_t tag) final;
+  CommHandle ReduceScatterAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
+                                int64_t recv_count, DType dtype, uint64_t tag) final;
 
   // How many collectives this rank has issued so far (the sequence number of
   // the last one).
@@ -78,9 +83,10 @@ class AsyncCommunicator : public Communicator {
     CollectiveArgs args;
     absl::Status argument_error;
     std::shared_ptr<CommOpState> state;
+    std::shared_ptr<Event> ready;  // waited for before the collective runs
   };
 
-  CommHandle Issue(CollectiveArgs args);
+  CommHandle Issue(CollectiveArgs args, std::shared_ptr<Event> ready = nullptr);
   absl::Status CheckArguments(const CollectiveArgs& args) const;
   void ProgressLoop();
 

@@ -25,6 +25,13 @@ bool CommOpState::Ready() {
   return done;
 }
 
+// A handle that has already failed with `status`.
+CommHandle FailedHandle(absl::Status status) {
+  auto state = std::make_shared<CommOpState>();
+  state->Complete(std::move(status));
+  return CommHandle(std::move(state));
+}
+
 const char* CollectiveName(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllReduce:
@@ -92,5 +99,24 @@ absl::Status CommHandle::Wait() {
 }
 
 bool CommHandle::Ready() const { return state_ == nullptr || state_->Ready(); }
+
+CommHandle Communicator::AllReduceAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
+                                        int64_t count, DType dtype, uint64_t tag) {
+  if (ready != nullptr) {
+    absl::Status waited = ready->Synchronize();
+    if (!waited.ok()) return internal::FailedHandle(std::move(waited));
+  }
+  return AllReduce(send, recv, count, dtype, tag);
+}
+
+CommHandle Communicator::ReduceScatterAfter(std::shared_ptr<Event> ready, const void* send,
+                                            void* recv, int64_t recv_count, DType dtype,
+                                            uint64_t tag) {
+  if (ready != nullptr) {
+    absl::Status waited = ready->Synchronize();
+    if (!waited.ok()) return internal::FailedHandle(std::move(waited));
+  }
+  return ReduceScatter(send, recv, recv_count, dtype, tag);
+}
 
 }  // namespace zeroshard

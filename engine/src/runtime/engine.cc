@@ -186,6 +186,12 @@ absl::StatusOr<int64_t*> EngineImpl::RecordExchange(int64_t words) {
   return record_exchange_.as<int64_t>();
 }
 
+absl::StatusOr<std::shared_ptr<Event>> EngineImpl::RecordCompute() {
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device_.CreateEvent());
+  ZS_RETURN_IF_ERROR(event->Record(*compute_));
+  return std::shared_ptr<Event>(std::move(event));
+}
+
 absl::Status EngineImpl::SyncCompute() {
   const absl::Status status = compute_->Synchronize();
   if (!status.ok()) {
@@ -483,16 +489,20 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
       // Stages 0-1 reduce once per step, when the unit's gradient is summed
       // over this rank's micro-batches; asynchronously, so the reduction
       // overlaps the backward of the units before it. The communicator reads
-      // the buffer the accumulation above writes.
-      if (open >= 0) ZS_RETURN_IF_ERROR(SyncCompute());
+      // the buffer the accumulation above writes: it waits for that work
+      // itself (an event on the compute stream), not this thread.
+      std::shared_ptr<Event> ready;
+      if (open >= 0) {
+        ZS_ASSIGN_OR_RETURN(ready, RecordCompute());
+      }
       void* grads = GradsAt(unit, 0);
       if (!plan_.stage.optimizer_sharded) {
         unit_reductions_[unit] =
-            comm_.AllReduce(grads, grads, seg.padded_numel, grad_dtype_, UnitTag(unit));
+            comm_.AllReduceAfter(ready, grads, grads, seg.padded_numel, grad_dtype_, UnitTag(unit));
         NoteCollective(CollectiveKind::kAllReduceGrads, unit, seg.padded_numel);
       } else {
-        unit_reductions_[unit] = comm_.ReduceScatter(grads, GradsAt(unit, shard.begin),
-                                                     seg.shard_numel, grad_dtype_, UnitTag(unit));
+        unit_reductions_[unit] = comm_.ReduceScatterAfter(
+            ready, grads, GradsAt(unit, shard.begin), seg.shard_numel, grad_dtype_, UnitTag(unit));
         NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
       }
     }

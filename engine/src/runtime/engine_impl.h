@@ -173,6 +173,9 @@ class EngineImpl final : public Engine {
   // Waits for the compute stream: before the host or the communicator
   // touches a buffer that enqueued work reads or writes.
   absl::Status SyncCompute();
+  // An event marking the work enqueued on the compute stream so far (for a
+  // collective that must start after it: Communicator::AllReduceAfter).
+  absl::StatusOr<std::shared_ptr<Event>> RecordCompute();
   // Collectives on small int64 records that live in host memory (start-up,
   // norm, checkpoint agreement), waited for. When the device's memory is not
   // host memory (the communicator then moves device memory) they go through a
