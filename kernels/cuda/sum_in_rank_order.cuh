@@ -1,7 +1,7 @@
 // The local backend's rank-order sum on device memory (ranks as threads on
 // one GPU: every rank's buffer is its own array): the rules of
-// kernels/common/rank_order_sum.h, the contract of engine/src/comm/reduce.h (element i = ((x_0[i] + x_1[i]) + x_2[i]) + ...,
-// fp32 accumulation for fp32/bf16/fp16 with 16-bit results rounded once to
+// kernels/common/rank_order_sum.h, the contract of engine/src/comm/reduce.h (element i = ((x_0[i] +
+// x_1[i]) + x_2[i]) + ..., fp32 accumulation for fp32/bf16/fp16 with 16-bit results rounded once to
 // nearest even, fp64 in double, int64 wrapping), with the same bits.
 //
 // Plain C++ declarations: a .cc file compiled by the host compiler may

@@ -8,8 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "zeroshard/byte_units.h"
 #include "gtest/gtest.h"
+#include "zeroshard/byte_units.h"
 
 namespace zeroshard {
 namespace {

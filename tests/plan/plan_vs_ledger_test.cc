@@ -6,13 +6,13 @@
 #include <mutex>
 #include <vector>
 
-#include "zeroshard/model_description.h"
-#include "zeroshard/planner.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/model_description.h"
+#include "zeroshard/planner.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "gtest/gtest.h"
 #include "zeroshard/model_source.h"
 #include "zeroshard/planner.h"
-#include "gtest/gtest.h"
 
 namespace zeroshard {
 namespace {

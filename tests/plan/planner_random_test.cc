@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "zeroshard/model_source.h"
-#include "zeroshard/planner.h"
-#include "zeroshard/plan_report.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_seed.h"
+#include "zeroshard/model_source.h"
+#include "zeroshard/plan_report.h"
+#include "zeroshard/planner.h"
 
 namespace zeroshard {
 namespace {

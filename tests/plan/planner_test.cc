@@ -13,9 +13,9 @@
 #include "engine/src/plan/buffer_plan.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
-#include "zeroshard/model_source.h"
 #include "gtest/gtest.h"
 #include "tests/test_env.h"
+#include "zeroshard/model_source.h"
 
 namespace zeroshard::internal {
 namespace {

@@ -21,7 +21,7 @@
 
 namespace zeroshard::internal {
 
-inline constexpr int64_t kShardQuantum = 128;   // elements; shards are multiples of it
+inline constexpr int64_t kShardQuantum = 128;  // elements; shards are multiples of it
 // Elements per block of the exact gradient-norm sum (kernels::kNormBlock; the
 // runtime static_asserts they agree). A shard holds whole blocks, so the norm
 // does not depend on where shards begin.

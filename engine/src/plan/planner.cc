@@ -11,10 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/src/common/checked_math.h"
-#include "zeroshard/byte_units.h"
 #include "engine/src/plan/internal/plan_inputs.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
+#include "zeroshard/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

@@ -1,5 +1,3 @@
-#include "zeroshard/plan_report.h"
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -7,8 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
-#include "zeroshard/byte_units.h"
 #include "nlohmann/json.hpp"
+#include "zeroshard/byte_units.h"
+#include "zeroshard/plan_report.h"
 
 namespace zeroshard {
 namespace {

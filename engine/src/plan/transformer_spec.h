@@ -13,7 +13,6 @@
 
 namespace zeroshard::internal {
 
-
 // Units: "embed", "layers.<i>" (GPT-2: "h.<i>"), "final_norm", "lm_head".
 // Llama family (RMSNorm, SwiGLU, grouped-query k/v): q_proj [a*d, h],
 // k_proj and v_proj [kv*d, h], o_proj [h, a*d], gate_proj and up_proj [f, h],

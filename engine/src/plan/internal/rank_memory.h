@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "engine/src/layout/flat_layout.h"
 #include "zeroshard/model_description.h"
-#include "zeroshard/planner.h"
 #include "zeroshard/model_spec.h"
+#include "zeroshard/planner.h"
 
 namespace zeroshard {
 namespace internal {
