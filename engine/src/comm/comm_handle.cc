@@ -32,6 +32,27 @@ CommHandle FailedHandle(absl::Status status) {
   return CommHandle(std::move(state));
 }
 
+CollectiveDescriptor ToDescriptor(const CollectiveArgs& args, uint64_t instance) {
+  return CollectiveDescriptor{static_cast<int64_t>(args.kind),
+                              args.count,
+                              static_cast<int64_t>(args.dtype),
+                              args.root,
+                              static_cast<int64_t>(args.seq),
+                              static_cast<int64_t>(instance),
+                              args.tag};
+}
+
+CollectiveArgs FromDescriptor(const CollectiveDescriptor& d) {
+  CollectiveArgs args;
+  args.kind = static_cast<CollectiveKind>(d.kind);
+  args.count = d.count;
+  args.dtype = static_cast<DType>(d.dtype);
+  args.root = static_cast<int>(d.root);
+  args.seq = static_cast<uint64_t>(d.seq);
+  args.tag = d.tag;
+  return args;
+}
+
 const char* CollectiveName(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllReduce:

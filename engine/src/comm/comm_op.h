@@ -55,6 +55,21 @@ struct CollectiveArgs {
   uint64_t seq = 0;
 };
 
+// What a rank sends its peers at the start of a collective (mpi, nccl) so
+// that they compare their views of it: plain words, to travel as bytes.
+// `instance` tells communicators apart (mpi; 0 where unused).
+struct CollectiveDescriptor {
+  int64_t kind;
+  int64_t count;
+  int64_t dtype;
+  int64_t root;
+  int64_t seq;
+  int64_t instance;
+  uint64_t tag;
+};
+CollectiveDescriptor ToDescriptor(const CollectiveArgs& args, uint64_t instance = 0);
+CollectiveArgs FromDescriptor(const CollectiveDescriptor& d);
+
 // "AllReduce #17 (count 1009, fp32)", "AllGather #3 (count 128, bf16, tag 4)"
 // — for error messages.
 std::string DescribeCollective(const CollectiveArgs& args);

@@ -48,37 +48,7 @@ constexpr int64_t kChunkBytes = int64_t{4} << 20;
 // tag, which MPI delivers in order.
 constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 
-// The descriptor every rank sends to every peer at the start of a collective.
-struct Descriptor {
-  int64_t kind;
-  int64_t count;
-  int64_t dtype;
-  int64_t root;
-  int64_t seq;
-  int64_t instance;
-  uint64_t tag;
-};
-
-Descriptor ToDescriptor(const CollectiveArgs& args, uint64_t instance) {
-  return Descriptor{static_cast<int64_t>(args.kind),
-                    args.count,
-                    static_cast<int64_t>(args.dtype),
-                    args.root,
-                    static_cast<int64_t>(args.seq),
-                    static_cast<int64_t>(instance),
-                    args.tag};
-}
-
-CollectiveArgs FromDescriptor(const Descriptor& d) {
-  CollectiveArgs args;
-  args.kind = static_cast<CollectiveKind>(d.kind);
-  args.count = d.count;
-  args.dtype = static_cast<DType>(d.dtype);
-  args.root = static_cast<int>(d.root);
-  args.seq = static_cast<uint64_t>(d.seq);
-  args.tag = d.tag;
-  return args;
-}
+using Descriptor = CollectiveDescriptor;
 
 // How often a rank that waits checks whether the peers it waits for still
 // exist. OpenMPI's launcher ends the job 1 s after a process dies (SIGCONT,

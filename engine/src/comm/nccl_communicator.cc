@@ -97,32 +97,7 @@ absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where
 
 namespace {
 
-// The descriptor every rank contributes at the start of a collective.
-struct Descriptor {
-  int64_t kind;
-  int64_t count;
-  int64_t dtype;
-  int64_t root;
-  int64_t seq;
-  uint64_t tag;
-};
-
-Descriptor ToDescriptor(const CollectiveArgs& args) {
-  return Descriptor{static_cast<int64_t>(args.kind),  args.count,
-                    static_cast<int64_t>(args.dtype), args.root,
-                    static_cast<int64_t>(args.seq),   args.tag};
-}
-
-CollectiveArgs FromDescriptor(const Descriptor& d) {
-  CollectiveArgs args;
-  args.kind = static_cast<CollectiveKind>(d.kind);
-  args.count = d.count;
-  args.dtype = static_cast<DType>(d.dtype);
-  args.root = static_cast<int>(d.root);
-  args.seq = static_cast<uint64_t>(d.seq);
-  args.tag = d.tag;
-  return args;
-}
+using Descriptor = CollectiveDescriptor;
 
 // "ranks 1, 2, 3" (all but `self`), shortened for large groups.
 std::string PeersOf(int self, int size) {
