@@ -327,12 +327,7 @@ int LocalGpuOrdinal() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
     int rank = 0;
     if (const char* v = std::getenv(name); v != nullptr && absl::SimpleAtoi(v, &rank)) {
-      int count = 1;
-      for (int n = 1; n <= 64; ++n) {
-        if (!CreateCudaDevice(n - 1).ok()) break;
-        count = n;
-      }
-      return rank % count;
+      return rank % std::max(1, CudaDeviceCount());
     }
   }
   return 0;

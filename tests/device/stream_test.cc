@@ -7,6 +7,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -169,11 +170,60 @@ TEST(CpuStreamTest, TheDestructorFinishesQueuedWork) {
   EXPECT_EQ(out, source);
 }
 
+// A device of another kind whose name looks like a GPU's.
+class NamedDevice final : public Device {
+ public:
+  NamedDevice(std::string name, DeviceKind kind) : name_(std::move(name)), kind_(kind) {}
+  std::string name() const override { return name_; }
+  DeviceKind kind() const override { return kind_; }
+  bool host_accessible() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return absl::UnimplementedError("not needed");
+  }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return absl::UnimplementedError("not needed");
+  }
+  absl::Status CopyAsync(void*, const void*, int64_t, Stream&) override {
+    return absl::UnimplementedError("not needed");
+  }
+  absl::Status ZeroAsync(void*, int64_t, Stream&) override {
+    return absl::UnimplementedError("not needed");
+  }
+
+ protected:
+  absl::StatusOr<void*> RawAllocate(int64_t) override {
+    return absl::UnimplementedError("not needed");
+  }
+  void RawFree(void*) override {}
+
+ private:
+  std::string name_;
+  DeviceKind kind_;
+};
+
+TEST(CudaOrdinalTest, ReadsTheOrdinalOfACudaDeviceOnly) {
+  auto ordinal = CudaOrdinal(NamedDevice("cuda:12", DeviceKind::kCuda));
+  ASSERT_TRUE(ordinal.ok()) << ordinal.status();
+  EXPECT_EQ(*ordinal, 12);
+  for (const auto& [name, kind] :
+       std::vector<std::pair<std::string, DeviceKind>>{{"cuda:3", DeviceKind::kCpu},
+                                                       {"cuda:", DeviceKind::kCuda},
+                                                       {"cuda:-1", DeviceKind::kCuda},
+                                                       {"gpu:0", DeviceKind::kCuda},
+                                                       {"cuda:1x", DeviceKind::kCuda}}) {
+    const auto bad = CudaOrdinal(NamedDevice(name, kind));
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(bad.status().message().find(name), std::string::npos) << bad.status();
+  }
+  EXPECT_EQ(CudaOrdinal(*CreateCpuDevice()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CpuDeviceTest, ThereIsNoCudaDeviceHere) {
   // This build machine has no GPU (or the build has no CUDA): a clear error,
   // never a crash.
   auto cuda = CreateCudaDevice(0);
   if (cuda.ok()) GTEST_SKIP() << "a CUDA device is present: " << (*cuda)->name();
+  EXPECT_EQ(CudaDeviceCount(), 0);
   EXPECT_TRUE(cuda.status().code() == absl::StatusCode::kNotFound ||
               cuda.status().code() == absl::StatusCode::kUnimplemented)
       << cuda.status();

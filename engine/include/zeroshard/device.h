@@ -159,6 +159,14 @@ std::unique_ptr<Device> CreateCpuDevice();
 // was built without CUDA.
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal);
 
+// How many CUDA devices this process sees: 0 without a usable driver, and in
+// a build without CUDA.
+int CudaDeviceCount();
+
+// The GPU ordinal of a CUDA device (its name "cuda:N"); InvalidArgument,
+// naming the device, for any other.
+absl::StatusOr<int> CudaOrdinal(const Device& device);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_DEVICE_H_

@@ -4,9 +4,8 @@
 
 #include <string>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "engine/src/comm/collective_memory.h"
 #include "engine/src/comm/reduce.h"
 #include "kernels/cuda/sum_in_rank_order.cuh"
@@ -72,15 +71,13 @@ class CudaCollectiveMemory final : public CollectiveMemory {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CollectiveMemory>> CreateCudaCollectiveMemory(Device& device) {
-  int ordinal = -1;
-  absl::string_view name = device.name();
-  if (device.kind() != DeviceKind::kCuda || !absl::ConsumePrefix(&name, "cuda:") ||
-      !absl::SimpleAtoi(name, &ordinal)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s is not a CUDA device named cuda:N; a local group moves host or CUDA memory",
-        device.name()));
+  const absl::StatusOr<int> ordinal = CudaOrdinal(device);
+  if (!ordinal.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ordinal.status().message(), "; a local group moves host or CUDA memory"));
   }
-  return std::unique_ptr<CollectiveMemory>(std::make_unique<CudaCollectiveMemory>(device, ordinal));
+  return std::unique_ptr<CollectiveMemory>(
+      std::make_unique<CudaCollectiveMemory>(device, *ordinal));
 }
 
 }  // namespace zeroshard::internal

@@ -40,11 +40,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
 #include "engine/src/comm/comm_op.h"
@@ -73,15 +71,14 @@ absl::Status NcclError(const std::string& where, const char* call, ncclResult_t 
 
 absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where) {
   const std::string name = device.name();
-  int ordinal = -1;
-  absl::string_view digits = name;
-  if (device.kind() != DeviceKind::kCuda || !absl::ConsumePrefix(&digits, "cuda:") ||
-      !absl::SimpleAtoi(digits, &ordinal) || ordinal < 0) {
+  const absl::StatusOr<int> parsed = CudaOrdinal(device);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: device '%s' is not a CUDA device; the nccl backend needs one GPU "
                         "per rank (CreateCudaDevice), or use the local or mpi backend on the CPU",
                         where, name));
   }
+  const int ordinal = *parsed;
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || ordinal >= count) {

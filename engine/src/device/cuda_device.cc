@@ -205,6 +205,15 @@ int CudaDeviceOrdinal(const Device& device) {
 
 }  // namespace internal
 
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no GPU: not an error for later calls
+    return 0;
+  }
+  return count;
+}
+
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);

@@ -1,6 +1,8 @@
 #include "zeroshard/device.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace zeroshard {
 
@@ -23,6 +25,18 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 DeviceBuffer::~DeviceBuffer() {
   if (device_ != nullptr) device_->Free(*this);
+}
+
+absl::StatusOr<int> CudaOrdinal(const Device& device) {
+  const std::string name = device.name();
+  absl::string_view digits = name;
+  int ordinal = -1;
+  if (device.kind() != DeviceKind::kCuda || !absl::ConsumePrefix(&digits, "cuda:") ||
+      !absl::SimpleAtoi(digits, &ordinal) || ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device '%s' is not a CUDA device named cuda:N", name));
+  }
+  return ordinal;
 }
 
 absl::StatusOr<DeviceBuffer> Device::Allocate(int64_t bytes, MemoryCategory category,

@@ -4,9 +4,7 @@
 
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "zeroshard/status.h"
 
@@ -31,11 +29,7 @@ absl::StatusOr<std::unique_ptr<CudaMlpTrainer>> CudaMlpTrainer::Create(
         "device; nccl or a local group with CommOptions::device); use MlpTrainer on the CPU");
   }
   std::unique_ptr<CudaMlpTrainer> t(new CudaMlpTrainer(cfg, engine, comm, device));
-  absl::string_view digits = device.name();
-  if (!absl::ConsumePrefix(&digits, "cuda:") || !absl::SimpleAtoi(digits, &t->ordinal_)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("CudaMlpTrainer: device %s is not named cuda:N", device.name()));
-  }
+  ZS_ASSIGN_OR_RETURN(t->ordinal_, CudaOrdinal(device));
   ZS_RETURN_IF_ERROR(t->UseDevice());
   ZS_ASSIGN_OR_RETURN(t->stream_, device.CreateStream());
   CudaMlpMathConfig math;
