@@ -118,6 +118,7 @@ class FakeEngine final : public Engine {
   }
   double loss_scale() const override { return loss_scale_; }
   void RecordInputWait(absl::Duration) override {}
+  void RecordPipelineWait(absl::Duration) override {}
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override {
     return master_[Index(unit, param)];
   }

@@ -159,6 +159,32 @@ class Communicator {
   virtual CommHandle ReduceScatterAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
                                         int64_t recv_count, DType dtype, uint64_t tag);
 
+  // Point-to-point (docs/communicator.md, "Send, Recv and Split"). Send
+  // `count` elements of `buf` to rank `peer`; Recv `count` elements from
+  // `peer` into `buf`. Messages are matched by (sender, receiver, tag) in
+  // issue order: the k-th Send from a to b with tag t meets b's k-th Recv
+  // from a with tag t; a count or dtype that differs fails both with
+  // FailedPrecondition naming both ranks. Both are asynchronous and neither
+  // waits for the other operations this rank issued (collectives or
+  // point-to-point) to complete, so two ranks may each Send to the other and
+  // then Recv without deadlock (a pipeline's send-forward/recv-backward).
+  // `buf` must stay valid and untouched (Send) / unread (Recv) until Wait()
+  // returns. Same timeouts and named-rank errors as the collectives; a
+  // failure poisons the communicator. peer == rank() is InvalidArgument.
+  // Backends without point-to-point return a handle that fails with
+  // Unimplemented.
+  virtual CommHandle Send(const void* buf, int64_t count, DType dtype, int peer, uint64_t tag);
+  virtual CommHandle Recv(void* buf, int64_t count, DType dtype, int peer, uint64_t tag);
+
+  // Collective (like MPI_Comm_split): every rank calls it; ranks that pass
+  // the same `color` (>= 0) form a new communicator, ordered by `key`, ties
+  // by their rank here. The new group has this communicator's backend,
+  // options and memory, its own progress thread and sequence numbers, and
+  // must not outlive this one. A rank that passes color < 0 joins no group
+  // and gets null. Errors as for a collective (timeout naming the ranks that
+  // did not arrive); Unimplemented for a backend without it.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+
   // The same without a tag.
   CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) {
     return AllReduce(send, recv, count, dtype, 0);

@@ -71,12 +71,14 @@ struct StepResult {
 
 // Where a step's wall time went, on this rank.
 struct StepTimes {
-  absl::Duration compute;       // trainer's own work: wall time outside engine calls
-  absl::Duration exposed_comm;  // blocked waiting for collectives inside engine calls
-  absl::Duration optimizer;     // norm, clipping and the fused Adam update
-  absl::Duration input_wait;    // reported by the trainer via RecordInputWait()
-  absl::Duration engine_other;  // the engine's own work in between: gradient accumulation,
-                                // staging, views (so the five parts add up to total)
+  absl::Duration compute;          // trainer's own work: wall time outside engine calls
+  absl::Duration exposed_comm;     // blocked waiting for collectives inside engine calls
+  absl::Duration optimizer;        // norm, clipping and the fused Adam update
+  absl::Duration input_wait;       // reported by the trainer via RecordInputWait()
+  absl::Duration engine_other;     // the engine's own work in between: gradient accumulation,
+                                   // staging, views (so the parts add up to total)
+  absl::Duration pipeline_bubble;  // reported by the trainer via RecordPipelineWait(): waiting
+                                   // for a neighbouring pipeline stage
   absl::Duration total;
   // Not part of the split: how long this rank's collectives ran during the
   // step (Communicator::busy_time); comm_busy - exposed_comm of it was
@@ -111,6 +113,19 @@ struct EngineStats {
   StepTimes totals;              // summed over all steps
 };
 
+// Model parallelism around the engine (docs/parallelism.md).
+struct ModelParallelOptions {
+  // The tp x pp ranks that share this rank's data-parallel index
+  // (ProcessGrid::model_parallel()); null: no model parallelism. Step()
+  // sums the squares for the global gradient norm and ORs the inf/NaN flag
+  // over it, so every shard clips by the same norm and skips the same steps.
+  Communicator* group = nullptr;
+  // Whether this rank's replicated params (ParamSpec::tp_split_dim < 0)
+  // count in the global norm: true on exactly one rank of each tp group
+  // (tp rank 0), so that each is counted once.
+  bool count_replicated = true;
+};
+
 // One rank's engine.
 //
 // Thread-safety: an Engine is not thread-safe. One thread (the rank's) calls
@@ -143,6 +158,13 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelSpec& model,
                                                         const TrainSpec& train, Device& device,
                                                         Communicator& comm);
+  // The same for one (tp, pp) shard of a model-parallel run: `model` is the
+  // shard's spec (ShardModelSpec), `comm` its data-parallel group
+  // (ProcessGrid::dp()), and `parallel` says whom the step must agree with.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelSpec& model,
+                                                        const TrainSpec& train, Device& device,
+                                                        Communicator& comm,
+                                                        const ModelParallelOptions& parallel);
   virtual ~Engine() = default;
 
   // Sets the initial value of param `param` of unit `unit` (fp32, numel
@@ -195,6 +217,10 @@ class Engine {
   // Adds to this step's input-wait time (the trainer waited for data); it
   // is reported apart from compute in Stats().
   virtual void RecordInputWait(absl::Duration d) = 0;
+  // Adds to this step's pipeline-bubble time (the trainer waited for a
+  // neighbouring stage's activations or gradients); reported apart from
+  // compute in Stats().
+  virtual void RecordPipelineWait(absl::Duration d) = 0;
 
   // Checkpoints (zeroshard/checkpoint.h, docs/checkpoint.md). Collective:
   // every rank calls them, in the same order, with the same arguments.

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace zeroshard {
 
@@ -29,6 +31,12 @@ struct ParamSpec {
   // Exempt from weight decay (norms, biases): carried per param, never
   // guessed from names or positions.
   bool no_decay = false;
+  // Tensor parallelism: the dimension of `shape` that is divided across the
+  // tp ranks (Megatron: 0 for a column-parallel weight [out, in] and its
+  // bias, 1 for a row-parallel weight), or -1 for a param every tp rank
+  // holds whole (replicated: norms, a row-parallel layer's bias). Ignored
+  // when tp = 1.
+  int tp_split_dim = -1;
 
   // Product of `shape` (1 for a scalar); -1 when the product does not fit
   // in int64_t (Validate() refuses such a shape).
@@ -58,6 +66,20 @@ struct ModelSpec {
   // anything proportional to them is allocated.
   absl::Status Validate() const;
 };
+
+// Pipeline stages: `pp` contiguous runs of units, balanced by element count
+// (each stage at least one unit). Element [s] is stage s's [first, last)
+// unit range. InvalidArgument when pp < 1 or pp > units.
+absl::StatusOr<std::vector<std::pair<int, int>>> PipelineStageUnits(const ModelSpec& model, int pp);
+
+// The part of `model` that position (tp_rank, pp_rank) of a tp x pp split
+// holds: the units of pipeline stage pp_rank (PipelineStageUnits), each
+// param with its tp_split_dim divided by tp (replicated params whole).
+// InvalidArgument (naming the unit and param) when a split dimension is not
+// divisible by tp or tp_split_dim is out of range, or for ranks out of range.
+// The planner sizes exactly this spec, and the engine lays it out.
+absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_rank, int pp,
+                                         int pp_rank);
 
 }  // namespace zeroshard
 

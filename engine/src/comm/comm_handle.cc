@@ -140,4 +140,19 @@ CommHandle Communicator::ReduceScatterAfter(std::shared_ptr<Event> ready, const 
   return ReduceScatter(send, recv, recv_count, dtype, tag);
 }
 
+CommHandle Communicator::Send(const void* buf, int64_t count, DType dtype, int peer, uint64_t tag) {
+  return internal::FailedHandle(absl::UnimplementedError(
+      "Communicator::Send: the '" + backend() + "' backend has no point-to-point transfers"));
+}
+
+CommHandle Communicator::Recv(void* buf, int64_t count, DType dtype, int peer, uint64_t tag) {
+  return internal::FailedHandle(absl::UnimplementedError(
+      "Communicator::Recv: the '" + backend() + "' backend has no point-to-point transfers"));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
+  return absl::UnimplementedError("Communicator::Split: the '" + backend() +
+                                  "' backend cannot split into sub-groups");
+}
+
 }  // namespace zeroshard

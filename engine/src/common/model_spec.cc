@@ -134,3 +134,18 @@ absl::Status ModelSpec::Validate() const {
 }
 
 }  // namespace zeroshard
+
+namespace zeroshard {
+
+// TODO(issue 11): balanced stages and tp-split shapes.
+absl::StatusOr<std::vector<std::pair<int, int>>> PipelineStageUnits(const ModelSpec& model,
+                                                                    int pp) {
+  return absl::UnimplementedError("PipelineStageUnits is not implemented yet");
+}
+
+absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_rank, int pp,
+                                         int pp_rank) {
+  return absl::UnimplementedError("ShardModelSpec is not implemented yet");
+}
+
+}  // namespace zeroshard

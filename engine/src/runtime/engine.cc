@@ -40,6 +40,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
+                                                       const TrainSpec& train, Device& device,
+                                                       Communicator& comm,
+                                                       const ModelParallelOptions& parallel) {
+  if (parallel.group == nullptr) return Create(model, train, device, comm);
+  // TODO(issue 11): the model-parallel norm and skip agreement.
+  return absl::UnimplementedError("Engine::Create: model parallelism is not implemented yet");
+}
+
 namespace internal {
 
 EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device,

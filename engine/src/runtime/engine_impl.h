@@ -67,6 +67,7 @@ class EngineImpl final : public Engine {
   absl::Status ReduceGrads(int unit) override;
   absl::StatusOr<StepResult> Step() override;
   void RecordInputWait(absl::Duration d) override { step_input_wait_ += d; }
+  void RecordPipelineWait(absl::Duration d) override { step_pipeline_wait_ += d; }
   double loss_scale() const override { return loss_scale_; }
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override;
   absl::Status Save(const std::string& dir, const std::string& trainer_state,
@@ -313,6 +314,7 @@ class EngineImpl final : public Engine {
   absl::Duration step_comm_wait_;
   absl::Duration step_optimizer_;
   absl::Duration step_input_wait_;
+  absl::Duration step_pipeline_wait_;
 };
 
 }  // namespace zeroshard::internal

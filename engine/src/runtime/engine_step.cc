@@ -283,7 +283,8 @@ void EngineImpl::RecordStepTimes(absl::Time end) {
   t.exposed_comm = step_comm_wait_;
   t.optimizer = step_optimizer_;
   t.input_wait = step_input_wait_;
-  t.compute = t.total - step_engine_time_ - step_input_wait_;
+  t.pipeline_bubble = step_pipeline_wait_;
+  t.compute = t.total - step_engine_time_ - step_input_wait_ - step_pipeline_wait_;
   t.engine_other = step_engine_time_ - step_comm_wait_ - step_optimizer_;
   const absl::Duration busy = comm_.busy_time();
   t.comm_busy = busy - step_comm_busy_begin_;
@@ -294,11 +295,13 @@ void EngineImpl::RecordStepTimes(absl::Time end) {
   stats_.totals.exposed_comm += t.exposed_comm;
   stats_.totals.optimizer += t.optimizer;
   stats_.totals.input_wait += t.input_wait;
+  stats_.totals.pipeline_bubble += t.pipeline_bubble;
   stats_.totals.compute += t.compute;
   stats_.totals.engine_other += t.engine_other;
   stats_.totals.comm_busy += t.comm_busy;
   step_begin_ = end;
-  step_engine_time_ = step_comm_wait_ = step_optimizer_ = step_input_wait_ = absl::ZeroDuration();
+  step_engine_time_ = step_comm_wait_ = step_optimizer_ = step_input_wait_ = step_pipeline_wait_ =
+      absl::ZeroDuration();
 }
 
 }  // namespace zeroshard::internal
