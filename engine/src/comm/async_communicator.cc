@@ -1,12 +1,15 @@
 #include "engine/src/comm/async_communicator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/comm/collective_batch.h"
 #include "engine/src/comm/reduce.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace internal {
@@ -203,19 +206,44 @@ CommHandle AsyncCommunicator::Issue(CollectiveArgs args, std::shared_ptr<Event> 
   return CommHandle(std::move(state));
 }
 
+absl::StatusOr<int> AsyncCommunicator::RunBatch(absl::Span<const CollectiveArgs> ops,
+                                                absl::Time deadline) {
+  ZS_RETURN_IF_ERROR(RunCollective(ops[0], deadline));
+  return 1;
+}
+
 void AsyncCommunicator::ProgressLoop() {
   while (true) {
-    PendingOp op;
+    // The front of the queue, and with batching the batchable collectives
+    // queued behind it (those that need no device wait and have no argument
+    // error); what the batch does not take goes back to the front.
+    std::vector<PendingOp> ops;
     absl::Status poisoned;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // Stopping and drained.
-      op = std::move(queue_.front());
+      ops.push_back(std::move(queue_.front()));
       queue_.pop_front();
       poisoned = poison_;
+      const int limit = std::min(max_batch(), kMaxBatchOps);
+      if (limit > 1 && poisoned.ok() && ops[0].argument_error.ok()) {
+        std::vector<CollectiveArgs> candidates = {ops[0].args};
+        for (size_t i = 0; i < queue_.size() && static_cast<int>(candidates.size()) < limit; ++i) {
+          const PendingOp& next = queue_[i];
+          if (!next.argument_error.ok() || next.ready != nullptr) break;
+          candidates.push_back(next.args);
+        }
+        const int take = BatchablePrefix(candidates, size_, limit);
+        for (int i = 1; i < take; ++i) {
+          ops.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
     }
+    PendingOp& op = ops[0];
     absl::Status result;
+    int ran = static_cast<int>(ops.size());
     if (!op.argument_error.ok()) {
       result = op.argument_error;
     } else if (!poisoned.ok()) {
@@ -236,10 +264,47 @@ void AsyncCommunicator::ProgressLoop() {
         }
       }
       const absl::Time begin = absl::Now();
-      if (result.ok()) result = RunCollective(op.args, begin + options_.timeout);
+      if (result.ok()) {
+        if (ops.size() == 1) {
+          result = RunCollective(op.args, begin + options_.timeout);
+        } else {
+          std::vector<CollectiveArgs> args;
+          for (const PendingOp& o : ops) args.push_back(o.args);
+          absl::StatusOr<int> n = RunBatch(args, begin + options_.timeout);
+          if (n.ok()) {
+            ran = std::clamp(*n, 1, static_cast<int>(ops.size()));
+          } else {
+            result = n.status();
+          }
+        }
+      }
       const absl::Duration took = absl::Now() - begin;
       std::lock_guard<std::mutex> lock(mu_);
       busy_ += took;
+    }
+    if (result.ok() && ran < static_cast<int>(ops.size())) {
+      // Offered but not in the batch: back to the front, in order (or, when
+      // the communicator is being destroyed, failed as never run).
+      std::vector<PendingOp> unrun;
+      for (size_t i = ran; i < ops.size(); ++i) unrun.push_back(std::move(ops[i]));
+      ops.resize(ran);
+      bool stopping = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping = stopping_;
+        if (!stopping) {
+          for (auto it = unrun.rbegin(); it != unrun.rend(); ++it) {
+            queue_.push_front(std::move(*it));
+          }
+        }
+      }
+      if (stopping) {
+        for (PendingOp& o : unrun) {
+          o.state->Complete(absl::CancelledError(
+              absl::StrFormat("%s: %s never ran: the communicator was destroyed first",
+                              ErrorPrefix(), DescribeCollective(o.args))));
+        }
+      }
     }
     if (!result.ok() && poisoned.ok()) {
       {
@@ -248,7 +313,9 @@ void AsyncCommunicator::ProgressLoop() {
       }
       OnPoisoned(result);
     }
-    if (op.state != nullptr) op.state->Complete(std::move(result));
+    for (PendingOp& o : ops) {
+      if (o.state != nullptr) o.state->Complete(result);
+    }
   }
 }
 

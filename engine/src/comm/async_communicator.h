@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/src/comm/comm_op.h"
 #include "zeroshard/communicator.h"
 
@@ -68,6 +70,15 @@ class AsyncCommunicator : public Communicator {
   // Runs one collective now, on the progress thread, giving up at `deadline`.
   // Arguments were already checked.
   virtual absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) = 0;
+  // Batching (collective_batch.h): the most queued collectives RunBatch may
+  // be offered at once; 1 (the default) turns batching off.
+  virtual int max_batch() const { return 1; }
+  // Runs a prefix of `ops` (issued in this order, all queued, arguments
+  // checked, buffers pairwise independent: BatchablePrefix) as one batch and
+  // returns its length, at least 1 and the same on every rank; the others
+  // stay queued. On an error every collective offered is reported failed.
+  // The default runs ops[0] alone through RunCollective.
+  virtual absl::StatusOr<int> RunBatch(absl::Span<const CollectiveArgs> ops, absl::Time deadline);
   // Called (on the progress thread) once, with the first error.
   virtual void OnPoisoned(const absl::Status& error) {}
   // Called from Shutdown(), on any thread: a running RunCollective should

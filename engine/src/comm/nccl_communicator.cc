@@ -22,8 +22,16 @@
 // (cudaEventQuery) and ncclCommGetAsyncError until done or the deadline; on a
 // timeout or an asynchronous error it aborts the NCCL communicator
 // (ncclCommAbort, which also ends NCCL's kernels) and the communicator is
-// poisoned. One collective is in flight at a time: the next is enqueued once
-// the previous one finished.
+// poisoned. One collective (or batch) is in flight at a time: the next is
+// enqueued once the previous one finished.
+//
+// Small collectives issued back to back are batched (collective_batch.h):
+// one descriptor exchange for up to kMaxBatchOps of them, their transfers in
+// one NCCL group (the reduce-scatters' sends and receives), their sums, then
+// their all-gathers and broadcasts in a second group, and one wait. The
+// ranks agree on the batch in the descriptor exchange itself: every rank
+// sends the descriptors of the collectives it has queued, and the batch is
+// the shortest of the offers.
 #include "engine/src/comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -45,6 +53,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
+#include "engine/src/comm/collective_batch.h"
 #include "engine/src/comm/comm_op.h"
 #include "engine/src/comm/reduce.h"
 #include "kernels/cuda/rank_order_sum.cuh"
@@ -201,7 +210,12 @@ class NcclCommunicator final : public AsyncCommunicator {
   DeviceKind memory_kind() const override { return DeviceKind::kCuda; }
 
  protected:
-  absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
+  absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override {
+    return RunBatch(absl::MakeConstSpan(&args, 1), deadline).status();
+  }
+  int max_batch() const override { return kMaxBatchOps; }
+  absl::StatusOr<int> RunBatch(absl::Span<const CollectiveArgs> offered,
+                               absl::Time deadline) override;
   void OnPoisoned(const absl::Status& error) override { AbortNccl(); }
   void RequestAbort() override { abort_requested_.store(true); }
 
@@ -232,22 +246,28 @@ class NcclCommunicator final : public AsyncCommunicator {
     comm_ = nullptr;
   }
 
-  absl::Status ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline);
-  // Enqueues the reduce-scatter of `send` (size() blocks of `count`
-  // elements) into `recv` (count elements; may be block rank() of send).
-  absl::Status EnqueueReduceScatter(const CollectiveArgs& args, const char* send, char* recv,
-                                    size_t count, absl::Time deadline);
-  absl::Status EnqueueAllReduce(const CollectiveArgs& args, absl::Time deadline);
+  // Sends this rank's offer, receives every rank's, and returns how many of
+  // `offered` every rank runs now (AgreeOnBatch).
+  absl::StatusOr<int> ExchangeDescriptors(absl::Span<const CollectiveArgs> offered,
+                                          absl::Time deadline);
+  // Enqueues `ops` (agreed, buffers independent) on the stream.
+  absl::Status EnqueueBatch(absl::Span<const CollectiveArgs> ops, absl::Time deadline);
+  // Calls `post(i)` for each i inside one NCCL group; the group is closed
+  // even after a failed call, so NCCL's group state stays consistent, and
+  // the first failure is what is reported.
+  template <typename Post>
+  absl::Status NcclGroup(const CollectiveArgs& args, const char* what, int n, Post post,
+                         absl::Time deadline);
 
   const int ordinal_;
   ncclComm_t comm_;
   const cudaStream_t stream_;
   const cudaEvent_t done_;
   // Pinned: size() descriptors, read by the host after the exchange.
-  Descriptor* const host_descriptors_;
-  ScratchBuffer descriptors_;  // size() descriptors on the device
-  ScratchBuffer staging_;      // the blocks a reduce-scatter receives
-  ScratchBuffer padded_;       // an all-reduce whose count size() does not divide
+  Descriptor* const host_descriptors_;  // size() * kBatchSlots
+  ScratchBuffer descriptors_;           // size() * kBatchSlots descriptors on the device
+  ScratchBuffer staging_;               // the blocks the batch's reduce-scatters receive
+  ScratchBuffer padded_;  // the batch's all-reduces whose count size() does not divide
   std::atomic<bool> abort_requested_{false};
 };
 
@@ -323,156 +343,227 @@ absl::Status NcclCommunicator::CheckDeviceBuffer(const CollectiveArgs& args, con
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::ExchangeDescriptors(const CollectiveArgs& args,
-                                                   absl::Time deadline) {
-  const size_t bytes = sizeof(Descriptor);
-  ZS_RETURN_IF_ERROR(Cuda(args, "cudaMalloc", descriptors_.Reserve(bytes * size())));
+absl::StatusOr<int> NcclCommunicator::ExchangeDescriptors(absl::Span<const CollectiveArgs> offered,
+                                                          absl::Time deadline) {
+  const CollectiveArgs& first = offered[0];
+  const size_t bytes = sizeof(Descriptor) * kBatchSlots;
+  ZS_RETURN_IF_ERROR(Cuda(first, "cudaMalloc", descriptors_.Reserve(bytes * size())));
   char* mine = descriptors_.data() + bytes * rank();
-  host_descriptors_[rank()] = ToDescriptor(args);
-  ZS_RETURN_IF_ERROR(Cuda(
-      args, "cudaMemcpyAsync(descriptor)",
-      cudaMemcpyAsync(mine, &host_descriptors_[rank()], bytes, cudaMemcpyHostToDevice, stream_)));
+  Descriptor* my_slots = host_descriptors_ + static_cast<size_t>(kBatchSlots) * rank();
+  PackBatchOffer(offered, my_slots);
+  ZS_RETURN_IF_ERROR(Cuda(first, "cudaMemcpyAsync(descriptors)",
+                          cudaMemcpyAsync(mine, my_slots, bytes, cudaMemcpyHostToDevice, stream_)));
   ZS_RETURN_IF_ERROR(
-      Nccl(args, "ncclAllGather(descriptors)",
+      Nccl(first, "ncclAllGather(descriptors)",
            ncclAllGather(mine, descriptors_.data(), bytes, ncclUint8, comm_, stream_), deadline));
-  ZS_RETURN_IF_ERROR(Cuda(args, "cudaMemcpyAsync(descriptors)",
+  ZS_RETURN_IF_ERROR(Cuda(first, "cudaMemcpyAsync(descriptors)",
                           cudaMemcpyAsync(host_descriptors_, descriptors_.data(), bytes * size(),
                                           cudaMemcpyDeviceToHost, stream_)));
-  ZS_RETURN_IF_ERROR(WaitForStream(args, deadline));
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank()) continue;
-    const CollectiveArgs theirs = FromDescriptor(host_descriptors_[peer]);
-    std::string mismatch = DescribeMismatch(args, theirs);
-    if (mismatch.empty() && theirs.seq != args.seq) {
-      mismatch = absl::StrFormat("sequence number %d vs %d", args.seq, theirs.seq);
-    }
-    if (!mismatch.empty()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: rank %d issued %s instead (%s); every rank must issue the same collectives in "
-          "the same order",
-          Where(args), peer, DescribeCollective(theirs), mismatch));
-    }
-  }
-  return absl::OkStatus();
+  ZS_RETURN_IF_ERROR(WaitForStream(first, deadline));
+  return AgreeOnBatch(host_descriptors_, size(), rank(), offered, ErrorPrefix());
 }
 
-absl::Status NcclCommunicator::EnqueueReduceScatter(const CollectiveArgs& args, const char* send,
-                                                    char* recv, size_t count, absl::Time deadline) {
-  const size_t block = count * DTypeSize(args.dtype);
-  ZS_RETURN_IF_ERROR(Cuda(args, "cudaMalloc(staging)", staging_.Reserve(block * size())));
-  char* staging = staging_.data();
-  // Our own block needs no transfer. It is copied before the sum runs (same
-  // stream), so `recv` may be block rank() of `send`.
-  ZS_RETURN_IF_ERROR(Cuda(args, "cudaMemcpyAsync(own block)",
-                          cudaMemcpyAsync(staging + block * rank(), send + block * rank(), block,
-                                          cudaMemcpyDeviceToDevice, stream_)));
-  if (size() > 1) {
-    ZS_RETURN_IF_ERROR(Nccl(args, "ncclGroupStart", ncclGroupStart(), deadline));
-    ncclResult_t rc = ncclSuccess;
-    const char* failed = "ncclSend/ncclRecv";
-    for (int peer = 0; peer < size() && (rc == ncclSuccess || rc == ncclInProgress); ++peer) {
-      if (peer == rank()) continue;
-      rc = ncclSend(send + block * peer, block, ncclUint8, peer, comm_, stream_);
-      if (rc == ncclSuccess || rc == ncclInProgress) {
-        rc = ncclRecv(staging + block * peer, block, ncclUint8, peer, comm_, stream_);
+template <typename Post>
+absl::Status NcclCommunicator::NcclGroup(const CollectiveArgs& args, const char* what, int n,
+                                         Post post, absl::Time deadline) {
+  ZS_RETURN_IF_ERROR(Nccl(args, "ncclGroupStart", ncclGroupStart(), deadline));
+  ncclResult_t rc = ncclSuccess;
+  const char* failed = what;
+  for (int i = 0; i < n && (rc == ncclSuccess || rc == ncclInProgress); ++i) {
+    rc = post(i, &failed);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (rc != ncclSuccess && rc != ncclInProgress) return NcclError(Where(args), failed, rc);
+  return Nccl(args, "ncclGroupEnd", end, deadline);
+}
+
+absl::Status NcclCommunicator::EnqueueBatch(absl::Span<const CollectiveArgs> ops,
+                                            absl::Time deadline) {
+  // Per collective: where its reduce-scatter (all-reduces and
+  // reduce-scatters) reads, sums into and stages, and for an all-reduce the
+  // buffer it works in (recv, or a zero-padded copy when size() does not
+  // divide count: the padding's sums are computed and dropped).
+  struct Work {
+    bool sums = false;
+    const char* rs_send = nullptr;
+    char* rs_recv = nullptr;
+    size_t rs_count = 0;  // elements per block
+    size_t block = 0;     // bytes per block
+    size_t staging = 0;   // offset into staging_
+    char* work = nullptr;
+    size_t padded = 0;  // offset into padded_ (all-reduce with padding)
+    bool uses_padding = false;
+  };
+  std::vector<Work> work(ops.size());
+  size_t staging_bytes = 0, padded_bytes = 0;
+  const auto align = [](size_t n) { return (n + 255) / 256 * 256; };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollectiveArgs& a = ops[i];
+    Work& w = work[i];
+    if (a.count == 0) continue;
+    const size_t element = DTypeSize(a.dtype);
+    const size_t count = static_cast<size_t>(a.count);
+    if (a.kind == CollectiveKind::kReduceScatter) {
+      w.sums = true;
+      w.rs_count = count;
+    } else if (a.kind == CollectiveKind::kAllReduce) {
+      w.sums = true;
+      w.rs_count = (count + size() - 1) / size();
+      w.uses_padding = w.rs_count * size() != count;
+      if (w.uses_padding) {
+        w.padded = padded_bytes;
+        padded_bytes += align(w.rs_count * size() * element);
       }
     }
-    // The group is closed even after a failed call, so NCCL's group state is
-    // left consistent; the first failure is what is reported.
-    const ncclResult_t end = ncclGroupEnd();
-    if (rc != ncclSuccess && rc != ncclInProgress) return NcclError(Where(args), failed, rc);
-    ZS_RETURN_IF_ERROR(
-        Nccl(args, "ncclGroupEnd(reduce-scatter sends and receives)", end, deadline));
+    if (w.sums) {
+      w.block = w.rs_count * element;
+      w.staging = staging_bytes;
+      staging_bytes += align(w.block * size());
+    }
   }
-  kernels::SumType type = kernels::SumType::kFp32;
-  ToSumType(args.dtype, &type);  // summable: CheckArguments refused the others
-  return Cuda(args, "LaunchRankOrderSum",
-              kernels::cuda::LaunchRankOrderSum(staging, size(), count, type, recv, stream_));
-}
-
-absl::Status NcclCommunicator::EnqueueAllReduce(const CollectiveArgs& args, absl::Time deadline) {
-  const size_t element = DTypeSize(args.dtype);
-  const size_t count = static_cast<size_t>(args.count);
-  const size_t shard = (count + size() - 1) / size();
-  const size_t shard_bytes = shard * element;
-  const char* send = static_cast<const char*>(args.send);
-  char* recv = static_cast<char*>(args.recv);
-  // Reduce-scatter needs size() equal blocks: when size() does not divide
-  // count, the data goes through a buffer padded with zeros to size() * shard
-  // elements (the padding's sums are computed and dropped).
-  char* work = recv;
-  if (shard * size() != count) {
-    ZS_RETURN_IF_ERROR(Cuda(args, "cudaMalloc(padded)", padded_.Reserve(shard_bytes * size())));
-    work = padded_.data();
+  const CollectiveArgs& first = ops[0];
+  if (staging_bytes > 0) {
+    ZS_RETURN_IF_ERROR(Cuda(first, "cudaMalloc(staging)", staging_.Reserve(staging_bytes)));
+  }
+  if (padded_bytes > 0) {
+    ZS_RETURN_IF_ERROR(Cuda(first, "cudaMalloc(padded)", padded_.Reserve(padded_bytes)));
+  }
+  // Inputs in place: padded copies, and each reduce-scatter's own block into
+  // its staging (copied before the sum runs, on the same stream, so `recv`
+  // may be block rank() of `send`).
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollectiveArgs& a = ops[i];
+    Work& w = work[i];
+    if (!w.sums) continue;
+    const size_t element = DTypeSize(a.dtype);
+    const size_t count = static_cast<size_t>(a.count);
+    if (a.kind == CollectiveKind::kReduceScatter) {
+      w.rs_send = static_cast<const char*>(a.send);
+      w.rs_recv = static_cast<char*>(a.recv);
+    } else {
+      w.work = static_cast<char*>(a.recv);
+      if (w.uses_padding) {
+        w.work = padded_.data() + w.padded;
+        ZS_RETURN_IF_ERROR(Cuda(a, "cudaMemsetAsync(padding)",
+                                cudaMemsetAsync(w.work + count * element, 0,
+                                                (w.rs_count * size() - count) * element, stream_)));
+        ZS_RETURN_IF_ERROR(Cuda(
+            a, "cudaMemcpyAsync(into padded)",
+            cudaMemcpyAsync(w.work, a.send, count * element, cudaMemcpyDeviceToDevice, stream_)));
+      }
+      w.rs_send = w.uses_padding ? w.work : static_cast<const char*>(a.send);
+      w.rs_recv = w.work + w.block * rank();
+    }
+    char* staging = staging_.data() + w.staging;
+    ZS_RETURN_IF_ERROR(
+        Cuda(a, "cudaMemcpyAsync(own block)",
+             cudaMemcpyAsync(staging + w.block * rank(), w.rs_send + w.block * rank(), w.block,
+                             cudaMemcpyDeviceToDevice, stream_)));
+  }
+  // Group 1: every reduce-scatter's blocks to their owners.
+  std::vector<int> sums;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (work[i].sums) sums.push_back(static_cast<int>(i));
+  }
+  if (size() > 1 && !sums.empty()) {
+    ZS_RETURN_IF_ERROR(NcclGroup(
+        first, "ncclSend/ncclRecv", static_cast<int>(sums.size()),
+        [&](int k, const char** failed) {
+          const Work& w = work[sums[k]];
+          char* staging = staging_.data() + w.staging;
+          ncclResult_t rc = ncclSuccess;
+          for (int peer = 0; peer < size() && (rc == ncclSuccess || rc == ncclInProgress); ++peer) {
+            if (peer == rank()) continue;
+            *failed = "ncclSend";
+            rc = ncclSend(w.rs_send + w.block * peer, w.block, ncclUint8, peer, comm_, stream_);
+            if (rc == ncclSuccess || rc == ncclInProgress) {
+              *failed = "ncclRecv";
+              rc = ncclRecv(staging + w.block * peer, w.block, ncclUint8, peer, comm_, stream_);
+            }
+          }
+          return rc;
+        },
+        deadline));
+  }
+  // The sums, in rank order.
+  for (int i : sums) {
+    const Work& w = work[i];
+    kernels::SumType type = kernels::SumType::kFp32;
+    ToSumType(ops[i].dtype, &type);  // summable: CheckArguments refused the others
+    ZS_RETURN_IF_ERROR(
+        Cuda(ops[i], "LaunchRankOrderSum",
+             kernels::cuda::LaunchRankOrderSum(staging_.data() + w.staging, size(), w.rs_count,
+                                               type, w.rs_recv, stream_)));
+  }
+  // Group 2: the all-reduces' all-gathers, the all-gathers and broadcasts.
+  std::vector<int> gathers;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollectiveArgs& a = ops[i];
+    if (a.count == 0) continue;
+    if (a.kind == CollectiveKind::kAllGather || a.kind == CollectiveKind::kBroadcast ||
+        (a.kind == CollectiveKind::kAllReduce && size() > 1)) {
+      gathers.push_back(static_cast<int>(i));
+    }
+  }
+  if (!gathers.empty()) {
+    ZS_RETURN_IF_ERROR(NcclGroup(
+        first, "ncclAllGather/ncclBroadcast", static_cast<int>(gathers.size()),
+        [&](int k, const char** failed) {
+          const CollectiveArgs& a = ops[gathers[k]];
+          const Work& w = work[gathers[k]];
+          const size_t bytes = static_cast<size_t>(a.count) * DTypeSize(a.dtype);
+          switch (a.kind) {
+            case CollectiveKind::kAllReduce:
+              *failed = "ncclAllGather(all-reduce)";
+              return ncclAllGather(w.rs_recv, w.work, w.block, ncclUint8, comm_, stream_);
+            case CollectiveKind::kAllGather:
+              // Data movement only: bytes, whatever the dtype.
+              *failed = "ncclAllGather";
+              return ncclAllGather(a.send, a.recv, bytes, ncclUint8, comm_, stream_);
+            default:
+              *failed = "ncclBroadcast";
+              return ncclBroadcast(a.send, a.recv, bytes, ncclUint8, a.root, comm_, stream_);
+          }
+        },
+        deadline));
+  }
+  // Out of the padded buffers.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollectiveArgs& a = ops[i];
+    if (!work[i].uses_padding) continue;
     ZS_RETURN_IF_ERROR(Cuda(
-        args, "cudaMemsetAsync(padding)",
-        cudaMemsetAsync(work + count * element, 0, (shard * size() - count) * element, stream_)));
-    send = work;
-    ZS_RETURN_IF_ERROR(
-        Cuda(args, "cudaMemcpyAsync(into padded)",
-             cudaMemcpyAsync(work, args.send, count * element, cudaMemcpyDeviceToDevice, stream_)));
-  }
-  char* my_shard = work + shard_bytes * rank();
-  ZS_RETURN_IF_ERROR(EnqueueReduceScatter(args, send, my_shard, shard, deadline));
-  if (size() > 1) {
-    ZS_RETURN_IF_ERROR(Nccl(args, "ncclAllGather",
-                            ncclAllGather(my_shard, work, shard_bytes, ncclUint8, comm_, stream_),
-                            deadline));
-  }
-  if (work != recv) {
-    ZS_RETURN_IF_ERROR(
-        Cuda(args, "cudaMemcpyAsync(out of padded)",
-             cudaMemcpyAsync(recv, work, count * element, cudaMemcpyDeviceToDevice, stream_)));
+        a, "cudaMemcpyAsync(out of padded)",
+        cudaMemcpyAsync(a.recv, work[i].work, static_cast<size_t>(a.count) * DTypeSize(a.dtype),
+                        cudaMemcpyDeviceToDevice, stream_)));
   }
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::RunCollective(const CollectiveArgs& args, absl::Time deadline) {
+absl::StatusOr<int> NcclCommunicator::RunBatch(absl::Span<const CollectiveArgs> offered,
+                                               absl::Time deadline) {
+  const CollectiveArgs& first = offered[0];
   if (comm_ == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("%s: the NCCL communicator was aborted", Where(args)));
+        absl::StrFormat("%s: the NCCL communicator was aborted", Where(first)));
   }
   // The progress thread's current device; cheap when it is already set.
   ScopedCudaDevice on_device(ordinal_);
   if (!on_device.status().ok()) {
     return absl::Status(on_device.status().code(),
-                        absl::StrCat(Where(args), ": ", on_device.status().message()));
+                        absl::StrCat(Where(first), ": ", on_device.status().message()));
   }
-  if (args.kind != CollectiveKind::kBarrier && args.count > 0) {
+  for (const CollectiveArgs& args : offered) {
+    if (args.kind == CollectiveKind::kBarrier || args.count == 0) continue;
     ZS_RETURN_IF_ERROR(CheckDeviceBuffer(
         args, args.send, args.kind == CollectiveKind::kBroadcast ? "broadcast" : "send"));
     if (args.recv != args.send) ZS_RETURN_IF_ERROR(CheckDeviceBuffer(args, args.recv, "recv"));
   }
-  // Doubles as the Barrier: every rank must have issued this collective.
-  ZS_RETURN_IF_ERROR(ExchangeDescriptors(args, deadline));
-  if (args.kind == CollectiveKind::kBarrier || args.count == 0) return absl::OkStatus();
-
-  const size_t bytes = static_cast<size_t>(args.count) * DTypeSize(args.dtype);
-  switch (args.kind) {
-    case CollectiveKind::kAllReduce:
-      ZS_RETURN_IF_ERROR(EnqueueAllReduce(args, deadline));
-      break;
-    case CollectiveKind::kReduceScatter:
-      ZS_RETURN_IF_ERROR(EnqueueReduceScatter(args, static_cast<const char*>(args.send),
-                                              static_cast<char*>(args.recv),
-                                              static_cast<size_t>(args.count), deadline));
-      break;
-    case CollectiveKind::kAllGather:
-      // Data movement only: bytes, whatever the dtype.
-      ZS_RETURN_IF_ERROR(Nccl(args, "ncclAllGather",
-                              ncclAllGather(args.send, args.recv, bytes, ncclUint8, comm_, stream_),
-                              deadline));
-      break;
-    case CollectiveKind::kBroadcast:
-      ZS_RETURN_IF_ERROR(
-          Nccl(args, "ncclBroadcast",
-               ncclBroadcast(args.send, args.recv, bytes, ncclUint8, args.root, comm_, stream_),
-               deadline));
-      break;
-    case CollectiveKind::kBarrier:
-      break;
-  }
-  return WaitForStream(args, deadline);
+  // Doubles as the Barrier: every rank must have issued these collectives.
+  ZS_ASSIGN_OR_RETURN(const int n, ExchangeDescriptors(offered, deadline));
+  const absl::Span<const CollectiveArgs> ops = offered.subspan(0, n);
+  ZS_RETURN_IF_ERROR(EnqueueBatch(ops, deadline));
+  ZS_RETURN_IF_ERROR(WaitForStream(first, deadline));
+  return n;
 }
 
 }  // namespace
@@ -521,7 +612,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, i
   }
   if (cuda_rc == cudaSuccess) {
     call = "cudaMallocHost(descriptors)";
-    cuda_rc = cudaMallocHost(&host_descriptors, sizeof(Descriptor) * static_cast<size_t>(size));
+    cuda_rc = cudaMallocHost(&host_descriptors,
+                             sizeof(Descriptor) * kBatchSlots * static_cast<size_t>(size));
   }
   if (cuda_rc != cudaSuccess) {
     if (stream != nullptr) cudaStreamDestroy(stream);
