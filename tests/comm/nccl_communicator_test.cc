@@ -289,6 +289,31 @@ absl::Status RunRankIssuedTogether(Communicator& comm, const Memory& memory,
   return status;
 }
 
+// Fresh random inputs for every case and rank, and the local backend's
+// results of running the cases one at a time on host memory: (*x)[k][r] is
+// case k's data of rank r. `actual` is sized like `expected`.
+absl::Status LocalReference(int world, const std::vector<Case>& cases, std::mt19937_64& rng,
+                            std::vector<std::vector<std::vector<uint8_t>>>* inputs,
+                            std::vector<std::vector<std::vector<uint8_t>>>* expected,
+                            std::vector<std::vector<std::vector<uint8_t>>>* actual) {
+  const size_t n = cases.size();
+  inputs->assign(n, std::vector<std::vector<uint8_t>>(world));
+  expected->assign(n, std::vector<std::vector<uint8_t>>(world));
+  actual->assign(n, std::vector<std::vector<uint8_t>>(world));
+  for (size_t k = 0; k < n; ++k) {
+    for (auto& input : (*inputs)[k]) {
+      input = RandomInput(cases[k].dtype, InputElements(cases[k], world), rng);
+    }
+  }
+  const Memory host = HostMemory();
+  return RunLocalRanks(world, [&](int, Communicator& comm) -> absl::Status {
+    for (size_t k = 0; k < n; ++k) {
+      ZS_RETURN_IF_ERROR(RunRank(comm, host, cases[k], (*inputs)[k], &(*expected)[k]));
+    }
+    return absl::OkStatus();
+  });
+}
+
 // Runs every case on the local backend and on nccl with `world` GPUs and
 // compares the results bitwise. One nccl communicator per world serves every
 // case in turn (an NCCL init costs a fraction of a second, and reusing one
@@ -298,22 +323,9 @@ void CompareWithLocal(int world, const std::vector<Case>& cases) {
   std::mt19937_64 rng(::zeroshard::testing::Seed() + world);
   Gpus gpus(world);
   const size_t n = cases.size();
-  std::vector<std::vector<std::vector<uint8_t>>> inputs(n), expected(n), actual(n);
-  for (size_t k = 0; k < n; ++k) {
-    inputs[k].resize(world);
-    for (auto& input : inputs[k])
-      input = RandomInput(cases[k].dtype, InputElements(cases[k], world), rng);
-    expected[k].resize(world);
-    actual[k].resize(world);
-  }
-  const Memory host = HostMemory();
+  std::vector<std::vector<std::vector<uint8_t>>> inputs, expected, actual;
+  ASSERT_TRUE(LocalReference(world, cases, rng, &inputs, &expected, &actual).ok());
   const Memory gpu = GpuMemory();
-  ASSERT_TRUE(RunLocalRanks(world, [&](int, Communicator& comm) -> absl::Status {
-                for (size_t k = 0; k < n; ++k) {
-                  ZS_RETURN_IF_ERROR(RunRank(comm, host, cases[k], inputs[k], &expected[k]));
-                }
-                return absl::OkStatus();
-              }).ok());
   const absl::Status status =
       RunNcclLocalRanks(gpus.devices, [&](int, Communicator& comm) -> absl::Status {
         EXPECT_EQ(comm.backend(), "nccl");
@@ -434,22 +446,9 @@ TEST(NcclCommunicatorTest, SmallCollectivesIssuedTogetherMatchOneAtATime) {
     if (c.count <= 4099) cases.push_back(c);
   }
   const size_t n = cases.size();
-  std::vector<std::vector<std::vector<uint8_t>>> inputs(n), expected(n), actual(n);
-  for (size_t k = 0; k < n; ++k) {
-    inputs[k].resize(world);
-    for (auto& input : inputs[k])
-      input = RandomInput(cases[k].dtype, InputElements(cases[k], world), rng);
-    expected[k].resize(world);
-    actual[k].resize(world);
-  }
-  const Memory host = HostMemory();
+  std::vector<std::vector<std::vector<uint8_t>>> inputs, expected, actual;
+  ASSERT_TRUE(LocalReference(world, cases, rng, &inputs, &expected, &actual).ok());
   const Memory gpu = GpuMemory();
-  ASSERT_TRUE(RunLocalRanks(world, [&](int, Communicator& comm) -> absl::Status {
-                for (size_t k = 0; k < n; ++k) {
-                  ZS_RETURN_IF_ERROR(RunRank(comm, host, cases[k], inputs[k], &expected[k]));
-                }
-                return absl::OkStatus();
-              }).ok());
   Gpus gpus(world);
   const absl::Status status =
       RunNcclLocalRanks(gpus.devices, [&](int, Communicator& comm) -> absl::Status {
