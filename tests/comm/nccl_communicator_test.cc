@@ -531,5 +531,32 @@ TEST(NcclCommunicatorTest, MissingRankIsDeadlineExceededNotAHang) {
   EXPECT_LT(elapsed, absl::Seconds(30));
 }
 
+// A thread rank whose work fails marks itself, and its peers' waiting
+// collective fails at once naming it, long before the timeout.
+TEST(NcclCommunicatorTest, AFailedThreadRankFailsItsPeersAtOnce) {
+  ZS_SKIP_WITHOUT_GPUS(2);
+  Gpus gpus(2);
+  CommOptions options;
+  options.timeout = absl::Seconds(60);
+  const absl::Time start = absl::Now();
+  absl::Status rank0;
+  const absl::Status status = RunNcclLocalRanks(
+      gpus.devices,
+      [&](int rank, Communicator& comm) {
+        if (rank == 1) return absl::InternalError("rank 1's trainer failed");
+        void* buf = nullptr;
+        if (cudaMalloc(&buf, 64) != cudaSuccess) return absl::InternalError("cudaMalloc");
+        rank0 = comm.AllReduce(buf, buf, 16, DType::kFloat32).Wait();
+        cudaFree(buf);
+        return rank0;
+      },
+      options);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  // The cause is reported, not its consequence on rank 0.
+  EXPECT_THAT(status.message(), HasSubstr("rank 1: rank 1's trainer failed"));
+  EXPECT_EQ(rank0.code(), absl::StatusCode::kAborted) << rank0;
+  EXPECT_THAT(rank0.message(), HasSubstr("rank 1 left the group"));
+}
+
 }  // namespace
 }  // namespace zeroshard

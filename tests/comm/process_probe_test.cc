@@ -9,10 +9,15 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/str_format.h"
+#include "engine/src/comm/peer_watch.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard::internal {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(ProcStat, ParsesStateAndStartTimeAfterTheLastParenthesis) {
   // Field 22 is the start time; the command name may hold ") " itself.
@@ -99,6 +104,64 @@ TEST(ProcessProbe, RunningStoppedKilledAndReaped) {
   EXPECT_NE(DescribeState(ProcessState::kUnknown).find("another machine"), std::string::npos);
   EXPECT_NE(DescribeState(ProcessState::kStopped).find("stopped"), std::string::npos);
   EXPECT_NE(DescribeState(ProcessState::kGone).find("died"), std::string::npos);
+}
+
+// The nccl backend's view of its peers (NCCL itself cannot say which one
+// is missing): peer processes on this machine probed through /proc.
+TEST(PeerWatch, AKilledPeerProcessFailsTheWaitAtOnceNamingItsRank) {
+  const ProcessIdentity self = ThisProcess();
+  if (self.machine == 0) GTEST_SKIP() << "/proc cannot identify this machine";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    while (true) pause();
+  }
+  const ProcessIdentity child = ChildIdentity(pid, self);
+  // This process is rank 1 of 3, the child rank 2; rank 0 is this process
+  // again (a stand-in that stays alive).
+  PeerWatch watch(1, {self, self, child});
+  EXPECT_TRUE(watch.CheckPeers("nccl comm rank 1").ok());
+  EXPECT_THAT(watch.DescribePeers(), HasSubstr(absl::StrFormat("rank 2 (pid %d", pid)));
+  EXPECT_THAT(watch.DescribePeers(), HasSubstr("is alive and running"));
+
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  ASSERT_EQ(WaitForState(child, self, ProcessState::kStopped), ProcessState::kStopped);
+  EXPECT_TRUE(watch.CheckPeers("nccl comm rank 1").ok()) << "a stopped peer may still continue";
+  EXPECT_THAT(watch.DescribePeers(), HasSubstr("is stopped"));
+
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  absl::Status status;
+  for (int i = 0; i < 200 && status.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    status = watch.CheckPeers("nccl comm rank 1: AllReduce #3 (count 16, fp32)");
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrFormat("nccl comm rank 1: AllReduce #3 (count 16, fp32): rank 2 "
+                                        "(pid %d",
+                                        pid)));
+  EXPECT_THAT(status.message(), HasSubstr("died: its process is gone"));
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+}
+
+// Ranks as threads of one process: a rank whose work failed is named.
+TEST(PeerWatch, AFailedThreadRankIsNamedAndTheOthersAreNot) {
+  auto table = std::make_shared<PeerWatch::ThreadTable>(4);
+  PeerWatch watch(0, 4, table);
+  EXPECT_TRUE(watch.CheckPeers("nccl comm rank 0").ok());
+  table->MarkFailed(0);  // this rank's own failure is not a peer's
+  EXPECT_TRUE(watch.CheckPeers("nccl comm rank 0").ok());
+  table->MarkFailed(3);
+  const absl::Status status = watch.CheckPeers("nccl comm rank 0: Broadcast #9");
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("nccl comm rank 0: Broadcast #9: rank 3 left the group"));
+  EXPECT_THAT(watch.DescribePeers(), HasSubstr("rank 3 failed"));
+  EXPECT_THAT(watch.DescribePeers(), HasSubstr("rank 1 is a thread of this process, still"));
+  // Nothing known: nothing said, nothing failed.
+  PeerWatch blind(0, 4);
+  EXPECT_TRUE(blind.CheckPeers("x").ok());
+  EXPECT_EQ(blind.DescribePeers(), "");
 }
 
 }  // namespace

@@ -254,7 +254,9 @@ bool HaveNccl();
 // memory and any stream may read it. Sums are computed by zeroshard's own
 // kernel, not by NCCL's reductions, so they have the bits of the local and
 // mpi backends (the rank-order contract above). NCCL cannot say which peer
-// is missing: a timeout names the ranks it waited for.
+// is missing: a timeout names the ranks it waited for and what is known of
+// each; a peer process on this machine that died fails the wait at once,
+// naming it (as on the mpi backend).
 //
 // CreateNcclCommunicator: one rank per process over MPI_COMM_WORLD (rank 0
 // makes the NCCL id and broadcasts it over MPI, which it initialises if
@@ -268,11 +270,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& dev
 
 // Runs `fn(rank, comm)` on one thread per GPU of `devices` (rank r on
 // devices[r]; distinct CUDA devices, as NCCL needs one GPU per rank) and
-// returns the first error any rank returned, prefixed with "rank R: ". Waits
-// for every rank: a rank that fails makes its peers' pending collectives time
-// out (CommOptions::timeout), it does not fail them at once as RunLocalRanks
-// does. InvalidArgument for an empty list, a null, non-CUDA or repeated
-// device; NotFound for a GPU this machine lacks; Unimplemented without NCCL.
+// returns the error of the rank that failed first, prefixed with "rank R: ".
+// Waits for every rank: a rank whose `fn` fails marks itself, so its peers'
+// waiting collectives fail at once (Aborted, naming it); collectives it never
+// issued after an OK return time out (CommOptions::timeout).
+// InvalidArgument for an empty list, a null, non-CUDA or repeated device;
+// NotFound for a GPU this machine lacks; Unimplemented without NCCL.
 absl::Status RunNcclLocalRanks(const std::vector<Device*>& devices,
                                const std::function<absl::Status(int rank, Communicator& comm)>& fn,
                                CommOptions options = {});

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -17,6 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "engine/src/comm/nccl_communicator.h"
+#include "engine/src/comm/peer_watch.h"
+#include "engine/src/comm/process_probe.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/status.h"
@@ -63,35 +66,54 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& dev
     ncclUniqueId id;
   } message{};
   if (rank == 0) message.error = static_cast<int32_t>(ncclGetUniqueId(&message.id));
+  // Waits for a nonblocking MPI call against the deadline; a request that
+  // cannot complete cannot be cancelled either, so the caller must end the
+  // job.
+  const auto wait = [&](MPI_Request* request, const char* call,
+                        const char* missing) -> absl::Status {
+    while (true) {
+      int done = 0;
+      int rc;
+      {
+        internal::MpiCallLock lock;
+        rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+      }
+      if (rc != MPI_SUCCESS) return internal::MpiError(kWhere, call, rc);
+      if (done) return absl::OkStatus();
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "%s: rank %d: %s did not complete within %s (%s); end the job with AbortJob", kWhere,
+            rank, call, absl::FormatDuration(options.timeout), missing));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
   MPI_Request request = MPI_REQUEST_NULL;
   {
     internal::MpiCallLock lock;
     const int rc = MPI_Ibcast(&message, sizeof(message), MPI_BYTE, 0, MPI_COMM_WORLD, &request);
     if (rc != MPI_SUCCESS) return internal::MpiError(kWhere, "MPI_Ibcast(NCCL id)", rc);
   }
-  while (true) {
-    int done = 0;
-    int rc;
-    {
-      internal::MpiCallLock lock;
-      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    }
-    if (rc != MPI_SUCCESS) return internal::MpiError(kWhere, "MPI_Test(NCCL id)", rc);
-    if (done) break;
-    if (absl::Now() >= deadline) {
-      // The broadcast cannot be cancelled: the caller must end the job.
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "%s: rank %d did not receive the NCCL id from rank 0 within %s (rank 0 is stuck, dead "
-          "or not calling CreateNcclCommunicator); end the job with AbortJob",
-          kWhere, rank, absl::FormatDuration(options.timeout)));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ZS_RETURN_IF_ERROR(wait(&request, "MPI_Ibcast(NCCL id)",
+                          "rank 0 is stuck, dead or not calling CreateNcclCommunicator"));
   if (message.error != ncclSuccess) {
     return internal::NcclError(absl::StrFormat("%s (on rank 0)", kWhere), "ncclGetUniqueId",
                                static_cast<ncclResult_t>(message.error));
   }
-  return internal::NewNcclCommunicator(ordinal, rank, size, message.id, options, deadline);
+  // Every rank's process, so that a waiting collective can tell a dead peer
+  // on this machine from a stuck one (PeerWatch).
+  std::vector<internal::ProcessIdentity> processes(size);
+  const internal::ProcessIdentity self = internal::ThisProcess();
+  {
+    internal::MpiCallLock lock;
+    const int rc = MPI_Iallgather(&self, sizeof(self), MPI_BYTE, processes.data(), sizeof(self),
+                                  MPI_BYTE, MPI_COMM_WORLD, &request);
+    if (rc != MPI_SUCCESS) return internal::MpiError(kWhere, "MPI_Iallgather(processes)", rc);
+  }
+  ZS_RETURN_IF_ERROR(wait(&request, "MPI_Iallgather(processes)",
+                          "a rank is stuck, dead or not calling CreateNcclCommunicator"));
+  return internal::NewNcclCommunicator(ordinal, rank, size, message.id, options, deadline,
+                                       internal::PeerWatch(rank, std::move(processes)));
 #endif
 }
 
@@ -129,23 +151,38 @@ absl::Status RunNcclLocalRanks(const std::vector<Device*>& devices,
   const int world = static_cast<int>(devices.size());
   const absl::Time deadline = absl::Now() + options.timeout;
   std::vector<absl::Status> results(world);
+  // A rank that fails marks itself here: its peers' waiting collectives then
+  // fail at once, naming it, instead of timing out.
+  auto failed = std::make_shared<internal::PeerWatch::ThreadTable>(world);
+  // The rank that failed first: its error is the cause, the others' follow.
+  std::atomic<int> first_failed{-1};
+  const auto mark_failed = [&](int r) {
+    int none = -1;
+    first_failed.compare_exchange_strong(none, r);
+    failed->MarkFailed(r);
+  };
   std::vector<std::thread> threads;
   threads.reserve(world);
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       // Joining blocks until every rank joined, hence one thread per rank.
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          internal::NewNcclCommunicator(ordinals[r], r, world, id, options, deadline);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = internal::NewNcclCommunicator(
+          ordinals[r], r, world, id, options, deadline, internal::PeerWatch(r, world, failed));
       if (!comm.ok()) {
         results[r] = comm.status();
+        mark_failed(r);
         return;
       }
       // fn's CUDA calls go to this rank's GPU.
       internal::ScopedCudaDevice on_device(ordinals[r]);
       results[r] = fn(r, **comm);
+      if (!results[r].ok()) mark_failed(r);
     });
   }
   for (std::thread& thread : threads) thread.join();
+  if (const int r = first_failed.load(); r >= 0) {
+    return absl::Status(results[r].code(), absl::StrFormat("rank %d: %s", r, results[r].message()));
+  }
   for (int r = 0; r < world; ++r) {
     if (!results[r].ok()) {
       return absl::Status(results[r].code(),

@@ -164,8 +164,10 @@ class ScratchBuffer {
 class NcclCommunicator final : public AsyncCommunicator {
  public:
   NcclCommunicator(int ordinal, int rank, int size, ncclComm_t comm, cudaStream_t stream,
-                   cudaEvent_t done, Descriptor* host_descriptors, CommOptions options)
+                   cudaEvent_t done, Descriptor* host_descriptors, CommOptions options,
+                   PeerWatch peers)
       : AsyncCommunicator(rank, size, options),
+        peers_(std::move(peers)),
         ordinal_(ordinal),
         comm_(comm),
         stream_(stream),
@@ -259,6 +261,8 @@ class NcclCommunicator final : public AsyncCommunicator {
   absl::Status NcclGroup(const CollectiveArgs& args, const char* what, int n, Post post,
                          absl::Time deadline);
 
+  // Only the progress thread uses it (CheckProgress, TimedOut).
+  PeerWatch peers_;
   const int ordinal_;
   ncclComm_t comm_;
   const cudaStream_t stream_;
@@ -272,11 +276,13 @@ class NcclCommunicator final : public AsyncCommunicator {
 };
 
 absl::Status NcclCommunicator::TimedOut(const CollectiveArgs& args) const {
+  const std::string known = peers_.DescribePeers();
   return absl::DeadlineExceededError(absl::StrFormat(
       "%s: a peer of %s did not arrive within %s (NCCL cannot tell which; a rank died, is stuck "
-      "or issued fewer collectives); the NCCL communicator was aborted, end the job with "
+      "or issued fewer collectives)%s; the NCCL communicator was aborted, end the job with "
       "AbortJob",
-      Where(args), PeersOf(rank(), size()), absl::FormatDuration(options().timeout)));
+      Where(args), PeersOf(rank(), size()), absl::FormatDuration(options().timeout),
+      known.empty() ? "" : absl::StrCat("; of the peers: ", known)));
 }
 
 absl::Status NcclCommunicator::CheckProgress(const CollectiveArgs& args, absl::Time deadline) {
@@ -290,6 +296,8 @@ absl::Status NcclCommunicator::CheckProgress(const CollectiveArgs& args, absl::T
     return absl::CancelledError(absl::StrFormat(
         "%s: the communicator was destroyed while the collective waited", Where(args)));
   }
+  // A peer known gone will never arrive: fail now, naming it.
+  ZS_RETURN_IF_ERROR(peers_.CheckPeers(Where(args)));
   if (absl::Now() >= deadline) return TimedOut(args);
   return absl::OkStatus();
 }
@@ -571,7 +579,8 @@ absl::StatusOr<int> NcclCommunicator::RunBatch(absl::Span<const CollectiveArgs> 
 absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, int rank, int size,
                                                                   const ncclUniqueId& id,
                                                                   CommOptions options,
-                                                                  absl::Time deadline) {
+                                                                  absl::Time deadline,
+                                                                  PeerWatch peers) {
   const std::string where = absl::StrFormat("nccl comm rank %d (cuda:%d)", rank, ordinal);
   ScopedCudaDevice on_device(ordinal);
   if (!on_device.status().ok()) {
@@ -623,7 +632,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, i
   }
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(ordinal, rank, size, comm, stream, done,
-                           static_cast<Descriptor*>(host_descriptors), options));
+                           static_cast<Descriptor*>(host_descriptors), options, std::move(peers)));
 }
 
 }  // namespace internal

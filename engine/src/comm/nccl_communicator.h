@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/src/comm/peer_watch.h"
 #include "engine/src/device/cuda_device.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -35,10 +36,14 @@ absl::StatusOr<int> CudaOrdinalOf(const Device& device, const std::string& where
 // (collective: every rank must call it with the same id) and returns its
 // communicator. `options.timeout` must already be resolved; DeadlineExceeded
 // when not every rank joined by `deadline`.
+// `peers` says what can be learnt about the other ranks beside NCCL (their
+// processes, or a table of failed thread ranks): a rank known gone fails the
+// collectives that wait at once, naming it.
 absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, int rank, int size,
                                                                   const ncclUniqueId& id,
                                                                   CommOptions options,
-                                                                  absl::Time deadline);
+                                                                  absl::Time deadline,
+                                                                  PeerWatch peers);
 
 }  // namespace internal
 }  // namespace zeroshard
