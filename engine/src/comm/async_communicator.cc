@@ -361,9 +361,9 @@ void AsyncCommunicator::FinishPointToPoint(CommOpState& state, absl::Status resu
   state.Complete(std::move(result));
 }
 
-CommHandle AsyncCommunicator::IssueOnProgressThread(
-    std::string what, std::function<absl::Status(absl::Time deadline)> run) {
-  auto state = std::make_shared<CommOpState>();
+void AsyncCommunicator::IssueOnProgressThread(
+    std::shared_ptr<CommOpState> state, std::string what,
+    std::function<absl::Status(absl::Time deadline)> run) {
   absl::Status poisoned;
   bool stopping = false;
   {
@@ -388,7 +388,6 @@ CommHandle AsyncCommunicator::IssueOnProgressThread(
   } else {
     cv_.notify_one();
   }
-  return CommHandle(std::move(state));
 }
 
 // The tag of the agreement collective, so that a rank that issued another

@@ -106,8 +106,9 @@ class AsyncCommunicator : public Communicator {
   // taking a collective sequence number: for a transport that cannot move
   // point-to-point data beside its collectives (nccl). `what` names it in
   // errors.
-  CommHandle IssueOnProgressThread(std::string what,
-                                   std::function<absl::Status(absl::Time deadline)> run);
+  // `state` is completed with run's result.
+  void IssueOnProgressThread(std::shared_ptr<CommOpState> state, std::string what,
+                             std::function<absl::Status(absl::Time deadline)> run);
 
   // Collective over this communicator: every rank passes its (color, key);
   // returns the ranks of this group that passed `color`, ordered by key,
