@@ -511,15 +511,25 @@ TEST_P(CommSuite, SendRecvRingMovesExactBytes) {
       for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{1009}, int64_t{(1 << 19) + 3}}) {
         TestData data(seed(), dtype);
         ++salt;
-        cases.push_back(Case{data, count, salt, data.Make(salt, comm.rank(), count),
-                             std::vector<uint8_t>(count * DTypeSize(dtype), 0xab), {}, {}});
+        cases.push_back(Case{data,
+                             count,
+                             salt,
+                             data.Make(salt, comm.rank(), count),
+                             std::vector<uint8_t>(count * DTypeSize(dtype), 0xab),
+                             {},
+                             {}});
       }
     }
     {
       const int64_t count = 3'000'001;  // 6 MB of bf16
       TestData data(seed(), DType::kBFloat16);
-      cases.push_back(Case{data, count, ++salt, data.Make(salt, comm.rank(), count),
-                           std::vector<uint8_t>(count * 2, 0xab), {}, {}});
+      cases.push_back(Case{data,
+                           count,
+                           ++salt,
+                           data.Make(salt, comm.rank(), count),
+                           std::vector<uint8_t>(count * 2, 0xab),
+                           {},
+                           {}});
     }
     for (Case& c : cases) {
       c.sent = comm.Send(c.send.data(), c.count, c.data.dtype(), Next(comm), c.salt);
@@ -616,8 +626,8 @@ TEST_P(CommSuite, MessagesMatchByTagInIssueOrder) {
         const int slot = (tag - 1) * kPerTag + k;
         const std::string what = absl::StrFormat("rank %d tag %d message %d", comm.rank(), tag, k);
         ASSERT_TRUE(receives[slot].Wait().ok()) << what << ": " << receives[slot].Wait();
-        EXPECT_EQ(CheckCopy(data, salt_of(tag, k), Previous(comm), incoming[slot].data(), kCount,
-                            0, what),
+        EXPECT_EQ(CheckCopy(data, salt_of(tag, k), Previous(comm), incoming[slot].data(), kCount, 0,
+                            what),
                   0);
       }
     }

@@ -46,9 +46,8 @@ void AsyncCommunicator::Shutdown() {
   cv_.notify_all();
   for (PendingOp& op : never_started) {
     if (op.state == nullptr) continue;
-    op.state->Complete(absl::CancelledError(
-        absl::StrFormat("%s: %s never ran: the communicator was destroyed first", ErrorPrefix(),
-                        Describe(op))));
+    op.state->Complete(absl::CancelledError(absl::StrFormat(
+        "%s: %s never ran: the communicator was destroyed first", ErrorPrefix(), Describe(op))));
   }
   RequestAbort();
   if (thread_.joinable()) thread_.join();
@@ -220,9 +219,9 @@ void AsyncCommunicator::ProgressLoop() {
     if (!op.argument_error.ok()) {
       result = op.argument_error;
     } else if (!poisoned.ok()) {
-      result = absl::Status(
-          poisoned.code(), absl::StrFormat("%s: %s not run: an earlier collective failed: %s",
-                                           ErrorPrefix(), Describe(op), poisoned.message()));
+      result = absl::Status(poisoned.code(),
+                            absl::StrFormat("%s: %s not run: an earlier collective failed: %s",
+                                            ErrorPrefix(), Describe(op), poisoned.message()));
     } else {
       // The device work that produces the send buffer first (AllReduceAfter):
       // not part of the collective's run time.
@@ -379,9 +378,9 @@ void AsyncCommunicator::IssueOnProgressThread(
     }
   }
   if (!poisoned.ok()) {
-    state->Complete(absl::Status(
-        poisoned.code(), absl::StrFormat("%s: %s not run: an earlier operation failed: %s",
-                                         ErrorPrefix(), what, poisoned.message())));
+    state->Complete(absl::Status(poisoned.code(),
+                                 absl::StrFormat("%s: %s not run: an earlier operation failed: %s",
+                                                 ErrorPrefix(), what, poisoned.message())));
   } else if (stopping) {
     state->Complete(absl::FailedPreconditionError(absl::StrFormat(
         "%s: %s issued while the communicator is being destroyed", ErrorPrefix(), what)));

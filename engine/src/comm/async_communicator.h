@@ -89,8 +89,7 @@ class AsyncCommunicator : public Communicator {
   // (from any thread) through FinishPointToPoint. Must not wait for the
   // collectives or for other sends and receives. The default fails it with
   // Unimplemented.
-  virtual void StartPointToPoint(const PointToPointArgs& args,
-                                 std::shared_ptr<CommOpState> state);
+  virtual void StartPointToPoint(const PointToPointArgs& args, std::shared_ptr<CommOpState> state);
   // Completes a Send or Recv with `result`; an error poisons the
   // communicator (Poison).
   void FinishPointToPoint(CommOpState& state, absl::Status result);

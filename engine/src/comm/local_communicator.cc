@@ -381,8 +381,7 @@ class LocalCommunicator final : public AsyncCommunicator {
         });
       }
     }
-    mailbox_->Post(rank(), args, std::move(state), absl::Now() + options().timeout,
-                   ErrorPrefix());
+    mailbox_->Post(rank(), args, std::move(state), absl::Now() + options().timeout, ErrorPrefix());
   }
   void OnPoisoned(const absl::Status& error) override { MarkGone(std::string(error.message())); }
   void RequestAbort() override { hub_->Abort(rank()); }

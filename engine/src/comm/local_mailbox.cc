@@ -46,15 +46,15 @@ void LocalMailbox::Match(const OpPtr& send, const OpPtr& recv) {
     constexpr char kRule[] =
         "the k-th Send from one rank to another with a tag must meet the k-th Recv of the same "
         "count and dtype";
-    Decide(send, absl::FailedPreconditionError(absl::StrFormat(
-                     "%s: %s does not match rank %d's %s (%s); %s", send->prefix,
-                     DescribePointToPoint(send->args), recv->owner,
-                     DescribePointToPoint(recv->args), diff, kRule)));
-    Decide(recv, absl::FailedPreconditionError(absl::StrFormat(
-                     "%s: %s does not match rank %d's %s (%s); %s", recv->prefix,
-                     DescribePointToPoint(recv->args), send->owner,
-                     DescribePointToPoint(send->args),
-                     DescribePointToPointMismatch(recv->args, send->args), kRule)));
+    Decide(send, absl::FailedPreconditionError(
+                     absl::StrFormat("%s: %s does not match rank %d's %s (%s); %s", send->prefix,
+                                     DescribePointToPoint(send->args), recv->owner,
+                                     DescribePointToPoint(recv->args), diff, kRule)));
+    Decide(recv,
+           absl::FailedPreconditionError(absl::StrFormat(
+               "%s: %s does not match rank %d's %s (%s); %s", recv->prefix,
+               DescribePointToPoint(recv->args), send->owner, DescribePointToPoint(send->args),
+               DescribePointToPointMismatch(recv->args, send->args), kRule)));
     return;
   }
   send->partner = recv;
@@ -65,9 +65,9 @@ void LocalMailbox::Match(const OpPtr& send, const OpPtr& recv) {
 absl::Status LocalMailbox::PeerGoneError(const Op& op) const {
   const RankState& peer = *ranks_[op.args.peer];
   if (peer.gone) {
-    return absl::AbortedError(absl::StrFormat("%s: %s failed: rank %d left the group (its error: %s)",
-                                              op.prefix, DescribePointToPoint(op.args),
-                                              op.args.peer, peer.reason));
+    return absl::AbortedError(
+        absl::StrFormat("%s: %s failed: rank %d left the group (its error: %s)", op.prefix,
+                        DescribePointToPoint(op.args), op.args.peer, peer.reason));
   }
   return absl::AbortedError(absl::StrFormat(
       "%s: %s failed: rank %d left the group (%s) without issuing the matching %s", op.prefix,
@@ -173,10 +173,10 @@ void LocalMailbox::RunWorker(int rank, CollectiveMemory& memory,
         Decide(recv, absl::OkStatus());
         Decide(send, absl::OkStatus());
       } else {
-        Decide(recv, absl::Status(copied.code(),
-                                  absl::StrFormat("%s: moving the data of %s failed: %s",
-                                                  recv->prefix, DescribePointToPoint(recv->args),
-                                                  copied.message())));
+        Decide(recv,
+               absl::Status(copied.code(),
+                            absl::StrFormat("%s: moving the data of %s failed: %s", recv->prefix,
+                                            DescribePointToPoint(recv->args), copied.message())));
         Decide(send, absl::AbortedError(absl::StrFormat(
                          "%s: %s failed: rank %d could not receive it: %s", send->prefix,
                          DescribePointToPoint(send->args), rank, copied.message())));
@@ -245,11 +245,11 @@ void LocalMailbox::Drain(int rank, const std::string& reason) {
     RankState& me = *ranks_[rank];
     for (const OpPtr& op : me.open) {
       if (!op->decided && op->partner != nullptr && !op->args.is_send) {
-        Decide(op->partner, absl::AbortedError(absl::StrFormat(
-                                "%s: %s failed: rank %d's communicator was destroyed before it "
-                                "received the data",
-                                op->partner->prefix, DescribePointToPoint(op->partner->args),
-                                rank)));
+        Decide(op->partner,
+               absl::AbortedError(absl::StrFormat(
+                   "%s: %s failed: rank %d's communicator was destroyed before it "
+                   "received the data",
+                   op->partner->prefix, DescribePointToPoint(op->partner->args), rank)));
       }
       Decide(op, absl::CancelledError(
                      absl::StrFormat("%s: %s failed: the communicator was destroyed first",

@@ -76,9 +76,11 @@ class MpiCommunicator final : public AsyncCommunicator {
     seq_bits_ = std::min(tag_bits, 20);
     instance_bits_ = tag_bits - seq_bits_;
     SetGroupName(std::move(group_name));
-    p2p_ = std::make_unique<MpiPointToPoint>(
-        p2p_comm, rank, processes_, options.timeout, ErrorPrefix(),
-        [this](CommOpState& op, absl::Status result) { FinishPointToPoint(op, std::move(result)); });
+    p2p_ = std::make_unique<MpiPointToPoint>(p2p_comm, rank, processes_, options.timeout,
+                                             ErrorPrefix(),
+                                             [this](CommOpState& op, absl::Status result) {
+                                               FinishPointToPoint(op, std::move(result));
+                                             });
     StartProgressThread();
   }
 
@@ -186,7 +188,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Split(int color, 
   absl::StatusOr<std::vector<int>> members = AgreeOnSplit(color, key);
   if (!members.ok()) return members.status();
   const uint64_t instance = NextMpiInstance();
-  const std::string where = absl::StrFormat("%s: Split(color %d, key %d)", ErrorPrefix(), color, key);
+  const std::string where =
+      absl::StrFormat("%s: Split(color %d, key %d)", ErrorPrefix(), color, key);
   MPI_Comm child = MPI_COMM_NULL;
   MPI_Comm p2p_child = MPI_COMM_NULL;
   int child_rank = 0;

@@ -82,9 +82,9 @@ std::string MpiPointToPoint::DescribeRank(int peer) const {
 
 absl::Status MpiPointToPoint::Check(int rc, const char* call, const Op* op) {
   if (rc == MPI_SUCCESS) return absl::OkStatus();
-  return MpiError(op != nullptr ? absl::StrCat(prefix_, ": ", DescribePointToPoint(op->args))
-                                : prefix_,
-                  call, rc);
+  return MpiError(
+      op != nullptr ? absl::StrCat(prefix_, ": ", DescribePointToPoint(op->args)) : prefix_, call,
+      rc);
 }
 
 void MpiPointToPoint::Run() {
@@ -311,10 +311,10 @@ void MpiPointToPoint::CheckDeadlinesAndPeers() {
       for (auto it = ops_.begin(); it != ops_.end();) {
         const OpPtr op = *it++;
         if (op->args.peer != peer) continue;
-        Fail(op, absl::AbortedError(absl::StrFormat(
-                     "%s: %s failed: %s %s; the job cannot continue", prefix_,
-                     DescribePointToPoint(op->args), DescribeRank(peer),
-                     DescribeState(ProcessState::kGone))));
+        Fail(op, absl::AbortedError(absl::StrFormat("%s: %s failed: %s %s; the job cannot continue",
+                                                    prefix_, DescribePointToPoint(op->args),
+                                                    DescribeRank(peer),
+                                                    DescribeState(ProcessState::kGone))));
       }
     }
   }
@@ -323,13 +323,13 @@ void MpiPointToPoint::CheckDeadlinesAndPeers() {
     if (now < op->deadline) continue;
     const char* other = op->args.is_send ? "Recv" : "Send";
     const std::string why =
-        !op->matched ? absl::StrFormat("that rank never issued the matching %s", other)
+        !op->matched       ? absl::StrFormat("that rank never issued the matching %s", other)
         : op->args.is_send ? std::string("it issued the matching Recv but never took the data")
                            : std::string("it issued the matching Send but its data never arrived");
     Fail(op, absl::DeadlineExceededError(absl::StrFormat(
                  "%s: timed out after %s in %s waiting for rank %d; %s: %s %s", prefix_,
-                 absl::FormatDuration(timeout_), DescribePointToPoint(op->args), op->args.peer,
-                 why, DescribeRank(op->args.peer),
+                 absl::FormatDuration(timeout_), DescribePointToPoint(op->args), op->args.peer, why,
+                 DescribeRank(op->args.peer),
                  DescribeState(ProbeProcess(processes_[op->args.peer], processes_[rank_])))));
   }
 }

@@ -220,8 +220,9 @@ class NcclCommunicator final : public AsyncCommunicator {
   // collectives (docs/communicator.md: no deadlock guarantee on nccl yet).
   void StartPointToPoint(const PointToPointArgs& args,
                          std::shared_ptr<CommOpState> state) override {
-    IssueOnProgressThread(std::move(state), DescribePointToPoint(args),
-                          [this, args](absl::Time deadline) { return RunPointToPoint(args, deadline); });
+    IssueOnProgressThread(
+        std::move(state), DescribePointToPoint(args),
+        [this, args](absl::Time deadline) { return RunPointToPoint(args, deadline); });
   }
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
   void OnPoisoned(const absl::Status& error) override { AbortNccl(); }
@@ -542,8 +543,13 @@ absl::Status NcclCommunicator::RunPointToPoint(const PointToPointArgs& args, abs
   cudaError_t crc = descriptors_.Reserve(2 * bytes);
   if (crc != cudaSuccess) return CudaError(where, "cudaMalloc(descriptors)", crc);
   Descriptor& mine = host_descriptors_[0];
-  mine = Descriptor{args.is_send ? 1 : 0, args.count, static_cast<int64_t>(args.dtype), 0,
-                    static_cast<int64_t>(args.index), 0, args.tag};
+  mine = Descriptor{args.is_send ? 1 : 0,
+                    args.count,
+                    static_cast<int64_t>(args.dtype),
+                    0,
+                    static_cast<int64_t>(args.index),
+                    0,
+                    args.tag};
   crc = cudaMemcpyAsync(descriptors_.data(), &mine, bytes, cudaMemcpyHostToDevice, stream_);
   if (crc != cudaSuccess) return CudaError(where, "cudaMemcpyAsync(descriptor)", crc);
   ZS_RETURN_IF_ERROR(NcclAt(where, args.peer, "ncclGroupStart", ncclGroupStart(), deadline));
@@ -766,10 +772,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> WrapNcclComm(int ordinal, int rank
     ncclCommAbort(comm);
     return CudaError(where, call, cuda_rc);
   }
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(ordinal, rank, size, comm, stream, done,
-                           static_cast<Descriptor*>(host_descriptors), options,
-                           std::move(group_name)));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      ordinal, rank, size, comm, stream, done, static_cast<Descriptor*>(host_descriptors), options,
+      std::move(group_name)));
 }
 
 }  // namespace internal
