@@ -57,7 +57,8 @@ void LocalMailbox::Match(const OpPtr& send, const OpPtr& recv) {
                DescribePointToPointMismatch(recv->args, send->args), kRule)));
     return;
   }
-  send->partner = recv;
+  send->matched = true;
+  recv->matched = true;
   recv->partner = send;
   ranks_[recv->owner]->cv.notify_all();  // its worker copies
 }
@@ -133,7 +134,7 @@ void LocalMailbox::RunWorker(int rank, CollectiveMemory& memory,
     const absl::Time now = absl::Now();
     for (auto it = me.open.begin(); it != me.open.end();) {
       const OpPtr& op = *it;
-      if (!op->decided && op->partner == nullptr && now >= op->deadline) {
+      if (!op->decided && !op->matched && now >= op->deadline) {
         Unqueue(op);
         Decide(op, TimeoutError(*op));
       }
@@ -142,7 +143,7 @@ void LocalMailbox::RunWorker(int rank, CollectiveMemory& memory,
         it = me.open.erase(it);
         continue;
       }
-      if (op->partner == nullptr) {
+      if (!op->matched) {
         next_deadline = std::min(next_deadline, op->deadline);
       } else if (!op->args.is_send && !op->copying) {
         op->copying = true;
@@ -244,7 +245,7 @@ void LocalMailbox::Drain(int rank, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     RankState& me = *ranks_[rank];
     for (const OpPtr& op : me.open) {
-      if (!op->decided && op->partner != nullptr && !op->args.is_send) {
+      if (!op->decided && op->matched && !op->args.is_send) {
         Decide(op->partner,
                absl::AbortedError(absl::StrFormat(
                    "%s: %s failed: rank %d's communicator was destroyed before it "

@@ -76,9 +76,12 @@ class LocalMailbox {
     std::shared_ptr<CommOpState> state;
     absl::Time deadline;
     std::string prefix;
-    std::shared_ptr<Op> partner;  // set once matched
-    bool copying = false;         // a matched Recv whose data the worker is copying
-    bool decided = false;         // result is final; the owner's worker reports it
+    bool matched = false;
+    // A matched Recv: the Send it copies from (only this direction, so no
+    // reference cycle keeps the pair alive).
+    std::shared_ptr<Op> partner;
+    bool copying = false;  // a matched Recv whose data the worker is copying
+    bool decided = false;  // result is final; the owner's worker reports it
     absl::Status result;
   };
   using OpPtr = std::shared_ptr<Op>;
