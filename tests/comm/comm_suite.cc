@@ -1,8 +1,11 @@
 // The communicator test bodies, run on every rank of every TestWorld.
 #include "tests/comm/comm_suite.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -482,6 +485,317 @@ TEST_P(CommSuite, MismatchedCollectiveNamesBothRanks) {
     EXPECT_THAT(message, HasSubstr(absl::StrFormat("comm rank %d:", comm.rank())));
     EXPECT_THAT(message, HasSubstr(absl::StrFormat("rank %d's collective #1", other)));
     EXPECT_THAT(message, HasSubstr(comm.rank() == odd_one ? "count 8 vs 7" : "count 7 vs 8"));
+  });
+}
+
+// ---- Send, Recv and Split ----
+
+int Next(const Communicator& comm) { return (comm.rank() + 1) % comm.size(); }
+int Previous(const Communicator& comm) { return (comm.rank() + comm.size() - 1) % comm.size(); }
+
+// Each rank sends to rank + 1 and receives from rank - 1, every size and
+// dtype in flight at once; sizes past 1 MiB take MPI's rendezvous path.
+TEST_P(CommSuite, SendRecvRingMovesExactBytes) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    struct Case {
+      TestData data;
+      int64_t count;
+      uint64_t salt;
+      std::vector<uint8_t> send, recv;
+      CommHandle sent, received;
+    };
+    std::vector<Case> cases;
+    uint64_t salt = 500;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kUInt8}) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{1009}, int64_t{(1 << 19) + 3}}) {
+        TestData data(seed(), dtype);
+        ++salt;
+        cases.push_back(Case{data,
+                             count,
+                             salt,
+                             data.Make(salt, comm.rank(), count),
+                             std::vector<uint8_t>(count * DTypeSize(dtype), 0xab),
+                             {},
+                             {}});
+      }
+    }
+    {
+      const int64_t count = 3'000'001;  // 6 MB of bf16
+      TestData data(seed(), DType::kBFloat16);
+      cases.push_back(Case{data,
+                           count,
+                           ++salt,
+                           data.Make(salt, comm.rank(), count),
+                           std::vector<uint8_t>(count * 2, 0xab),
+                           {},
+                           {}});
+    }
+    for (Case& c : cases) {
+      c.sent = comm.Send(c.send.data(), c.count, c.data.dtype(), Next(comm), c.salt);
+      c.received = comm.Recv(c.recv.data(), c.count, c.data.dtype(), Previous(comm), c.salt);
+    }
+    for (Case& c : cases) {
+      const std::string what = Label(comm, "Send/Recv ring", c.data.dtype(), c.count, false);
+      const absl::Status received = c.received.Wait();
+      ASSERT_TRUE(received.ok()) << what << ": " << received;
+      ASSERT_TRUE(c.sent.Wait().ok()) << what << ": " << c.sent.Wait();
+      EXPECT_EQ(CheckCopy(c.data, c.salt, Previous(comm), c.recv.data(), c.count, 0, what), 0);
+    }
+  });
+}
+
+// Pipeline 1F1B: ranks in pairs each Send to the other, then Recv, and wait
+// for the Recv first. An implementation that runs sends and receives one at a
+// time in issue order (each waiting for its peer) deadlocks here: both send
+// first, and a 16 MiB send cannot finish before its receive is posted.
+TEST_P(CommSuite, CrossSendThenRecvDoesNotDeadlock) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  world().Run(Timeout(absl::Seconds(20)), [&](Communicator& comm) {
+    const int partner = comm.rank() ^ 1;
+    if (partner >= comm.size()) return;  // the odd one out of an odd world
+    const int64_t count = 4 << 20;
+    const TestData data(seed(), DType::kFloat32);
+    const std::vector<uint8_t> activations = data.Make(600, comm.rank(), count);
+    std::vector<uint8_t> received(activations.size(), 0xab);
+    CommHandle sent = comm.Send(activations.data(), count, DType::kFloat32, partner, 3);
+    const absl::Status status =
+        comm.Recv(received.data(), count, DType::kFloat32, partner, 3).Wait();
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(sent.Wait().ok()) << sent.Wait();
+    EXPECT_EQ(CheckCopy(data, 600, partner, received.data(), count, 0, "cross send/recv"), 0);
+  });
+  // Nor behind a collective: rank 0's Send completes while its AllReduce,
+  // issued first, waits for rank 1, which joins it only after its Recv.
+  world().Run(Timeout(absl::Seconds(20)), [&](Communicator& comm) {
+    const TestData data(seed(), DType::kFloat32);
+    std::vector<uint8_t> reduced = data.Make(601, comm.rank(), 257);
+    std::vector<uint8_t> message = data.Make(602, 0, 1 << 20);
+    CommHandle all_reduce;
+    if (comm.rank() == 0) {
+      all_reduce = comm.AllReduce(reduced.data(), reduced.data(), 257, DType::kFloat32);
+      const absl::Status sent = comm.Send(message.data(), 1 << 20, DType::kFloat32, 1, 0).Wait();
+      ASSERT_TRUE(sent.ok()) << sent;
+    } else {
+      if (comm.rank() == 1) {
+        std::fill(message.begin(), message.end(), 0);
+        const absl::Status received =
+            comm.Recv(message.data(), 1 << 20, DType::kFloat32, 0, 0).Wait();
+        ASSERT_TRUE(received.ok()) << received;
+        EXPECT_EQ(CheckCopy(data, 602, 0, message.data(), 1 << 20, 0, "send beside AllReduce"), 0);
+      }
+      all_reduce = comm.AllReduce(reduced.data(), reduced.data(), 257, DType::kFloat32);
+    }
+    ASSERT_TRUE(all_reduce.Wait().ok()) << all_reduce.Wait();
+    EXPECT_EQ(CheckSum(data, 601, comm.size(), reduced.data(), 257, 0, "AllReduce beside p2p"), 0);
+  });
+}
+
+// Several messages per tag to the same peer: the receiver posts its Recvs
+// tag by tag in reverse, so only matching by (sender, tag) in issue order
+// gives each buffer its message.
+TEST_P(CommSuite, MessagesMatchByTagInIssueOrder) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    constexpr int kTags = 5;
+    constexpr int kPerTag = 3;
+    constexpr int64_t kCount = 211;
+    const TestData data(seed(), DType::kFloat32);
+    auto salt_of = [](int tag, int k) { return static_cast<uint64_t>(700 + 10 * tag + k); };
+    std::vector<std::vector<uint8_t>> outgoing;
+    std::vector<CommHandle> sends;
+    for (int tag = 1; tag <= kTags; ++tag) {
+      for (int k = 0; k < kPerTag; ++k) {
+        outgoing.push_back(data.Make(salt_of(tag, k), comm.rank(), kCount));
+        sends.push_back(comm.Send(outgoing.back().data(), kCount, DType::kFloat32, Next(comm),
+                                  static_cast<uint64_t>(tag)));
+      }
+    }
+    std::vector<std::vector<uint8_t>> incoming(kTags * kPerTag,
+                                               std::vector<uint8_t>(kCount * 4, 0xab));
+    std::vector<CommHandle> receives(kTags * kPerTag);
+    for (int tag = kTags; tag >= 1; --tag) {
+      for (int k = 0; k < kPerTag; ++k) {
+        const int slot = (tag - 1) * kPerTag + k;
+        receives[slot] = comm.Recv(incoming[slot].data(), kCount, DType::kFloat32, Previous(comm),
+                                   static_cast<uint64_t>(tag));
+      }
+    }
+    for (int tag = 1; tag <= kTags; ++tag) {
+      for (int k = 0; k < kPerTag; ++k) {
+        const int slot = (tag - 1) * kPerTag + k;
+        const std::string what = absl::StrFormat("rank %d tag %d message %d", comm.rank(), tag, k);
+        ASSERT_TRUE(receives[slot].Wait().ok()) << what << ": " << receives[slot].Wait();
+        EXPECT_EQ(CheckCopy(data, salt_of(tag, k), Previous(comm), incoming[slot].data(), kCount, 0,
+                            what),
+                  0);
+      }
+    }
+    for (CommHandle& send : sends) ASSERT_TRUE(send.Wait().ok()) << send.Wait();
+  });
+}
+
+TEST_P(CommSuite, SendRecvMismatchNamesBothRanks) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  struct Variant {
+    int64_t send_count, recv_count;
+    DType send_dtype, recv_dtype;
+    const char* sender_sees;
+    const char* receiver_sees;
+  };
+  for (const Variant& v :
+       {Variant{7, 8, DType::kFloat32, DType::kFloat32, "count 7 vs 8", "count 8 vs 7"},
+        Variant{5, 5, DType::kFloat32, DType::kBFloat16, "dtype fp32 vs bf16",
+                "dtype bf16 vs fp32"}}) {
+    world().Run(Timeout(absl::Seconds(10)), [&](Communicator& comm) {
+      if (comm.rank() > 1) return;
+      std::vector<float> buf(8, 1.0f);
+      const absl::Time start = absl::Now();
+      const absl::Status status =
+          comm.rank() == 0 ? comm.Send(buf.data(), v.send_count, v.send_dtype, 1, 4).Wait()
+                           : comm.Recv(buf.data(), v.recv_count, v.recv_dtype, 0, 4).Wait();
+      EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a mismatch must not wait for a timeout";
+      ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      const std::string message(status.message());
+      EXPECT_THAT(message, HasSubstr(absl::StrFormat("comm rank %d:", comm.rank())));
+      EXPECT_THAT(message, HasSubstr(comm.rank() == 0 ? "rank 1's Recv #1 from rank 0"
+                                                      : "rank 0's Send #1 to rank 1"));
+      EXPECT_THAT(message, HasSubstr(comm.rank() == 0 ? v.sender_sees : v.receiver_sees));
+      // Poisoned.
+      EXPECT_FALSE(comm.Send(buf.data(), 1, DType::kFloat32, 1 - comm.rank(), 0).Wait().ok());
+    });
+  }
+}
+
+TEST_P(CommSuite, RecvFromSilentRankTimesOutNamingIt) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  const absl::Duration timeout = absl::Seconds(1);
+  world().Run(Timeout(timeout), [&](Communicator& comm) {
+    const int silent = comm.size() - 1;
+    if (comm.rank() == silent) {
+      absl::SleepFor(timeout + absl::Milliseconds(1500));
+      return;
+    }
+    std::vector<float> buf(9, 0.0f);
+    const absl::Time start = absl::Now();
+    const absl::Status status = comm.Recv(buf.data(), 9, DType::kFloat32, silent, 2).Wait();
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    const std::string message(status.message());
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("Recv #1 from rank %d", silent)));
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank %d", silent)));
+    EXPECT_THAT(message, HasSubstr("timed out after 1s"));
+    EXPECT_THAT(message, HasSubstr("running"));
+    EXPECT_GE(took, timeout - absl::Milliseconds(50));
+    EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
+  });
+}
+
+TEST_P(CommSuite, InvalidSendRecvArgumentsFail) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  struct BadCall {
+    const char* name;
+    std::function<CommHandle(Communicator&, float*)> issue;
+    const char* expected_text;
+  };
+  const std::vector<BadCall> bad_calls = {
+      {"self", [](Communicator& c, float* b) { return c.Send(b, 1, DType::kFloat32, c.rank(), 0); },
+       "this rank"},
+      {"peer out of range",
+       [](Communicator& c, float* b) { return c.Recv(b, 1, DType::kFloat32, c.size(), 0); },
+       "out of range"},
+      {"negative count",
+       [](Communicator& c, float* b) { return c.Send(b, -2, DType::kFloat32, Next(c), 0); },
+       "negative"},
+      {"null buffer",
+       [](Communicator& c, float* b) { return c.Recv(nullptr, 3, DType::kFloat32, Next(c), 0); },
+       "null"},
+  };
+  for (const BadCall& bad : bad_calls) {
+    world().Run(kRelaxed, [&](Communicator& comm) {
+      float buf[4] = {};
+      const absl::Status status = bad.issue(comm, buf).Wait();
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad.name << ": " << status;
+      EXPECT_THAT(std::string(status.message()), HasSubstr(bad.expected_text)) << bad.name;
+      const absl::Status next = comm.Barrier().Wait();
+      EXPECT_EQ(next.code(), absl::StatusCode::kInvalidArgument) << bad.name << ": " << next;
+    });
+  }
+}
+
+// Even and odd ranks form two groups ordered by descending rank (key =
+// -rank); with 3 or more ranks the last one passes color -1 and gets none.
+TEST_P(CommSuite, SplitFormsGroupsOrderedByKey) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    const int world_size = comm.size();
+    const bool opts_out = world_size >= 3 && comm.rank() == world_size - 1;
+    const int color = opts_out ? -1 : comm.rank() % 2;
+    auto child_or = comm.Split(color, -comm.rank());
+    ASSERT_TRUE(child_or.ok()) << child_or.status();
+    std::unique_ptr<Communicator> child = std::move(child_or).value();
+    if (opts_out) {
+      EXPECT_EQ(child, nullptr);
+      ASSERT_TRUE(comm.Barrier().Wait().ok());
+      return;
+    }
+    ASSERT_NE(child, nullptr);
+    std::vector<int> members;  // world ranks of the group, in key order
+    for (int r = world_size - 1; r >= 0; --r) {
+      const bool member_opts_out = world_size >= 3 && r == world_size - 1;
+      if (!member_opts_out && r % 2 == color) members.push_back(r);
+    }
+    ASSERT_EQ(child->size(), static_cast<int>(members.size()));
+    ASSERT_EQ(members[child->rank()], comm.rank());
+    EXPECT_EQ(child->backend(), comm.backend());
+    // An AllReduce in the group: each member contributes as its group rank.
+    const TestData data(seed(), DType::kFloat32);
+    std::vector<uint8_t> buf = data.Make(800 + color, child->rank(), 1009);
+    const absl::Status reduced =
+        child->AllReduce(buf.data(), buf.data(), 1009, DType::kFloat32).Wait();
+    ASSERT_TRUE(reduced.ok()) << reduced;
+    EXPECT_EQ(CheckSum(data, 800 + color, child->size(), buf.data(), 1009, 0, "AllReduce in group"),
+              0);
+    // A ring of Send/Recv in the group, group ranks as peers.
+    if (child->size() >= 2) {
+      const std::vector<uint8_t> out = data.Make(810 + color, child->rank(), 4099);
+      std::vector<uint8_t> in(out.size(), 0xab);
+      CommHandle sent = child->Send(out.data(), 4099, DType::kFloat32, Next(*child), 1);
+      const absl::Status received =
+          child->Recv(in.data(), 4099, DType::kFloat32, Previous(*child), 1).Wait();
+      ASSERT_TRUE(received.ok()) << received;
+      ASSERT_TRUE(sent.Wait().ok()) << sent.Wait();
+      EXPECT_EQ(CheckCopy(data, 810 + color, Previous(*child), in.data(), 4099, 0, "ring in group"),
+                0);
+      // Its errors say which group and which parent rank.
+      const absl::Status bad = child->Send(out.data(), 1, DType::kFloat32, child->rank(), 0).Wait();
+      EXPECT_THAT(std::string(bad.message()),
+                  HasSubstr(absl::StrFormat("comm rank %d of group %d (parent rank %d)",
+                                            child->rank(), color, comm.rank())));
+    }
+    // The parent still works.
+    ASSERT_TRUE(comm.Barrier().Wait().ok());
+  });
+}
+
+TEST_P(CommSuite, SplitWithoutOneRankNamesIt) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  const absl::Duration timeout = absl::Seconds(1);
+  world().Run(Timeout(timeout), [&](Communicator& comm) {
+    const int absent = comm.size() - 1;
+    if (comm.rank() == absent) {
+      absl::SleepFor(timeout + absl::Milliseconds(1500));
+      return;
+    }
+    const absl::Time start = absl::Now();
+    auto child = comm.Split(0, 0);
+    ASSERT_FALSE(child.ok()) << "Split finished without rank " << absent;
+    EXPECT_TRUE(child.status().code() == absl::StatusCode::kDeadlineExceeded ||
+                child.status().code() == absl::StatusCode::kAborted)
+        << child.status();
+    const std::string message(child.status().message());
+    EXPECT_THAT(message, HasSubstr("Split(color 0, key 0)"));
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", absent)));
+    EXPECT_LT(absl::Now() - start, timeout + absl::Seconds(4)) << message;
   });
 }
 

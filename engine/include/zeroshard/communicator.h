@@ -169,10 +169,14 @@ class Communicator {
   // point-to-point) to complete, so two ranks may each Send to the other and
   // then Recv without deadlock (a pipeline's send-forward/recv-backward).
   // `buf` must stay valid and untouched (Send) / unread (Recv) until Wait()
-  // returns. Same timeouts and named-rank errors as the collectives; a
-  // failure poisons the communicator. peer == rank() is InvalidArgument.
-  // Backends without point-to-point return a handle that fails with
-  // Unimplemented.
+  // returns. Same timeouts and named-rank errors as the collectives (counted
+  // from the call); a failure poisons the communicator. peer == rank(), a
+  // peer out of range, a negative count or a null buffer with count > 0 is
+  // InvalidArgument. Sends and receives are numbered apart from the
+  // collectives ("Send #3 to rank 2 ..."). The nccl backend runs them in
+  // issue order with its collectives, which keeps the matching but not the
+  // no-deadlock promise (docs/communicator.md). Backends without
+  // point-to-point return a handle that fails with Unimplemented.
   virtual CommHandle Send(const void* buf, int64_t count, DType dtype, int peer, uint64_t tag);
   virtual CommHandle Recv(void* buf, int64_t count, DType dtype, int peer, uint64_t tag);
 
@@ -182,7 +186,9 @@ class Communicator {
   // options and memory, its own progress thread and sequence numbers, and
   // must not outlive this one. A rank that passes color < 0 joins no group
   // and gets null. Errors as for a collective (timeout naming the ranks that
-  // did not arrive); Unimplemented for a backend without it.
+  // did not arrive); Unimplemented for a backend without it. Errors of the
+  // new group name it: "local comm rank 1 of group 3 (parent rank 5)".
+  // Blocks until the group exists.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
 
   // The same without a tag.

@@ -48,16 +48,15 @@ void AsyncCommunicator::Shutdown() {
   cv_.notify_all();
   for (PendingOp& op : never_started) {
     if (op.state == nullptr) continue;
-    op.state->Complete(absl::CancelledError(
-        absl::StrFormat("%s: %s never ran: the communicator was destroyed first", ErrorPrefix(),
-                        DescribeCollective(op.args))));
+    op.state->Complete(absl::CancelledError(absl::StrFormat(
+        "%s: %s never ran: the communicator was destroyed first", ErrorPrefix(), Describe(op))));
   }
   RequestAbort();
   if (thread_.joinable()) thread_.join();
 }
 
 std::string AsyncCommunicator::ErrorPrefix() const {
-  return absl::StrFormat("%s comm rank %d", backend(), rank_);
+  return absl::StrFormat("%s comm rank %d%s", backend(), rank_, group_name_);
 }
 
 // The issuing entry points: describe the collective, queue it.
@@ -215,8 +214,9 @@ absl::StatusOr<int> AsyncCommunicator::RunBatch(absl::Span<const CollectiveArgs>
 void AsyncCommunicator::ProgressLoop() {
   while (true) {
     // The front of the queue, and with batching the batchable collectives
-    // queued behind it (those that need no device wait and have no argument
-    // error); what the batch does not take goes back to the front.
+    // queued behind it (plain collectives that need no device wait and have
+    // no argument error; never point-to-point work); what the batch does not
+    // take goes back to the front.
     std::vector<PendingOp> ops;
     absl::Status poisoned;
     {
@@ -227,11 +227,11 @@ void AsyncCommunicator::ProgressLoop() {
       queue_.pop_front();
       poisoned = poison_;
       const int limit = std::min(max_batch(), kMaxBatchOps);
-      if (limit > 1 && poisoned.ok() && ops[0].argument_error.ok()) {
+      if (limit > 1 && poisoned.ok() && ops[0].argument_error.ok() && !ops[0].run) {
         std::vector<CollectiveArgs> candidates = {ops[0].args};
         for (size_t i = 0; i < queue_.size() && static_cast<int>(candidates.size()) < limit; ++i) {
           const PendingOp& next = queue_[i];
-          if (!next.argument_error.ok() || next.ready != nullptr) break;
+          if (!next.argument_error.ok() || next.ready != nullptr || next.run) break;
           candidates.push_back(next.args);
         }
         const int take = BatchablePrefix(candidates, size_, limit);
@@ -247,10 +247,9 @@ void AsyncCommunicator::ProgressLoop() {
     if (!op.argument_error.ok()) {
       result = op.argument_error;
     } else if (!poisoned.ok()) {
-      result = absl::Status(
-          poisoned.code(),
-          absl::StrFormat("%s: %s not run: an earlier collective failed: %s", ErrorPrefix(),
-                          DescribeCollective(op.args), poisoned.message()));
+      result = absl::Status(poisoned.code(),
+                            absl::StrFormat("%s: %s not run: an earlier collective failed: %s",
+                                            ErrorPrefix(), Describe(op), poisoned.message()));
     } else {
       // The device work that produces the send buffer first (AllReduceAfter):
       // not part of the collective's run time.
@@ -266,7 +265,8 @@ void AsyncCommunicator::ProgressLoop() {
       const absl::Time begin = absl::Now();
       if (result.ok()) {
         if (ops.size() == 1) {
-          result = RunCollective(op.args, begin + options_.timeout);
+          result = op.run ? op.run(begin + options_.timeout)
+                          : RunCollective(op.args, begin + options_.timeout);
         } else {
           std::vector<CollectiveArgs> args;
           for (const PendingOp& o : ops) args.push_back(o.args);
@@ -306,17 +306,175 @@ void AsyncCommunicator::ProgressLoop() {
         }
       }
     }
-    if (!result.ok() && poisoned.ok()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        poison_ = result;
-      }
-      OnPoisoned(result);
-    }
+    if (!result.ok() && poisoned.ok()) Poison(result);
     for (PendingOp& o : ops) {
       if (o.state != nullptr) o.state->Complete(result);
     }
   }
+}
+
+void AsyncCommunicator::Poison(const absl::Status& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!poison_.ok()) return;
+    poison_ = error;
+  }
+  OnPoisoned(error);
+}
+
+absl::Status AsyncCommunicator::poison() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return poison_;
+}
+
+CommHandle AsyncCommunicator::Send(const void* buf, int64_t count, DType dtype, int peer,
+                                   uint64_t tag) {
+  PointToPointArgs args;
+  args.is_send = true;
+  args.send = buf;
+  args.count = count;
+  args.dtype = dtype;
+  args.peer = peer;
+  args.tag = tag;
+  return IssuePointToPoint(args);
+}
+
+CommHandle AsyncCommunicator::Recv(void* buf, int64_t count, DType dtype, int peer, uint64_t tag) {
+  PointToPointArgs args;
+  args.recv = buf;
+  args.count = count;
+  args.dtype = dtype;
+  args.peer = peer;
+  args.tag = tag;
+  return IssuePointToPoint(args);
+}
+
+absl::Status AsyncCommunicator::CheckPointToPointArguments(const PointToPointArgs& args) const {
+  const std::string where = absl::StrFormat("%s: %s", ErrorPrefix(), DescribePointToPoint(args));
+  if (args.peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the peer is this rank; a rank cannot send to or receive from itself", where));
+  }
+  if (args.peer < 0 || args.peer >= size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: peer %d is out of range; the group has ranks 0..%d", where, args.peer, size_ - 1));
+  }
+  if (args.count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: element count %d is negative", where, args.count));
+  }
+  const uint64_t max_count =
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / DTypeSize(args.dtype);
+  if (static_cast<uint64_t>(args.count) > max_count) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d elements overflow a byte count", where, args.count));
+  }
+  const void* buffer = args.is_send ? args.send : args.recv;
+  if (args.count > 0 && buffer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the buffer is null but count is %d", where, args.count));
+  }
+  return absl::OkStatus();
+}
+
+CommHandle AsyncCommunicator::IssuePointToPoint(PointToPointArgs args) {
+  auto state = std::make_shared<CommOpState>();
+  absl::Status poisoned;
+  absl::Status argument_error;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    args.index = next_point_to_point_++;
+    poisoned = poison_;
+    stopping = stopping_;
+    if (poisoned.ok() && !stopping) {
+      argument_error = CheckPointToPointArguments(args);
+      // Like a collective's bad arguments: a marker poisons the
+      // communicator on the progress thread once the collectives issued
+      // before have run (OnPoisoned may need that thread).
+      if (!argument_error.ok()) queue_.push_back(PendingOp{{}, argument_error, nullptr, nullptr});
+    }
+  }
+  if (!poisoned.ok()) {
+    state->Complete(absl::Status(
+        poisoned.code(),
+        absl::StrFormat("%s: %s not run: an earlier operation failed: %s", ErrorPrefix(),
+                        DescribePointToPoint(args), poisoned.message())));
+  } else if (stopping) {
+    state->Complete(absl::FailedPreconditionError(
+        absl::StrFormat("%s: %s issued while the communicator is being destroyed", ErrorPrefix(),
+                        DescribePointToPoint(args))));
+  } else if (!argument_error.ok()) {
+    cv_.notify_one();
+    state->Complete(argument_error);
+  } else {
+    StartPointToPoint(args, state);
+  }
+  return CommHandle(std::move(state));
+}
+
+void AsyncCommunicator::StartPointToPoint(const PointToPointArgs& args,
+                                          std::shared_ptr<CommOpState> state) {
+  state->Complete(absl::UnimplementedError(
+      absl::StrFormat("%s: %s: the '%s' backend has no point-to-point transfers", ErrorPrefix(),
+                      DescribePointToPoint(args), backend())));
+}
+
+void AsyncCommunicator::FinishPointToPoint(CommOpState& state, absl::Status result) {
+  if (!result.ok()) Poison(result);
+  state.Complete(std::move(result));
+}
+
+void AsyncCommunicator::IssueOnProgressThread(
+    std::shared_ptr<CommOpState> state, std::string what,
+    std::function<absl::Status(absl::Time deadline)> run) {
+  absl::Status poisoned;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    poisoned = poison_;
+    stopping = stopping_;
+    if (poisoned.ok() && !stopping) {
+      PendingOp op;
+      op.state = state;
+      op.run = std::move(run);
+      op.what = what;
+      queue_.push_back(std::move(op));
+    }
+  }
+  if (!poisoned.ok()) {
+    state->Complete(absl::Status(poisoned.code(),
+                                 absl::StrFormat("%s: %s not run: an earlier operation failed: %s",
+                                                 ErrorPrefix(), what, poisoned.message())));
+  } else if (stopping) {
+    state->Complete(absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s issued while the communicator is being destroyed", ErrorPrefix(), what)));
+  } else {
+    cv_.notify_one();
+  }
+}
+
+// The tag of the agreement collective, so that a rank that issued another
+// AllGather instead fails with a mismatch rather than mixing the data.
+constexpr uint64_t kSplitAgreementTag = 0x53706c6974ull;  // "Split"
+
+absl::StatusOr<std::vector<int>> AsyncCommunicator::AgreeOnSplit(int color, int key) {
+  const int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+  const absl::Status agreed =
+      AllGather(mine, all.data(), 2, DType::kInt64, kSplitAgreementTag).Wait();
+  if (!agreed.ok()) {
+    return absl::Status(agreed.code(), absl::StrFormat("Split(color %d, key %d): %s", color, key,
+                                                       agreed.message()));
+  }
+  std::vector<int> members;
+  if (color < 0) return members;
+  for (int r = 0; r < size_; ++r) {
+    if (all[2 * r] == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  return members;
 }
 
 }  // namespace internal

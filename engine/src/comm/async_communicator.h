@@ -8,10 +8,12 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,6 +53,13 @@ class AsyncCommunicator : public Communicator {
   CommHandle ReduceScatterAfter(std::shared_ptr<Event> ready, const void* send, void* recv,
                                 int64_t recv_count, DType dtype, uint64_t tag) final;
 
+  // Checks the arguments (InvalidArgument, which poisons once the
+  // collectives issued before have run, as for a collective) and the
+  // poison, numbers the operation and hands it to StartPointToPoint; never
+  // queued behind the collectives.
+  CommHandle Send(const void* buf, int64_t count, DType dtype, int peer, uint64_t tag) final;
+  CommHandle Recv(void* buf, int64_t count, DType dtype, int peer, uint64_t tag) final;
+
   // How many collectives this rank has issued so far (the sequence number of
   // the last one).
   uint64_t issued() const;
@@ -85,9 +94,44 @@ class AsyncCommunicator : public Communicator {
   // return an error soon instead of waiting out its deadline.
   virtual void RequestAbort() {}
 
+  // Takes one Send or Recv whose arguments were checked, on a communicator
+  // that was not poisoned when it was issued, and completes `state` later
+  // (from any thread) through FinishPointToPoint. Must not wait for the
+  // collectives or for other sends and receives. The default fails it with
+  // Unimplemented.
+  virtual void StartPointToPoint(const PointToPointArgs& args, std::shared_ptr<CommOpState> state);
+  // Completes a Send or Recv with `result`; an error poisons the
+  // communicator (Poison).
+  void FinishPointToPoint(CommOpState& state, absl::Status result);
+  // Records `error` as the communicator's first error unless it has one and
+  // then calls OnPoisoned, on the calling thread. For the progress thread,
+  // and for a backend's own point-to-point thread when its OnPoisoned is
+  // thread-safe (local, mpi).
+  void Poison(const absl::Status& error);
+  // The first error, OK while not poisoned.
+  absl::Status poison() const;
+  // Queues `run` behind the collectives issued so far, to run on the
+  // progress thread like one (deadline, poisoning, destruction) without
+  // taking a collective sequence number: for a transport that cannot move
+  // point-to-point data beside its collectives (nccl). `what` names it in
+  // errors.
+  // `state` is completed with run's result.
+  void IssueOnProgressThread(std::shared_ptr<CommOpState> state, std::string what,
+                             std::function<absl::Status(absl::Time deadline)> run);
+
+  // Collective over this communicator: every rank passes its (color, key);
+  // returns the ranks of this group that passed `color`, ordered by key,
+  // ties by rank (empty for color < 0). Errors as for a collective.
+  absl::StatusOr<std::vector<int>> AgreeOnSplit(int color, int key);
+
   const CommOptions& options() const { return options_; }
-  // "local comm rank 2" / "mpi comm rank 2": the prefix of every error.
+  // "local comm rank 2" / "mpi comm rank 2" (+ the group name of a split
+  // communicator): the prefix of every error.
   std::string ErrorPrefix() const;
+  // Names a sub-group in ErrorPrefix, e.g. " of group 3 (parent rank 5)";
+  // the derived constructor calls it before StartProgressThread.
+  void SetGroupName(std::string name) { group_name_ = std::move(name); }
+  const std::string& group_name() const { return group_name_; }
 
  private:
   struct PendingOp {
@@ -95,7 +139,15 @@ class AsyncCommunicator : public Communicator {
     absl::Status argument_error;
     std::shared_ptr<CommOpState> state;
     std::shared_ptr<Event> ready;  // waited for before the collective runs
+    // IssueOnProgressThread: runs instead of RunCollective; `what` names it.
+    std::function<absl::Status(absl::Time deadline)> run = nullptr;
+    std::string what = "";
   };
+  std::string Describe(const PendingOp& op) const {
+    return op.run ? op.what : DescribeCollective(op.args);
+  }
+  CommHandle IssuePointToPoint(PointToPointArgs args);
+  absl::Status CheckPointToPointArguments(const PointToPointArgs& args) const;
 
   CommHandle Issue(CollectiveArgs args, std::shared_ptr<Event> ready = nullptr);
   absl::Status CheckArguments(const CollectiveArgs& args) const;
@@ -110,6 +162,8 @@ class AsyncCommunicator : public Communicator {
   std::condition_variable cv_;
   std::deque<PendingOp> queue_;
   uint64_t next_seq_ = 1;
+  uint64_t next_point_to_point_ = 1;  // sends and receives are numbered apart
+  std::string group_name_;
   bool stopping_ = false;
   // The first error; once set every later collective fails with it.
   absl::Status poison_;

@@ -104,6 +104,24 @@ std::string DescribeMismatch(const CollectiveArgs& mine, const CollectiveArgs& t
   return "";
 }
 
+std::string DescribePointToPoint(const PointToPointArgs& args) {
+  const std::string tag = args.tag != 0 ? absl::StrFormat(", tag %d", args.tag) : "";
+  return absl::StrFormat("%s #%d %s rank %d (count %d, %s%s)", args.is_send ? "Send" : "Recv",
+                         args.index, args.is_send ? "to" : "from", args.peer, args.count,
+                         DTypeName(args.dtype), tag);
+}
+
+std::string DescribePointToPointMismatch(const PointToPointArgs& mine,
+                                         const PointToPointArgs& theirs) {
+  if (mine.count != theirs.count) {
+    return absl::StrFormat("count %d vs %d", mine.count, theirs.count);
+  }
+  if (mine.dtype != theirs.dtype) {
+    return absl::StrFormat("dtype %s vs %s", DTypeName(mine.dtype), DTypeName(theirs.dtype));
+  }
+  return "";
+}
+
 }  // namespace internal
 
 CommHandle::CommHandle(std::shared_ptr<internal::CommOpState> state) : state_(std::move(state)) {}

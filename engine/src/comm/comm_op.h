@@ -79,6 +79,29 @@ std::string DescribeCollective(const CollectiveArgs& args);
 // root).
 std::string DescribeMismatch(const CollectiveArgs& mine, const CollectiveArgs& theirs);
 
+// One issued Send or Recv, as the rank that issued it described it.
+struct PointToPointArgs {
+  bool is_send = false;
+  const void* send = nullptr;  // Send: the data
+  void* recv = nullptr;        // Recv: where it goes
+  int64_t count = 0;
+  DType dtype = DType::kUInt8;
+  int peer = 0;  // the receiver of a Send, the sender of a Recv
+  uint64_t tag = 0;
+  // 1-based position among the sends and receives of this rank (numbered
+  // apart from the collectives, whose numbers must agree across ranks).
+  uint64_t index = 0;
+};
+
+// "Send #3 to rank 2 (count 7, fp32, tag 5)", "Recv #1 from rank 0 (count
+// 0, bf16)" — for error messages.
+std::string DescribePointToPoint(const PointToPointArgs& args);
+
+// "count 7 vs 8" / "dtype fp32 vs bf16" when a Send and the Recv it met
+// disagree, "" when they agree; `mine` first.
+std::string DescribePointToPointMismatch(const PointToPointArgs& mine,
+                                         const PointToPointArgs& theirs);
+
 // Element range [*offset, *offset + *length) of piece `index` when `count`
 // elements are split into `pieces` nearly equal pieces (the first
 // count % pieces pieces get one element more). AllReduce is built from these

@@ -1,12 +1,16 @@
 // The `local` backend: N ranks as N threads of one process. The ranks of a
 // group share a LocalHub; for every collective each rank posts its buffer
 // pointers, and once all have posted, each rank computes its own part of the
-// result by reading its peers' buffers directly. No data is staged.
+// result by reading its peers' buffers directly. No data is staged. Sends and
+// receives go through a LocalMailbox of the group (local_mailbox.h), served
+// by a second thread per rank that starts with the rank's first Send or Recv.
+// Split makes fresh groups (hub and mailbox) of the same kind.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +25,7 @@
 #include "engine/src/comm/async_communicator.h"
 #include "engine/src/comm/collective_memory.h"
 #include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/local_mailbox.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/status.h"
 
@@ -118,6 +123,25 @@ class LocalHub {
     slot.left_after_seq = last_seq;
     slot.gone_reason = reason;
     cv_.notify_all();
+  }
+
+  // The group made by the split with number `split` (every rank numbers its
+  // Split calls alike) for `color`: the first member to ask makes it (of
+  // `size` ranks), the others get the same; forgotten once all `size` took it.
+  struct SplitGroup {
+    std::shared_ptr<LocalHub> hub;
+    std::shared_ptr<LocalMailbox> mailbox;
+  };
+  SplitGroup TakeSplitGroup(uint64_t split, int color, int size, absl::Duration timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    PendingSplit& pending = splits_[{split, color}];
+    if (pending.group.hub == nullptr) {
+      pending.group.hub = std::make_shared<LocalHub>(size);
+      pending.group.mailbox = std::make_shared<LocalMailbox>(size, timeout);
+    }
+    SplitGroup group = pending.group;
+    if (++pending.taken == size) splits_.erase({split, color});
+    return group;
   }
 
   // The communicator of `rank` is being destroyed: its waiting collective
@@ -282,25 +306,43 @@ class LocalHub {
     return absl::OkStatus();
   }
 
+  struct PendingSplit {
+    SplitGroup group;
+    int taken = 0;
+  };
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;
   uint64_t committed_seq_ = 0;
+  std::map<std::pair<uint64_t, int>, PendingSplit> splits_;
 };
 
 class LocalCommunicator final : public AsyncCommunicator {
  public:
-  LocalCommunicator(std::shared_ptr<LocalHub> hub, int rank, int size, CommOptions options,
-                    std::unique_ptr<CollectiveMemory> memory)
+  // `group_name`: empty for a group of CreateLocalGroup, " of group C
+  // (parent rank P)" for one made by Split.
+  LocalCommunicator(std::shared_ptr<LocalHub> hub, std::shared_ptr<LocalMailbox> mailbox, int rank,
+                    int size, CommOptions options, std::unique_ptr<CollectiveMemory> memory,
+                    std::unique_ptr<CollectiveMemory> p2p_memory, std::string group_name = "")
       : AsyncCommunicator(rank, size, options),
         hub_(std::move(hub)),
+        mailbox_(std::move(mailbox)),
         memory_(std::move(memory)),
+        p2p_memory_(std::move(p2p_memory)),
         memory_kind_(options.device != nullptr ? options.device->kind() : DeviceKind::kCpu) {
+    SetGroupName(std::move(group_name));
     StartProgressThread();
   }
 
   ~LocalCommunicator() override {
     Shutdown();
+    mailbox_->Stop(rank());
+    {
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      if (p2p_thread_.joinable()) p2p_thread_.join();
+    }
+    mailbox_->Drain(rank(), "its communicator was destroyed");
     hub_->MarkGone(rank(), "its communicator was destroyed");
   }
 
@@ -308,24 +350,72 @@ class LocalCommunicator final : public AsyncCommunicator {
   DeviceKind memory_kind() const override { return memory_kind_; }
   const Device* memory_device() const override { return options().device; }
 
-  LocalHub& hub() { return *hub_; }
-  // This rank issues nothing more: peers' later collectives fail at once.
-  void Leave(const std::string& reason) { hub_->MarkLeft(rank(), issued(), reason); }
+  // This rank issues nothing more: peers' later collectives, and their sends
+  // and receives that none of this rank's matches, fail at once.
+  void Leave(const std::string& reason) {
+    hub_->MarkLeft(rank(), issued(), reason);
+    mailbox_->MarkLeft(rank(), reason);
+  }
+  // This rank failed: its peers' uncommitted collectives and unmatched sends
+  // and receives with it fail at once.
+  void MarkGone(const std::string& reason) {
+    hub_->MarkGone(rank(), reason);
+    mailbox_->MarkGone(rank(), reason);
+  }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
  protected:
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override {
     return hub_->Run(rank(), args, deadline, options().timeout, ErrorPrefix(), *memory_);
   }
-  void OnPoisoned(const absl::Status& error) override {
-    hub_->MarkGone(rank(), std::string(error.message()));
+  void StartPointToPoint(const PointToPointArgs& args,
+                         std::shared_ptr<CommOpState> state) override {
+    {
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      if (!p2p_thread_.joinable()) {
+        p2p_thread_ = std::thread([this] {
+          mailbox_->RunWorker(rank(), *p2p_memory_, [this](CommOpState& op, absl::Status result) {
+            FinishPointToPoint(op, std::move(result));
+          });
+        });
+      }
+    }
+    mailbox_->Post(rank(), args, std::move(state), absl::Now() + options().timeout, ErrorPrefix());
   }
+  void OnPoisoned(const absl::Status& error) override { MarkGone(std::string(error.message())); }
   void RequestAbort() override { hub_->Abort(rank()); }
 
  private:
   std::shared_ptr<LocalHub> hub_;
+  std::shared_ptr<LocalMailbox> mailbox_;
   std::unique_ptr<CollectiveMemory> memory_;
+  std::unique_ptr<CollectiveMemory> p2p_memory_;  // the point-to-point thread's
   DeviceKind memory_kind_;
+  std::mutex p2p_mu_;
+  std::thread p2p_thread_;  // started by the first Send or Recv
+  uint64_t splits_ = 0;     // Split calls so far
 };
+
+absl::StatusOr<std::unique_ptr<Communicator>> LocalCommunicator::Split(int color, int key) {
+  // Every rank passes the agreement (a collective: timeouts and departed
+  // ranks are named as for any collective), so all number this split alike.
+  const uint64_t split = ++splits_;
+  ZS_ASSIGN_OR_RETURN(const std::vector<int> members, AgreeOnSplit(color, key));
+  if (color < 0) return std::unique_ptr<Communicator>();
+  const int size = static_cast<int>(members.size());
+  const int new_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+  auto memory = CreateCollectiveMemory(options().device);
+  if (!memory.ok()) return memory.status();
+  auto p2p_memory = CreateCollectiveMemory(options().device);
+  if (!p2p_memory.ok()) return p2p_memory.status();
+  LocalHub::SplitGroup group = hub_->TakeSplitGroup(split, color, size, options().timeout);
+  return std::unique_ptr<Communicator>(new LocalCommunicator(
+      group.hub, group.mailbox, new_rank, size, options(), std::move(*memory),
+      std::move(*p2p_memory),
+      absl::StrFormat(" of group %d (parent rank %d%s)", color, rank(), group_name())));
+}
 
 }  // namespace
 }  // namespace internal
@@ -351,6 +441,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(int 
         options.device->name(), internal::kMaxDeviceLocalRanks));
   }
   auto hub = std::make_shared<internal::LocalHub>(world_size);
+  auto mailbox = std::make_shared<internal::LocalMailbox>(world_size, options.timeout);
   std::vector<std::unique_ptr<Communicator>> group;
   group.reserve(world_size);
   for (int r = 0; r < world_size; ++r) {
@@ -359,8 +450,13 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateLocalGroup(int 
       return absl::Status(memory.status().code(),
                           absl::StrCat("CreateLocalGroup: ", memory.status().message()));
     }
-    group.push_back(std::make_unique<internal::LocalCommunicator>(hub, r, world_size, options,
-                                                                  std::move(*memory)));
+    auto p2p_memory = internal::CreateCollectiveMemory(options.device);
+    if (!p2p_memory.ok()) {
+      return absl::Status(p2p_memory.status().code(),
+                          absl::StrCat("CreateLocalGroup: ", p2p_memory.status().message()));
+    }
+    group.push_back(std::make_unique<internal::LocalCommunicator>(
+        hub, mailbox, r, world_size, options, std::move(*memory), std::move(*p2p_memory)));
   }
   return group;
 }
@@ -387,7 +483,7 @@ void RunRank(const std::shared_ptr<LocalRun>& run, int rank) {
   if (status.ok()) {
     comm.Leave("its function returned");
   } else {
-    comm.hub().MarkGone(rank, std::string(status.message()));
+    comm.MarkGone(std::string(status.message()));
   }
   std::lock_guard<std::mutex> lock(run->mu);
   run->returned[rank] = true;

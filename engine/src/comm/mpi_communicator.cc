@@ -8,7 +8,9 @@
 // progress thread (or before it starts / after it stops), so MPI needs only
 // MPI_THREAD_SERIALIZED; with less than MULTIPLE a process-wide mutex keeps
 // several communicators from calling MPI at the same time. Creation, MPI
-// initialisation and AbortJob live in mpi_runtime.cc.
+// initialisation and AbortJob live in mpi_runtime.cc; Send and Recv, which
+// run beside the collectives on a communicator and thread of their own, in
+// mpi_point_to_point.cc.
 #include <mpi.h>
 #include <sched.h>
 
@@ -31,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
 #include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/mpi_point_to_point.h"
 #include "engine/src/comm/mpi_runtime.h"
 #include "engine/src/comm/process_probe.h"
 #include "engine/src/comm/reduce.h"
@@ -61,8 +64,9 @@ enum class Phase { kDescriptors, kData };
 
 class MpiCommunicator final : public AsyncCommunicator {
  public:
-  MpiCommunicator(MPI_Comm comm, int rank, int size, int64_t tag_space, uint64_t instance,
-                  std::vector<ProcessIdentity> processes, CommOptions options)
+  MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int size, int64_t tag_space,
+                  uint64_t instance, std::vector<ProcessIdentity> processes, CommOptions options,
+                  std::string group_name)
       : AsyncCommunicator(rank, size, options),
         comm_(comm),
         instance_(instance),
@@ -71,11 +75,18 @@ class MpiCommunicator final : public AsyncCommunicator {
     while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
     seq_bits_ = std::min(tag_bits, 20);
     instance_bits_ = tag_bits - seq_bits_;
+    SetGroupName(std::move(group_name));
+    p2p_ = std::make_unique<MpiPointToPoint>(p2p_comm, rank, processes_, options.timeout,
+                                             ErrorPrefix(),
+                                             [this](CommOpState& op, absl::Status result) {
+                                               FinishPointToPoint(op, std::move(result));
+                                             });
     StartProgressThread();
   }
 
   ~MpiCommunicator() override {
     Shutdown();
+    p2p_.reset();
     if (receives_in_limbo_) {
       // MPI may still write into them: keep them for the life of the process
       // (which, after a communicator failure, should end soon: AbortJob).
@@ -90,8 +101,13 @@ class MpiCommunicator final : public AsyncCommunicator {
   }
 
   std::string backend() const override { return "mpi"; }
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
  protected:
+  void StartPointToPoint(const PointToPointArgs& args,
+                         std::shared_ptr<CommOpState> state) override {
+    p2p_->Post(args, std::move(state));
+  }
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
   void RequestAbort() override { abort_.store(true); }
 
@@ -161,7 +177,62 @@ class MpiCommunicator final : public AsyncCommunicator {
   // was under way): MPI may still write into its buffer, so the buffers this
   // communicator owns must outlive it.
   bool receives_in_limbo_ = false;
+  std::unique_ptr<MpiPointToPoint> p2p_;
 };
+
+absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Split(int color, int key) {
+  // The agreement is one of this communicator's collectives (timeouts name
+  // the ranks that did not call Split). Only then the blocking MPI calls,
+  // which every rank of the group now reaches at once; a rank that dies in
+  // between would leave them hanging (MPI has no nonblocking split).
+  absl::StatusOr<std::vector<int>> members = AgreeOnSplit(color, key);
+  if (!members.ok()) return members.status();
+  const uint64_t instance = NextMpiInstance();
+  const std::string where =
+      absl::StrFormat("%s: Split(color %d, key %d)", ErrorPrefix(), color, key);
+  MPI_Comm child = MPI_COMM_NULL;
+  MPI_Comm p2p_child = MPI_COMM_NULL;
+  int child_rank = 0;
+  int child_size = 0;
+  int64_t tag_space = 32768;
+  {
+    MpiCallLock lock;
+    int rc = MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &child);
+    if (rc != MPI_SUCCESS) return MpiError(where, "MPI_Comm_split", rc);
+    if (child == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
+    rc = MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(child, &p2p_child);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(p2p_child, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(child, &child_rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(child, &child_size);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&child);
+      if (p2p_child != MPI_COMM_NULL) MPI_Comm_free(&p2p_child);
+      return MpiError(where, "MPI_Comm_dup/set_errhandler/rank/size", rc);
+    }
+    void* tag_ub = nullptr;
+    int found = 0;
+    if (MPI_Comm_get_attr(child, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found) {
+      tag_space = static_cast<int64_t>(*static_cast<int*>(tag_ub)) + 1;
+    }
+  }
+  // MPI orders by key, then by rank here: the order AgreeOnSplit computed.
+  if (child_size != static_cast<int>(members->size()) || (*members)[child_rank] != rank()) {
+    MpiCallLock lock;
+    MPI_Comm_free(&child);
+    MPI_Comm_free(&p2p_child);
+    return absl::InternalError(absl::StrFormat(
+        "%s: MPI_Comm_split made a group of %d ranks where this rank is %d, but the agreement "
+        "expected %d ranks with this one at position %d",
+        where, child_size, child_rank, members->size(),
+        std::find(members->begin(), members->end(), rank()) - members->begin()));
+  }
+  std::vector<ProcessIdentity> processes;
+  for (int member : *members) processes.push_back(processes_[member]);
+  return std::unique_ptr<Communicator>(new MpiCommunicator(
+      child, p2p_child, child_rank, child_size, tag_space, instance, std::move(processes),
+      options(), absl::StrFormat(" of group %d (parent rank %d%s)", color, rank(), group_name())));
+}
 
 absl::Status MpiCommunicator::PostSend(Requests& requests, const void* data, int64_t bytes,
                                        int peer, int tag, const CollectiveArgs& args) {
@@ -513,12 +584,12 @@ absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Ti
 
 }  // namespace
 
-std::unique_ptr<Communicator> NewMpiCommunicator(MPI_Comm comm, int rank, int size,
-                                                 int64_t tag_space, uint64_t instance,
+std::unique_ptr<Communicator> NewMpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank,
+                                                 int size, int64_t tag_space, uint64_t instance,
                                                  std::vector<ProcessIdentity> processes,
-                                                 CommOptions options) {
-  return std::make_unique<MpiCommunicator>(comm, rank, size, tag_space, instance,
-                                           std::move(processes), options);
+                                                 CommOptions options, std::string group_name) {
+  return std::make_unique<MpiCommunicator>(comm, p2p_comm, rank, size, tag_space, instance,
+                                           std::move(processes), options, std::move(group_name));
 }
 
 }  // namespace internal

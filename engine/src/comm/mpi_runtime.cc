@@ -97,6 +97,11 @@ std::mutex& MpiInitMutex() {
 
 int MpiThreadLevel() { return g_thread_level; }
 
+uint64_t NextMpiInstance() {
+  std::lock_guard<std::mutex> lock(MpiInitMutex());
+  return g_instances_created++;
+}
+
 MpiCallLock::MpiCallLock() {
   if (g_thread_level < MPI_THREAD_MULTIPLE) lock_ = std::unique_lock<std::mutex>(g_call_mu);
 }
@@ -174,6 +179,25 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
   }
   ZS_RETURN_IF_ERROR(
       internal::WaitForCreation(&request, deadline, options.timeout, "MPI_Comm_idup"));
+  // Send and Recv get a communicator of their own: their MPI tags never
+  // meet the collectives'.
+  MPI_Comm p2p_comm = MPI_COMM_NULL;
+  {
+    internal::MpiCallLock lock;
+    rc = MPI_Comm_idup(comm, &p2p_comm, &request);
+  }
+  if (rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_idup(point-to-point)", rc);
+  }
+  ZS_RETURN_IF_ERROR(internal::WaitForCreation(&request, deadline, options.timeout,
+                                               "MPI_Comm_idup(point-to-point)"));
+  {
+    internal::MpiCallLock lock;
+    rc = MPI_Comm_set_errhandler(p2p_comm, MPI_ERRORS_RETURN);
+  }
+  if (rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_set_errhandler", rc);
+  }
   {
     internal::MpiCallLock lock;
     rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
@@ -204,13 +228,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
   }
   ZS_RETURN_IF_ERROR(
       internal::WaitForCreation(&request, deadline, options.timeout, "MPI_Iallgather"));
-  uint64_t instance;
-  {
-    std::lock_guard<std::mutex> lock(internal::MpiInitMutex());
-    instance = internal::g_instances_created++;
-  }
-  return internal::NewMpiCommunicator(comm, rank, size, tag_space, instance, std::move(processes),
-                                      options);
+  const uint64_t instance = internal::NextMpiInstance();
+  return internal::NewMpiCommunicator(comm, p2p_comm, rank, size, tag_space, instance,
+                                      std::move(processes), options);
 }
 
 void FinalizeMpi() {

@@ -42,12 +42,18 @@ absl::Status MpiError(const std::string& where, const char* call, int code);
 // MPI_THREAD_SERIALIZED.
 absl::Status EnsureMpiInitialized();
 
-// The communicator over `comm` (an MPI_Comm_idup of MPI_COMM_WORLD that it
-// then owns), with every rank's process identity in rank order.
-std::unique_ptr<Communicator> NewMpiCommunicator(MPI_Comm comm, int rank, int size,
-                                                 int64_t tag_space, uint64_t instance,
+// The number of the next MPI communicator this process creates (or, for a
+// rank that joins no group of a Split, would have created): every rank
+// numbers its communicators alike.
+uint64_t NextMpiInstance();
+
+// The communicator over `comm` (its collectives) and `p2p_comm` (its Send
+// and Recv), both owned from now on, with every rank's process identity in
+// rank order. `group_name` as for AsyncCommunicator::SetGroupName.
+std::unique_ptr<Communicator> NewMpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank,
+                                                 int size, int64_t tag_space, uint64_t instance,
                                                  std::vector<ProcessIdentity> processes,
-                                                 CommOptions options);
+                                                 CommOptions options, std::string group_name = "");
 
 }  // namespace internal
 }  // namespace zeroshard

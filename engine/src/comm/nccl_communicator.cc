@@ -161,11 +161,22 @@ class ScratchBuffer {
   size_t bytes_ = 0;
 };
 
+}  // namespace
+
+// Wraps a joined NCCL communicator (owned from now on; aborted on failure)
+// with its stream, event and descriptor buffers. `group_name` as for
+// AsyncCommunicator::SetGroupName; `peers` as for NewNcclCommunicator.
+absl::StatusOr<std::unique_ptr<Communicator>> WrapNcclComm(int ordinal, int rank, int size,
+                                                           ncclComm_t comm, CommOptions options,
+                                                           PeerWatch peers, std::string group_name);
+
+namespace {
+
 class NcclCommunicator final : public AsyncCommunicator {
  public:
   NcclCommunicator(int ordinal, int rank, int size, ncclComm_t comm, cudaStream_t stream,
                    cudaEvent_t done, Descriptor* host_descriptors, CommOptions options,
-                   PeerWatch peers)
+                   PeerWatch peers, std::string group_name = "")
       : AsyncCommunicator(rank, size, options),
         peers_(std::move(peers)),
         ordinal_(ordinal),
@@ -173,6 +184,7 @@ class NcclCommunicator final : public AsyncCommunicator {
         stream_(stream),
         done_(done),
         host_descriptors_(host_descriptors) {
+    SetGroupName(std::move(group_name));
     StartProgressThread();
   }
 
@@ -210,8 +222,18 @@ class NcclCommunicator final : public AsyncCommunicator {
 
   std::string backend() const override { return "nccl"; }
   DeviceKind memory_kind() const override { return DeviceKind::kCuda; }
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
  protected:
+  // NCCL calls on one communicator must come from one thread: sends and
+  // receives run on the progress thread, in issue order with the
+  // collectives (docs/communicator.md: no deadlock guarantee on nccl yet).
+  void StartPointToPoint(const PointToPointArgs& args,
+                         std::shared_ptr<CommOpState> state) override {
+    IssueOnProgressThread(
+        std::move(state), DescribePointToPoint(args),
+        [this, args](absl::Time deadline) { return RunPointToPoint(args, deadline); });
+  }
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override {
     return RunBatch(absl::MakeConstSpan(&args, 1), deadline).status();
   }
@@ -260,6 +282,18 @@ class NcclCommunicator final : public AsyncCommunicator {
   template <typename Post>
   absl::Status NcclGroup(const CollectiveArgs& args, const char* what, int n, Post post,
                          absl::Time deadline);
+
+  // Send and Recv (progress thread): both ranks swap a descriptor of their
+  // operation and compare it, then move the data.
+  absl::Status RunPointToPoint(const PointToPointArgs& args, absl::Time deadline);
+  // The polling helpers above for an operation named by `where` (the peer
+  // is known, so a timeout names it).
+  absl::Status NcclAt(const std::string& where, int peer, const char* call, ncclResult_t rc,
+                      absl::Time deadline);
+  absl::Status CheckProgressAt(const std::string& where, int peer, absl::Time deadline);
+  absl::Status WaitForStreamAt(const std::string& where, int peer, absl::Time deadline);
+  // ncclCommSplit on the progress thread; *child null for color < 0.
+  absl::Status RunSplit(int color, int key, absl::Time deadline, ncclComm_t* child);
 
   // Only the progress thread uses it (CheckProgress, TimedOut).
   PeerWatch peers_;
@@ -547,6 +581,205 @@ absl::Status NcclCommunicator::EnqueueBatch(absl::Span<const CollectiveArgs> ops
   return absl::OkStatus();
 }
 
+absl::Status NcclCommunicator::CheckProgressAt(const std::string& where, int peer,
+                                               absl::Time deadline) {
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(comm_, &async);
+  if (rc != ncclSuccess) return NcclError(where, "ncclCommGetAsyncError", rc);
+  if (async != ncclSuccess && async != ncclInProgress) {
+    return NcclError(where, "NCCL (asynchronous error)", async);
+  }
+  if (abort_requested_.load()) {
+    return absl::CancelledError(
+        absl::StrFormat("%s: the communicator was destroyed while it waited", where));
+  }
+  ZS_RETURN_IF_ERROR(peers_.CheckPeers(where));
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "%s: timed out after %s waiting for rank %d (it did not issue the matching operation, "
+        "issued its sends and receives with this rank in another order, died or is stuck); the "
+        "NCCL communicator was aborted, end the job with AbortJob",
+        where, absl::FormatDuration(options().timeout), peer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::NcclAt(const std::string& where, int peer, const char* call,
+                                      ncclResult_t rc, absl::Time deadline) {
+  Poller poller;
+  while (rc == ncclInProgress) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
+    if (query != ncclSuccess) return NcclError(where, "ncclCommGetAsyncError", query);
+    rc = state;
+    if (rc != ncclInProgress) break;
+    ZS_RETURN_IF_ERROR(CheckProgressAt(where, peer, deadline));
+    poller.Pause();
+  }
+  return rc == ncclSuccess ? absl::OkStatus() : NcclError(where, call, rc);
+}
+
+absl::Status NcclCommunicator::WaitForStreamAt(const std::string& where, int peer,
+                                               absl::Time deadline) {
+  cudaError_t rc = cudaEventRecord(done_, stream_);
+  if (rc != cudaSuccess) return CudaError(where, "cudaEventRecord", rc);
+  Poller poller;
+  while ((rc = cudaEventQuery(done_)) != cudaSuccess) {
+    if (rc != cudaErrorNotReady) return CudaError(where, "cudaEventQuery", rc);
+    ZS_RETURN_IF_ERROR(CheckProgressAt(where, peer, deadline));
+    poller.Pause();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::RunPointToPoint(const PointToPointArgs& args, absl::Time deadline) {
+  const std::string where = absl::StrFormat("%s: %s", ErrorPrefix(), DescribePointToPoint(args));
+  if (comm_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: the NCCL communicator was aborted", where));
+  }
+  ScopedCudaDevice on_device(ordinal_);
+  if (!on_device.status().ok()) {
+    return absl::Status(on_device.status().code(),
+                        absl::StrCat(where, ": ", on_device.status().message()));
+  }
+  void* buffer = args.is_send ? const_cast<void*>(args.send) : args.recv;
+  if (args.count > 0) {
+    cudaPointerAttributes attributes;
+    const cudaError_t rc = cudaPointerGetAttributes(&attributes, buffer);
+    if (rc != cudaSuccess) return CudaError(where, "cudaPointerGetAttributes", rc);
+    const bool on_gpu =
+        attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+    if (!on_gpu || attributes.device != ordinal_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: the buffer is not device memory of cuda:%d; the nccl backend moves GPU memory",
+          where, ordinal_));
+    }
+  }
+  // NCCL pairs a rank's sends and receives with a peer in issue order,
+  // without tags: the descriptors catch a count, dtype or tag that differs
+  // (or two sends meeting) before any data moves, which NCCL would not.
+  const size_t bytes = sizeof(Descriptor);
+  cudaError_t crc = descriptors_.Reserve(2 * bytes);
+  if (crc != cudaSuccess) return CudaError(where, "cudaMalloc(descriptors)", crc);
+  Descriptor& mine = host_descriptors_[0];
+  mine = Descriptor{args.is_send ? 1 : 0,
+                    args.count,
+                    static_cast<int64_t>(args.dtype),
+                    0,
+                    static_cast<int64_t>(args.index),
+                    0,
+                    args.tag};
+  crc = cudaMemcpyAsync(descriptors_.data(), &mine, bytes, cudaMemcpyHostToDevice, stream_);
+  if (crc != cudaSuccess) return CudaError(where, "cudaMemcpyAsync(descriptor)", crc);
+  ZS_RETURN_IF_ERROR(NcclAt(where, args.peer, "ncclGroupStart", ncclGroupStart(), deadline));
+  ncclResult_t rc = ncclSend(descriptors_.data(), bytes, ncclUint8, args.peer, comm_, stream_);
+  if (rc == ncclSuccess || rc == ncclInProgress) {
+    rc = ncclRecv(descriptors_.data() + bytes, bytes, ncclUint8, args.peer, comm_, stream_);
+  }
+  const ncclResult_t end = ncclGroupEnd();  // closed even after a failed call
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    return NcclError(where, "ncclSend/ncclRecv(descriptors)", rc);
+  }
+  ZS_RETURN_IF_ERROR(NcclAt(where, args.peer, "ncclGroupEnd(descriptors)", end, deadline));
+  crc = cudaMemcpyAsync(&host_descriptors_[1], descriptors_.data() + bytes, bytes,
+                        cudaMemcpyDeviceToHost, stream_);
+  if (crc != cudaSuccess) return CudaError(where, "cudaMemcpyAsync(descriptor)", crc);
+  ZS_RETURN_IF_ERROR(WaitForStreamAt(where, args.peer, deadline));
+  const Descriptor& theirs_raw = host_descriptors_[1];
+  PointToPointArgs theirs;
+  theirs.is_send = theirs_raw.kind == 1;
+  theirs.count = theirs_raw.count;
+  theirs.dtype = static_cast<DType>(theirs_raw.dtype);
+  theirs.peer = rank();
+  theirs.tag = theirs_raw.tag;
+  theirs.index = static_cast<uint64_t>(theirs_raw.seq);
+  std::string diff;
+  if (theirs.is_send == args.is_send) {
+    diff = args.is_send ? "both sent" : "both received";
+  } else if (theirs.tag != args.tag) {
+    diff = absl::StrFormat("tag %d vs %d", args.tag, theirs.tag);
+  } else {
+    diff = DescribePointToPointMismatch(args, theirs);
+  }
+  if (!diff.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: does not match rank %d's %s (%s); on nccl two ranks must issue their sends and "
+        "receives with each other in the same order, with the same count, dtype and tag",
+        where, args.peer, DescribePointToPoint(theirs), diff));
+  }
+  if (args.count == 0) return absl::OkStatus();
+  const size_t data_bytes = static_cast<size_t>(args.count) * DTypeSize(args.dtype);
+  rc = args.is_send ? ncclSend(buffer, data_bytes, ncclUint8, args.peer, comm_, stream_)
+                    : ncclRecv(buffer, data_bytes, ncclUint8, args.peer, comm_, stream_);
+  ZS_RETURN_IF_ERROR(
+      NcclAt(where, args.peer, args.is_send ? "ncclSend" : "ncclRecv", rc, deadline));
+  return WaitForStreamAt(where, args.peer, deadline);
+}
+
+absl::Status NcclCommunicator::RunSplit(int color, int key, absl::Time deadline,
+                                        ncclComm_t* child) {
+  const std::string where =
+      absl::StrFormat("%s: Split(color %d, key %d)", ErrorPrefix(), color, key);
+  *child = nullptr;
+  if (comm_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: the NCCL communicator was aborted", where));
+  }
+  ScopedCudaDevice on_device(ordinal_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t rc =
+      ncclCommSplit(comm_, color >= 0 ? color : NCCL_SPLIT_NOCOLOR, key, child, &config);
+  // The split is collective over this communicator: its progress is this
+  // communicator's (and, once made, the child's).
+  Poller poller;
+  while (rc == ncclInProgress) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+    if (state == ncclSuccess && *child != nullptr) {
+      if (ncclCommGetAsyncError(*child, &state) != ncclSuccess) break;
+    }
+    rc = state;
+    if (rc != ncclInProgress) break;
+    if (absl::Now() >= deadline) {
+      if (*child != nullptr) ncclCommAbort(*child);
+      *child = nullptr;
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "%s: ncclCommSplit did not finish within %s (NCCL cannot tell which of %s is missing); "
+          "the NCCL communicator was aborted, end the job with AbortJob",
+          where, absl::FormatDuration(options().timeout), PeersOf(rank(), size())));
+    }
+    poller.Pause();
+  }
+  if (rc != ncclSuccess) {
+    if (*child != nullptr) ncclCommAbort(*child);
+    *child = nullptr;
+    return NcclError(where, "ncclCommSplit", rc);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(int color, int key) {
+  // The agreement first (a collective: a rank that does not call Split is a
+  // timeout here, as for any collective), then NCCL's split.
+  ZS_ASSIGN_OR_RETURN(const std::vector<int> members, AgreeOnSplit(color, key));
+  ncclComm_t child = nullptr;
+  auto state = std::make_shared<CommOpState>();
+  IssueOnProgressThread(state, absl::StrFormat("Split(color %d, key %d)", color, key),
+                        [this, color, key, &child](absl::Time deadline) {
+                          return RunSplit(color, key, deadline, &child);
+                        });
+  ZS_RETURN_IF_ERROR(state->Wait());
+  if (color < 0) return std::unique_ptr<Communicator>();
+  const int new_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+  return WrapNcclComm(
+      ordinal_, new_rank, static_cast<int>(members.size()), child, options(),
+      peers_.Subset(members, new_rank),
+      absl::StrFormat(" of group %d (parent rank %d%s)", color, rank(), group_name()));
+}
+
 absl::StatusOr<int> NcclCommunicator::RunBatch(absl::Span<const CollectiveArgs> offered,
                                                absl::Time deadline) {
   const CollectiveArgs& first = offered[0];
@@ -610,6 +843,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, i
     return NcclError(where, "ncclCommInitRankConfig", rc);
   }
 
+  return WrapNcclComm(ordinal, rank, size, comm, options, std::move(peers), "");
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> WrapNcclComm(int ordinal, int rank, int size,
+                                                           ncclComm_t comm, CommOptions options,
+                                                           PeerWatch peers,
+                                                           std::string group_name) {
+  const std::string where =
+      absl::StrFormat("nccl comm rank %d%s (cuda:%d)", rank, group_name, ordinal);
+  ScopedCudaDevice on_device(ordinal);
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
   void* host_descriptors = nullptr;
@@ -630,9 +873,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(int ordinal, i
     ncclCommAbort(comm);
     return CudaError(where, call, cuda_rc);
   }
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(ordinal, rank, size, comm, stream, done,
-                           static_cast<Descriptor*>(host_descriptors), options, std::move(peers)));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      ordinal, rank, size, comm, stream, done, static_cast<Descriptor*>(host_descriptors), options,
+      std::move(peers), std::move(group_name)));
 }
 
 }  // namespace internal

@@ -15,6 +15,18 @@ PeerWatch::PeerWatch(int self, std::vector<ProcessIdentity> processes)
 PeerWatch::PeerWatch(int self, int size, std::shared_ptr<ThreadTable> table)
     : self_(self), size_(size), table_(std::move(table)) {}
 
+PeerWatch PeerWatch::Subset(const std::vector<int>& members, int self) const {
+  PeerWatch sub(self, static_cast<int>(members.size()));
+  for (int member : members) {
+    if (!processes_.empty()) sub.processes_.push_back(processes_[member]);
+    if (table_ != nullptr) {
+      sub.table_rows_.push_back(table_rows_.empty() ? member : table_rows_[member]);
+    }
+  }
+  sub.table_ = table_;
+  return sub;
+}
+
 std::string PeerWatch::DescribeRank(int peer) const {
   if (processes_.empty()) return absl::StrFormat("rank %d", peer);
   return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(processes_[peer]));
@@ -23,7 +35,7 @@ std::string PeerWatch::DescribeRank(int peer) const {
 absl::Status PeerWatch::CheckPeers(const std::string& where) {
   if (table_ != nullptr) {
     for (int peer = 0; peer < size_; ++peer) {
-      if (peer != self_ && table_->failed(peer)) {
+      if (peer != self_ && Failed(peer)) {
         return absl::AbortedError(absl::StrFormat(
             "%s: rank %d left the group: its work failed (see its error); the collective cannot "
             "complete",
@@ -52,9 +64,9 @@ std::string PeerWatch::DescribePeers() const {
     if (peer == self_) continue;
     if (table_ != nullptr) {
       known.push_back(absl::StrFormat("rank %d %s", peer,
-                                      table_->failed(peer) ? "failed"
-                                                           : "is a thread of this "
-                                                             "process, still running"));
+                                      Failed(peer) ? "failed"
+                                                   : "is a thread of this "
+                                                     "process, still running"));
     } else if (!processes_.empty()) {
       known.push_back(
           absl::StrFormat("%s %s", DescribeRank(peer),

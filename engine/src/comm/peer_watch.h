@@ -47,6 +47,10 @@ class PeerWatch {
   // Threads of this process sharing `table`.
   PeerWatch(int self, int size, std::shared_ptr<ThreadTable> table);
 
+  // The watch of a sub-group (Communicator::Split): `members` are the ranks
+  // here that form it, in its rank order; `self` is this rank's rank there.
+  PeerWatch Subset(const std::vector<int>& members, int self) const;
+
   // Aborted when a peer is known to be gone (its process exited or was
   // killed; its thread failed): "<where>: rank 2 (pid 4242 on node7) died:
   // its process is gone (killed or crashed); the job cannot continue". The
@@ -58,11 +62,16 @@ class PeerWatch {
 
  private:
   std::string DescribeRank(int peer) const;
+  bool Failed(int peer) const {
+    return table_->failed(table_rows_.empty() ? peer : table_rows_[peer]);
+  }
 
   int self_;
   int size_;
   std::vector<ProcessIdentity> processes_;
   std::shared_ptr<ThreadTable> table_;
+  // Rank here -> row of table_ (empty: the same number).
+  std::vector<int> table_rows_;
   absl::Time next_probe_ = absl::InfinitePast();
 };
 
