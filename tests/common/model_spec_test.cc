@@ -15,7 +15,7 @@
 
 #include "engine/src/common/checked_math.h"
 #include "gtest/gtest.h"
-#include "tests/grid_test_spec.h"
+#include "tests/grid_test_util.h"
 #include "tests/test_seed.h"
 
 namespace zeroshard {

@@ -2,8 +2,8 @@
 // "block.i" of a Megatron MLP with hidden size h: w1 [4h, h] and b1 [4h]
 // column-parallel (split 0), w2 [h, 4h] row-parallel (split 1), b2 [h]
 // replicated (no_decay biases).
-#ifndef ZEROSHARD_TESTS_GRID_TEST_SPEC_H_
-#define ZEROSHARD_TESTS_GRID_TEST_SPEC_H_
+#ifndef ZEROSHARD_TESTS_GRID_TEST_UTIL_H_
+#define ZEROSHARD_TESTS_GRID_TEST_UTIL_H_
 
 #include <cstdint>
 #include <string>
@@ -28,4 +28,4 @@ inline ModelSpec MlpGridSpec(int units, int64_t h) {
 
 }  // namespace zeroshard::testing
 
-#endif  // ZEROSHARD_TESTS_GRID_TEST_SPEC_H_
+#endif  // ZEROSHARD_TESTS_GRID_TEST_UTIL_H_
