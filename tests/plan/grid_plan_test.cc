@@ -4,6 +4,7 @@
 // fits. The engine's ledger is checked against these figures in
 // grid_vs_ledger_test.
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <tuple>
@@ -126,6 +127,7 @@ TEST(PlanGridTest, FallsBackToTensorBeforePipelineWhenShardingAloneDoesNotFit) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->chosen_candidate().tp, 2) << plan->description;
   EXPECT_EQ(plan->chosen_candidate().pp, 1) << plan->description;
+  std::printf("%s\n", plan->description.c_str());
   EXPECT_NE(plan->description.find("tp 2 x pp 1 x dp 1, stage "), std::string::npos);
   EXPECT_NE(plan->description.find("; stages 0-3 alone need >= "), std::string::npos)
       << plan->description;

@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/grid_test_util.h"
 #include "tests/runtime/local_grid.h"
@@ -188,6 +190,49 @@ INSTANTIATE_TEST_SUITE_P(Grids, ModelParallelNormTest,
                                   "_dp" + std::to_string(c.dp) + "_stage" +
                                   std::to_string(c.stage) + (c.norm_first ? "_ln" : "");
                          });
+
+// The step's wall time splits into parts that add up to the total, with the
+// trainer's reported pipeline waits as their own part (not compute).
+TEST(StepTimesTest, PartsAddUpWithThePipelineBubble) {
+  const ModelSpec model = testing::MlpGridSpec(2, 16);
+  const absl::Status run = RunLocalRanks(2, [&](int, Communicator& comm) -> absl::Status {
+    auto device = CreateCpuDevice();
+    TrainSpec train;
+    train.zero_stage = 1;
+    ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(model, train, *device, comm));
+    for (size_t u = 0; u < model.units.size(); ++u) {
+      for (size_t p = 0; p < model.units[u].params.size(); ++p) {
+        std::vector<float> init(static_cast<size_t>(model.units[u].params[p].NumElements()), 0.1f);
+        ZS_RETURN_IF_ERROR(engine->SetParam(static_cast<int>(u), static_cast<int>(p), init));
+      }
+    }
+    ZS_RETURN_IF_ERROR(engine->Start());
+    absl::Duration bubbles;
+    for (int step = 0; step < 3; ++step) {
+      engine->RecordInputWait(absl::Milliseconds(1));
+      engine->RecordPipelineWait(absl::Milliseconds(2 + step));
+      bubbles += absl::Milliseconds(2 + step);
+      absl::SleepFor(absl::Milliseconds(5));  // the trainer's own work, bubbles included
+      ZS_RETURN_IF_ERROR(testing::StepWithGradients(*engine, [](int, int, const TensorView& v) {
+                           for (int64_t i = 0; i < v.numel; ++i) v.as<float>()[i] = 1e-3f;
+                         }).status());
+      const StepTimes t = engine->Stats().last;
+      EXPECT_EQ(t.pipeline_bubble, absl::Milliseconds(2 + step));
+      EXPECT_EQ(t.input_wait, absl::Milliseconds(1));
+      EXPECT_EQ(t.compute + t.exposed_comm + t.optimizer + t.input_wait + t.engine_other +
+                    t.pipeline_bubble,
+                t.total);
+      EXPECT_GE(t.compute, absl::ZeroDuration());
+    }
+    const StepTimes totals = engine->Stats().totals;
+    EXPECT_EQ(totals.pipeline_bubble, bubbles);
+    EXPECT_EQ(totals.compute + totals.exposed_comm + totals.optimizer + totals.input_wait +
+                  totals.engine_other + totals.pipeline_bubble,
+              totals.total);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(run.ok()) << run;
+}
 
 }  // namespace
 }  // namespace zeroshard
