@@ -117,12 +117,17 @@ struct EngineStats {
 struct ModelParallelOptions {
   // The tp x pp ranks that share this rank's data-parallel index
   // (ProcessGrid::model_parallel()); null: no model parallelism. Step()
-  // sums the squares for the global gradient norm and ORs the inf/NaN flag
-  // over it, so every shard clips by the same norm and skips the same steps.
+  // adds the exact sums of squares for the global gradient norm, and the
+  // counts of inf/NaN values, over it (one int64 all-reduce per step), so
+  // every shard gets the same norm bits, clips by the same factor and skips
+  // the same steps. A host memory communicator (local, mpi): Create refuses
+  // one whose memory_kind() is not kCpu with Unimplemented. Must outlive
+  // the engine; every rank of it calls Step() together.
   Communicator* group = nullptr;
   // Whether this rank's replicated params (ParamSpec::tp_split_dim < 0)
   // count in the global norm: true on exactly one rank of each tp group
-  // (tp rank 0), so that each is counted once.
+  // (tp rank 0), so that each is counted once. Their non-finite values
+  // skip the step whatever this says.
   bool count_replicated = true;
 };
 
@@ -160,7 +165,10 @@ class Engine {
                                                         Communicator& comm);
   // The same for one (tp, pp) shard of a model-parallel run: `model` is the
   // shard's spec (ShardModelSpec), `comm` its data-parallel group
-  // (ProcessGrid::dp()), and `parallel` says whom the step must agree with.
+  // (ProcessGrid::dp()), and `parallel` says whom the step must agree with
+  // (docs/parallelism.md). With parallel.group null it is the call above.
+  // Allocates exactly PlanEngineBuffers(model, train, comm.size()), as
+  // PlanGrid reports; Start() and the sequence check compare the dp group.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelSpec& model,
                                                         const TrainSpec& train, Device& device,
                                                         Communicator& comm,

@@ -34,8 +34,11 @@ struct ParamSpec {
   // Tensor parallelism: the dimension of `shape` that is divided across the
   // tp ranks (Megatron: 0 for a column-parallel weight [out, in] and its
   // bias, 1 for a row-parallel weight), or -1 for a param every tp rank
-  // holds whole (replicated: norms, a row-parallel layer's bias). Ignored
-  // when tp = 1.
+  // holds whole (replicated: norms, a row-parallel layer's bias). Validate()
+  // checks that it names a dimension (or is -1); it changes nothing when
+  // tp = 1. ShardModelSpec keeps it in the shard's spec, where the engine
+  // reads it to count replicated params once in the global gradient norm
+  // (ModelParallelOptions::count_replicated).
   int tp_split_dim = -1;
 
   // Product of `shape` (1 for a scalar); -1 when the product does not fit
@@ -59,7 +62,8 @@ struct ModelSpec {
   // Exact and at most kMaxModelElements for a spec that passes Validate().
   int64_t NumParams() const;
   // Non-empty units with unique names, params with unique names within a
-  // unit, every dimension positive, and the limits above: at most kMaxUnits
+  // unit, every dimension positive, tp_split_dim -1 or a dimension of the
+  // param's shape, and the limits above: at most kMaxUnits
   // units and kMaxModelTensors params, at most kMaxModelElements elements in
   // all (every product and sum checked for overflow). InvalidArgument naming
   // the unit and param (and the limit) otherwise. Checks the counts before
@@ -68,16 +72,26 @@ struct ModelSpec {
 };
 
 // Pipeline stages: `pp` contiguous runs of units, balanced by element count
-// (each stage at least one unit). Element [s] is stage s's [first, last)
-// unit range. InvalidArgument when pp < 1 or pp > units.
+// of the full (unsplit) units. Element [s] is stage s's [first, last) unit
+// range; the ranges are contiguous, cover every unit in order and each holds
+// at least one unit. Guarantee: the largest stage holds the fewest elements
+// any such split can achieve (an optimal linear partition; the bound is found
+// by bisection, O(units x log(elements))). Among the splits with that bound
+// the later stages are filled first, so the first stage, which keeps the
+// most micro-batches in flight under 1F1B, is the lightest. InvalidArgument
+// for an invalid spec, or when pp < 1 or pp > units.
 absl::StatusOr<std::vector<std::pair<int, int>>> PipelineStageUnits(const ModelSpec& model, int pp);
 
 // The part of `model` that position (tp_rank, pp_rank) of a tp x pp split
 // holds: the units of pipeline stage pp_rank (PipelineStageUnits), each
 // param with its tp_split_dim divided by tp (replicated params whole).
+// Every tp_rank gets the same shapes (the split is even), so the shard specs
+// of one pipeline stage differ only in the values the trainer loads. Unit
+// and param names, no_decay and tp_split_dim are kept.
 // InvalidArgument (naming the unit and param) when a split dimension is not
-// divisible by tp or tp_split_dim is out of range, or for ranks out of range.
-// The planner sizes exactly this spec, and the engine lays it out.
+// divisible by tp, for an invalid spec (tp_split_dim out of range included),
+// or for ranks out of range. The planner sizes exactly this spec, and the
+// engine lays it out.
 absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_rank, int pp,
                                          int pp_rank);
 

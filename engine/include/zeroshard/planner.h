@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "zeroshard/buffer_plan.h"
 #include "zeroshard/model_description.h"
+#include "zeroshard/model_spec.h"
 #include "zeroshard/train_spec.h"
 
 namespace zeroshard {
@@ -222,6 +223,58 @@ class Planner {
   // with `micro_batches` per step: what PlanBuffers sees.
   static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches);
 };
+
+// One way to run a ModelSpec on a dp x tp x pp grid (PlanGrid): ZeRO stage
+// `stage` over the dp ranks of each (tp, pp) position, whose shard is
+// ShardModelSpec(model, tp, tp_rank, pp, pp_rank).
+struct GridCandidate {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int stage = 0;
+  // Per pipeline stage: the bytes each of its ranks allocates, the total of
+  // PlanEngineBuffers(shard spec, train at `stage`, dp) — exactly what
+  // Engine::Create on that shard puts in the ledger. Every tp rank (and dp
+  // rank) of a pipeline stage holds the same shapes, so one figure covers
+  // every grid position of the stage.
+  std::vector<int64_t> stage_bytes;
+  int64_t per_rank_bytes = 0;  // max of stage_bytes: the figure compared to the cap
+  int worst_pp_stage = 0;      // the first stage with per_rank_bytes
+  bool fits = false;           // per_rank_bytes <= the cap
+
+  int model_parallel_ranks() const { return tp * pp; }
+  // "tp 2 x pp 1 x dp 2, stage 1".
+  std::string Label() const;
+};
+
+struct GridPlan {
+  int world = 1;
+  int64_t per_rank_cap_bytes = 0;
+  // Every (tp, pp, stage) with tp x pp dividing world, tp dividing every
+  // split dimension and pp <= units, in preference order: sharding alone
+  // first (tp = pp = 1, stages 0-3), then the fewest model-parallel ranks
+  // (tp x pp), tp before pp at the same count (a tp group stays inside a
+  // node), then the lowest stage.
+  std::vector<GridCandidate> candidates;
+  int chosen = -1;  // index of the first candidate that fits
+  // "tp 2 x pp 1 x dp 2, stage 1: 3.1 MiB per rank <= cap 4.0 MiB; stages
+  // 0-3 alone need >= 5.2 MiB".
+  std::string description;
+
+  const GridCandidate& chosen_candidate() const { return candidates[chosen]; }
+};
+
+// The planner's tensor/pipeline fallback for a ModelSpec on `world` ranks
+// (docs/parallelism.md): sizes every candidate above exactly, by the
+// engine's own PlanEngineBuffers, and chooses the first in preference order
+// whose largest per-rank need is at most `per_rank_cap_bytes`. `base` gives
+// everything but the stage (precision, accumulation, buffers, prefetch; its
+// zero_stage is ignored). Pure: nothing is allocated. InvalidArgument for an
+// invalid spec or train spec, world outside [1, 2^20] or a cap < 1;
+// ResourceExhausted when no candidate fits, naming the smallest per-rank
+// need, the candidate that has it and the cap (or world) that would fit.
+absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base, int world,
+                                  int64_t per_rank_cap_bytes);
 
 }  // namespace zeroshard
 

@@ -45,11 +45,17 @@ int RankOf(const GridCoord& coord, const GridShape& shape);
 
 class ProcessGrid {
  public:
-  // Collective over `world`: every rank passes the same shape. Checks that
-  // shape.world() == world.size() (InvalidArgument) and that every rank
-  // passed the same shape (FailedPrecondition naming the first rank that
-  // differs and both shapes), then splits `world` into the dp, tp, pp and
-  // model-parallel groups. `world` must outlive the grid.
+  // Collective over `world`: every rank passes the same shape. All-gathers
+  // every rank's shape first, so every rank returns the same error: a rank
+  // whose shape differs from rank 0's is FailedPrecondition naming the first
+  // such rank and both shapes; a shape whose dp x tp x pp is not
+  // world.size() (or has a factor < 1) is InvalidArgument. Then splits
+  // `world` (Communicator::Split) into the dp, tp, pp and model-parallel
+  // groups, in that order; Split's errors pass through (Unimplemented for a
+  // backend without it). Host memory communicators (local, mpi) only for
+  // now: the exchange and Split move host records, which the nccl backend
+  // (device buffers) cannot, so a communicator whose memory_kind() is not
+  // kCpu is Unimplemented. `world` must outlive the grid.
   static absl::StatusOr<std::unique_ptr<ProcessGrid>> Create(Communicator& world,
                                                              const GridShape& shape);
   virtual ~ProcessGrid() = default;

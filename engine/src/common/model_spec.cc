@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engine/src/common/checked_math.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace {
@@ -104,6 +105,13 @@ absl::Status ModelSpec::Validate() const {
               p.name, d));
         }
       }
+      if (p.tp_split_dim < -1 || p.tp_split_dim >= static_cast<int>(p.shape.size())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' of shape %s has tp_split_dim %d; it must name one of its "
+            "%d dimensions (0-%d) or be -1 (replicated)",
+            unit.name, p.name, ShapeText(p.shape), p.tp_split_dim, p.shape.size(),
+            p.shape.size() - 1));
+      }
       const int64_t elements = p.NumElements();
       if (elements < 0 || elements > kMaxModelElements) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -136,16 +144,111 @@ absl::Status ModelSpec::Validate() const {
 }  // namespace zeroshard
 
 namespace zeroshard {
+namespace {
 
-// TODO(issue 11): balanced stages and tp-split shapes.
+// The largest number of contiguous stages the units can be cut into when no
+// stage may hold more than `bound` elements, filling from the last unit
+// backwards (each stage takes as many units as fit). `sizes` are the units'
+// element counts, each <= bound.
+int StagesNeeded(const std::vector<int64_t>& sizes, int64_t bound) {
+  int stages = 0;
+  int64_t filled = bound;  // forces a new stage at the first unit
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (filled + sizes[i] > bound) {
+      ++stages;
+      filled = 0;
+    }
+    filled += sizes[i];
+  }
+  return stages;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::pair<int, int>>> PipelineStageUnits(const ModelSpec& model,
                                                                     int pp) {
-  return absl::UnimplementedError("PipelineStageUnits is not implemented yet");
+  ZS_RETURN_IF_ERROR(model.Validate());
+  const int units = static_cast<int>(model.units.size());
+  if (pp < 1 || pp > units) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline stages: pp %d must be between 1 and the model's %d units (each stage holds at "
+        "least one unit)",
+        pp, units));
+  }
+  // The linear partition problem: the smallest bound B such that the units
+  // fit in pp contiguous stages of at most B elements, by bisection over B
+  // (the greedy count is monotone in B). Validate() bounds the total by
+  // 2^56, so nothing below overflows.
+  std::vector<int64_t> sizes(units);
+  int64_t lo = 0;
+  int64_t hi = 0;
+  for (int u = 0; u < units; ++u) {
+    sizes[u] = model.units[u].NumElements();
+    lo = std::max(lo, sizes[u]);
+    hi += sizes[u];
+  }
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (StagesNeeded(sizes, mid) <= pp) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int64_t bound = lo;
+  // Cut under that bound from the last unit backwards, so the last stages
+  // are the full ones and the first stage (which keeps the most micro-batches
+  // in flight under 1F1B) the lightest; a stage also ends early when the
+  // units left are just enough to give every earlier stage one.
+  std::vector<std::pair<int, int>> stages(pp);
+  int end = units;
+  for (int s = pp - 1; s >= 0; --s) {
+    int begin = end - 1;  // every stage takes at least one unit
+    int64_t filled = sizes[begin];
+    while (begin > s && filled + sizes[begin - 1] <= bound) {
+      filled += sizes[--begin];
+    }
+    stages[s] = {begin, end};
+    end = begin;
+  }
+  if (end != 0) {
+    // Cannot happen: the bound admits pp stages, and the cut above is the
+    // same greedy as StagesNeeded until the reservation takes over.
+    return absl::InternalError(absl::StrFormat(
+        "pipeline stages: %d units left before stage 0 under bound %d", end, bound));
+  }
+  return stages;
 }
 
 absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_rank, int pp,
                                          int pp_rank) {
-  return absl::UnimplementedError("ShardModelSpec is not implemented yet");
+  if (tp < 1 || tp_rank < 0 || tp_rank >= tp) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard model spec: tp rank %d of tp %d; need tp >= 1 and 0 <= tp rank < tp", tp_rank, tp));
+  }
+  if (pp_rank < 0 || pp_rank >= pp) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard model spec: pp rank %d of pp %d; need 0 <= pp rank < pp", pp_rank, pp));
+  }
+  ZS_ASSIGN_OR_RETURN(const auto stages, PipelineStageUnits(model, pp));
+  ModelSpec shard;
+  const auto [first, last] = stages[pp_rank];
+  shard.units.assign(model.units.begin() + first, model.units.begin() + last);
+  if (tp == 1) return shard;
+  for (UnitSpec& unit : shard.units) {
+    for (ParamSpec& p : unit.params) {
+      if (p.tp_split_dim < 0) continue;
+      int64_t& dim = p.shape[p.tp_split_dim];
+      if (dim % tp != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "shard model spec: param '%s.%s' of shape %s splits dimension %d (%d) over tp %d, "
+            "which does not divide it; choose a tp that divides it, or pad the dimension",
+            unit.name, p.name, ShapeText(p.shape), p.tp_split_dim, dim, tp));
+      }
+      dim /= tp;
+    }
+  }
+  return shard;
 }
 
 }  // namespace zeroshard

@@ -45,8 +45,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
                                                        Communicator& comm,
                                                        const ModelParallelOptions& parallel) {
   if (parallel.group == nullptr) return Create(model, train, device, comm);
-  // TODO(issue 11): the model-parallel norm and skip agreement.
-  return absl::UnimplementedError("Engine::Create: model parallelism is not implemented yet");
+  // The agreement moves a few host int64 words; a group whose collectives
+  // need device buffers (nccl) is not supported yet.
+  if (parallel.group->memory_kind() != DeviceKind::kCpu) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "Engine::Create: the model-parallel group is a '%s' communicator of GPU memory; it must "
+        "be a host memory communicator (local or mpi) for now",
+        parallel.group->backend()));
+  }
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Create(model, train, device, comm));
+  static_cast<internal::EngineImpl*>(engine.get())->SetModelParallel(parallel);
+  return engine;
 }
 
 namespace internal {
@@ -209,6 +218,34 @@ absl::Status EngineImpl::SyncCompute() {
                                                               device_.name(), status.message())));
   }
   return absl::OkStatus();
+}
+
+void EngineImpl::SetModelParallel(const ModelParallelOptions& parallel) {
+  model_parallel_ = parallel.group;
+  norm_ranges_.assign(layout_.num_units(), {});
+  if (parallel.count_replicated) return;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const UnitSegment& seg = layout_.unit(u);
+    const UnitSpec& spec = model_.units[u];
+    bool any_replicated = false;
+    for (const ParamSpec& p : spec.params) any_replicated |= p.tp_split_dim < 0;
+    if (!any_replicated) continue;
+    // Runs of params alike (counted or replicated), each param taken with
+    // the alignment gap after it (zero padding, so its squares are moot):
+    // the runs then start at param offsets, multiples of 64, so no norm
+    // block holds two runs of one kind and the blocks buffer suffices.
+    std::vector<NormRange>& runs = norm_ranges_[u];
+    for (size_t p = 0; p < seg.params.size(); ++p) {
+      const bool counted = spec.params[p].tp_split_dim >= 0;
+      const int64_t begin = p == 0 ? 0 : seg.params[p].offset;
+      const int64_t end = p + 1 < seg.params.size() ? seg.params[p + 1].offset : seg.padded_numel;
+      if (!runs.empty() && runs.back().counted == counted) {
+        runs.back().range.end = end;
+      } else {
+        runs.push_back({{begin, end}, counted});
+      }
+    }
+  }
 }
 
 void EngineImpl::BuildDecayRuns() {

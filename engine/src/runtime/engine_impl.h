@@ -27,6 +27,7 @@
 #include "engine/src/device/device_ops.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
+#include "kernels/cpu/norm.h"
 #include "zeroshard/engine.h"
 
 namespace zeroshard::internal {
@@ -102,6 +103,12 @@ class EngineImpl final : public Engine {
   const BufferPlan& plan() const { return plan_; }
   const FlatLayout& layout() const { return layout_; }
   absl::Status CheckPaddingIsZero() const;
+
+  // Model parallelism (Engine::Create with ModelParallelOptions): Step()
+  // adds the sums of squares (and the non-finite count) of `parallel.group`
+  // to this rank's, and without `count_replicated` leaves the replicated
+  // params out of this rank's sum.
+  void SetModelParallel(const ModelParallelOptions& parallel);
 
  private:
   // open_grad_slot_ values besides a slot index.
@@ -196,8 +203,13 @@ class EngineImpl final : public Engine {
   absl::Status StoreConverted(const float* values, int64_t n, DType dtype, void* dst,
                               std::vector<uint16_t>& staging) const;
   // Exact sum of squares of the reduced gradient over all ranks, fused with
-  // the collective-sequence check (one all-gather per step).
+  // the collective-sequence check (one all-gather per step); with model
+  // parallelism also over the model-parallel group (one all-reduce more).
   absl::StatusOr<double> GlobalSumSquaresAndCheckSequence();
+  // Adds the squares of this rank's shard of unit `u` to `sum`, block by
+  // block; of its runs that do not count (norm_ranges_) only the number of
+  // non-finite values.
+  absl::Status AddShardSquares(int u, kernels::ExactSum& sum);
   // The phases of Step(), in order (engine_step.cc).
   absl::Status CheckStepPreconditions() const;
   // Global norm (with the sequence check), clipping and the fused update on
@@ -301,6 +313,17 @@ class EngineImpl final : public Engine {
   int hysteresis_left_ = 1;
   int64_t clean_steps_ = 0;
   int skips_at_min_scale_ = 0;
+
+  // Model parallelism: the group the norm and the skip decision are agreed
+  // over (null: none), and per unit its segment cut into runs that count in
+  // this rank's norm and runs that do not (replicated params, when
+  // count_replicated is false; empty for a unit without any: all counts).
+  struct NormRange {
+    ElementRange range;  // segment coordinates
+    bool counted = true;
+  };
+  Communicator* model_parallel_ = nullptr;
+  std::vector<std::vector<NormRange>> norm_ranges_;
 
   // Collective-sequence check.
   uint64_t sequence_hash_ = 0;

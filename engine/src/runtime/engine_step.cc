@@ -32,6 +32,71 @@ absl::Status EngineImpl::WaitParamGathers() {
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::AddShardSquares(int u, kernels::ExactSum& sum) {
+  const ElementRange shard = layout_.ShardRange(u, rank_);
+  // The pieces of the shard: all of it, or (model parallelism, a unit with
+  // replicated params this rank does not count) its intersection with each
+  // run, cut where the segment's norm blocks begin, so that every block sum
+  // covers part of one fixed block and the norm does not depend on dp.
+  std::vector<ElementRange> counted;
+  std::vector<ElementRange> ignored;
+  if (norm_ranges_.empty() || norm_ranges_[u].empty()) {
+    counted.push_back(shard);
+  } else {
+    for (const NormRange& run : norm_ranges_[u]) {
+      const int64_t begin = std::max(run.range.begin, shard.begin);
+      const int64_t end = std::min(run.range.end, shard.end);
+      if (begin >= end) continue;
+      std::vector<ElementRange>& pieces = run.counted ? counted : ignored;
+      const int64_t aligned =
+          std::min(end, (begin + kNormBlockElements - 1) / kNormBlockElements * kNormBlockElements);
+      if (aligned > begin) pieces.push_back({begin, aligned});
+      if (end > aligned) pieces.push_back({aligned, end});
+    }
+  }
+  double* blocks = norm_blocks_.as<double>();
+  const int64_t capacity = norm_blocks_.bytes() / static_cast<int64_t>(sizeof(double));
+  const bool on_host = device_.host_accessible();
+  // Block sums of `pieces` into `target`, flushed (copied to the host and
+  // added exactly) whenever the blocks buffer is full and at the end.
+  auto add_pieces = [&](const std::vector<ElementRange>& pieces,
+                        kernels::ExactSum& target) -> absl::Status {
+    int64_t used = 0;
+    auto flush = [&]() -> absl::Status {
+      const double* host_blocks = blocks;
+      if (!on_host) {
+        ZS_RETURN_IF_ERROR(device_.CopyAsync(host_norm_blocks_.data(), blocks,
+                                             used * static_cast<int64_t>(sizeof(double)),
+                                             *compute_));
+        host_blocks = host_norm_blocks_.data();
+      }
+      ZS_RETURN_IF_ERROR(SyncCompute());
+      target.AddBlocks(host_blocks, static_cast<size_t>(used));
+      used = 0;
+      return absl::OkStatus();
+    };
+    for (const ElementRange& piece : pieces) {
+      const int64_t n = piece.size();
+      const int64_t num_blocks = (n + kNormBlockElements - 1) / kNormBlockElements;
+      if (used > 0 && used + num_blocks > capacity) ZS_RETURN_IF_ERROR(flush());
+      ZS_RETURN_IF_ERROR(
+          ops_->BlockSumSquares(GradsAt(u, piece.begin), n, grad_dtype_, blocks + used));
+      used += num_blocks;
+    }
+    // Also with no blocks: the single-piece path always synced here.
+    return flush();
+  };
+  ZS_RETURN_IF_ERROR(add_pieces(counted, sum));
+  if (!ignored.empty()) {
+    // A replicated param's gradient that is not finite here must skip the
+    // step as surely as one in a counted param: its count joins the sum's.
+    kernels::ExactSum replicated;
+    ZS_RETURN_IF_ERROR(add_pieces(ignored, replicated));
+    sum.limbs()[kernels::ExactSum::kValueLimbs] += replicated.non_finite();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   // Every rank sums squares over its shard of every unit, whatever the stage,
   // so each element is counted once. Blocks and the exact accumulator make
@@ -39,23 +104,7 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   // The block sums are computed on the device, one unit at a time (the
   // blocks buffer holds the largest shard's), and added exactly on the host.
   kernels::ExactSum sum;
-  double* blocks = norm_blocks_.as<double>();
-  const bool on_host = device_.host_accessible();
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const ElementRange shard = layout_.ShardRange(u, rank_);
-    const int64_t n = shard.size();
-    const int64_t num_blocks = (n + kNormBlockElements - 1) / kNormBlockElements;
-    ZS_RETURN_IF_ERROR(ops_->BlockSumSquares(GradsAt(u, shard.begin), n, grad_dtype_, blocks));
-    const double* host_blocks = blocks;
-    if (!on_host) {
-      ZS_RETURN_IF_ERROR(device_.CopyAsync(host_norm_blocks_.data(), blocks,
-                                           num_blocks * static_cast<int64_t>(sizeof(double)),
-                                           *compute_));
-      host_blocks = host_norm_blocks_.data();
-    }
-    ZS_RETURN_IF_ERROR(SyncCompute());
-    sum.AddBlocks(host_blocks, static_cast<size_t>(num_blocks));
-  }
+  for (int u = 0; u < layout_.num_units(); ++u) ZS_RETURN_IF_ERROR(AddShardSquares(u, sum));
   sum.Normalize();
   // One all-gather carries both the accumulator limbs and this step's
   // collective-sequence record, so the divergence check costs no extra
@@ -92,6 +141,16 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   kernels::ExactSum total;
   for (int r = 0; r < world_; ++r) {
     for (int k = 0; k < kLimbs; ++k) total.limbs()[k] += all[r * kRecord + k];
+  }
+  if (model_parallel_ != nullptr) {
+    // The other tp/pp shards' sums, as integers again, so the norm is exact
+    // and the same on every rank of the group; the non-finite count travels
+    // in the last limb, so every shard also skips the same steps. Normalized
+    // first: each limb then stays below world x 2^32, far from overflow.
+    total.Normalize();
+    CommHandle handle =
+        model_parallel_->AllReduce(total.limbs(), total.limbs(), kLimbs, DType::kInt64);
+    ZS_RETURN_IF_ERROR(WaitComm(handle));
   }
   return total.Value();
 }

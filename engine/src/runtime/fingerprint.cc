@@ -35,6 +35,9 @@ uint64_t FingerprintUnitSpec(const UnitSpec& unit) {
     h = HashValue(h, static_cast<uint64_t>(p.shape.size()));
     for (int64_t d : p.shape) h = HashValue(h, d);
     h = HashValue(h, static_cast<uint8_t>(p.no_decay));
+    // Only when set: specs without tensor parallelism (and the checkpoints
+    // whose manifests carry their fingerprint) keep their old fingerprint.
+    if (p.tp_split_dim >= 0) h = HashValue(h, static_cast<int64_t>(p.tp_split_dim));
   }
   return h;
 }

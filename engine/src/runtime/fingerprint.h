@@ -21,7 +21,8 @@ inline uint64_t HashBytes(const void* data, size_t bytes, uint64_t seed) {
 }
 
 uint64_t FingerprintModelSpec(const ModelSpec& spec);
-// One unit: its name and every param's name, shape and no_decay.
+// One unit: its name and every param's name, shape, no_decay and (when >= 0)
+// tp_split_dim.
 uint64_t FingerprintUnitSpec(const UnitSpec& unit);
 uint64_t FingerprintLayout(const FlatLayout& layout);
 uint64_t FingerprintTrainSpec(const TrainSpec& train);

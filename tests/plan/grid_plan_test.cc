@@ -1,0 +1,150 @@
+// PlanGrid: which (tp, pp, dp, stage) candidates exist, their exact per-rank
+// bytes (PlanEngineBuffers on every grid position's shard spec), the
+// preference order and the choice under a cap, and the error when nothing
+// fits. The engine's ledger is checked against these figures in
+// grid_vs_ledger_test.
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "tests/grid_test_util.h"
+#include "zeroshard/buffer_plan.h"
+#include "zeroshard/planner.h"
+
+namespace zeroshard {
+namespace {
+
+TrainSpec BaseTrain() {
+  TrainSpec train;
+  train.precision = Precision::kBf16Mixed;
+  train.grad_accum_steps = 2;
+  return train;
+}
+
+absl::StatusOr<GridPlan> PlanFor(const ModelSpec& model, int world, int64_t cap) {
+  return PlanGrid(model, BaseTrain(), world, cap);
+}
+
+TEST(PlanGridTest, CandidatesAreTheValidSplitsSizedOnEveryGridPosition) {
+  // 4h = 20: tp 1, 2, 4 divide every split dimension, 8 does not; 3 units
+  // allow pp 1 and 2 of the divisors of 8 / tp.
+  const ModelSpec model = testing::MlpGridSpec(3, 5);
+  auto plan = PlanFor(model, 8, int64_t{1} << 40);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::set<std::pair<int, int>> splits;
+  for (const GridCandidate& c : plan->candidates) {
+    splits.insert({c.tp, c.pp});
+    EXPECT_EQ(c.tp * c.pp * c.dp, 8) << c.Label();
+    ASSERT_EQ(static_cast<int>(c.stage_bytes.size()), c.pp);
+    int64_t worst = 0;
+    for (int pp_rank = 0; pp_rank < c.pp; ++pp_rank) {
+      // Every tp rank of the stage: the plan's one figure is each one's bytes.
+      for (int tp_rank = 0; tp_rank < c.tp; ++tp_rank) {
+        auto shard = ShardModelSpec(model, c.tp, tp_rank, c.pp, pp_rank);
+        ASSERT_TRUE(shard.ok()) << shard.status();
+        TrainSpec train = BaseTrain();
+        train.zero_stage = c.stage;
+        auto buffers = PlanEngineBuffers(*shard, train, c.dp);
+        ASSERT_TRUE(buffers.ok()) << buffers.status();
+        EXPECT_EQ(c.stage_bytes[pp_rank], buffers->total_bytes())
+            << c.Label() << ", tp rank " << tp_rank << ", pp rank " << pp_rank;
+      }
+      worst = std::max(worst, c.stage_bytes[pp_rank]);
+    }
+    EXPECT_EQ(c.per_rank_bytes, worst) << c.Label();
+    EXPECT_EQ(c.stage_bytes[c.worst_pp_stage], worst) << c.Label();
+  }
+  const std::set<std::pair<int, int>> expected = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}, {4, 2}};
+  EXPECT_EQ(splits, expected);
+  EXPECT_EQ(plan->candidates.size(), 4 * expected.size());
+  // A large cap: stage 0 alone.
+  EXPECT_EQ(plan->chosen, 0);
+  EXPECT_EQ(plan->chosen_candidate().Label(), "tp 1 x pp 1 x dp 8, stage 0");
+}
+
+TEST(PlanGridTest, PrefersShardingThenFewestModelParallelRanksThenTpThenLowestStage) {
+  const ModelSpec model = testing::MlpGridSpec(4, 32);
+  auto all = PlanFor(model, 8, int64_t{1} << 40);
+  ASSERT_TRUE(all.ok()) << all.status();
+  const auto& c = all->candidates;
+  for (size_t i = 1; i < c.size(); ++i) {
+    EXPECT_LE(std::make_tuple(c[i - 1].tp * c[i - 1].pp, -c[i - 1].tp, c[i - 1].stage),
+              std::make_tuple(c[i].tp * c[i].pp, -c[i].tp, c[i].stage))
+        << c[i - 1].Label() << " before " << c[i].Label();
+  }
+  ASSERT_EQ(c[0].Label(), "tp 1 x pp 1 x dp 8, stage 0");
+  ASSERT_EQ(c[3].Label(), "tp 1 x pp 1 x dp 8, stage 3");
+  ASSERT_EQ(c[4].Label(), "tp 2 x pp 1 x dp 4, stage 0");
+  ASSERT_EQ(c[8].Label(), "tp 1 x pp 2 x dp 4, stage 0");
+  // Every cap from just below each candidate's need: the choice is the first
+  // candidate in this order that fits, and nothing before it fits.
+  for (const GridCandidate& target : c) {
+    for (int64_t cap : {target.per_rank_bytes, target.per_rank_bytes - 1}) {
+      auto plan = PlanFor(model, 8, cap);
+      if (!plan.ok()) {
+        EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+        for (const GridCandidate& other : c) EXPECT_GT(other.per_rank_bytes, cap);
+        continue;
+      }
+      const int chosen = plan->chosen;
+      EXPECT_LE(plan->chosen_candidate().per_rank_bytes, cap);
+      EXPECT_TRUE(plan->candidates[chosen].fits);
+      for (int i = 0; i < chosen; ++i) {
+        EXPECT_GT(plan->candidates[i].per_rank_bytes, cap) << plan->candidates[i].Label();
+        EXPECT_FALSE(plan->candidates[i].fits);
+      }
+    }
+  }
+  // Stage 1 alone: the description says what stage 0 needed.
+  auto stage1 = PlanFor(model, 8, c[1].per_rank_bytes);
+  ASSERT_TRUE(stage1.ok()) << stage1.status();
+  EXPECT_EQ(stage1->chosen_candidate().Label(), "tp 1 x pp 1 x dp 8, stage 1");
+  EXPECT_NE(stage1->description.find("; stage 0 alone need >= "), std::string::npos)
+      << stage1->description;
+}
+
+TEST(PlanGridTest, FallsBackToTensorBeforePipelineWhenShardingAloneDoesNotFit) {
+  // World 2: sharding alone (dp 2) or tp 2 / pp 2 with dp 1.
+  const ModelSpec model = testing::MlpGridSpec(2, 64);
+  auto all = PlanFor(model, 2, int64_t{1} << 40);
+  ASSERT_TRUE(all.ok()) << all.status();
+  int64_t alone = int64_t{1} << 62;
+  int64_t tp2 = alone;
+  int64_t pp2 = alone;
+  for (const GridCandidate& c : all->candidates) {
+    if (c.tp * c.pp == 1) alone = std::min(alone, c.per_rank_bytes);
+    if (c.tp == 2) tp2 = std::min(tp2, c.per_rank_bytes);
+    if (c.pp == 2) pp2 = std::min(pp2, c.per_rank_bytes);
+  }
+  // Both splits need less than sharding over 2 ranks at stage 3 (the stage 3
+  // gather buffers of whole units), so a cap between them picks one.
+  ASSERT_LT(std::max(tp2, pp2), alone);
+  auto plan = PlanFor(model, 2, std::max(tp2, pp2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->chosen_candidate().tp, 2) << plan->description;
+  EXPECT_EQ(plan->chosen_candidate().pp, 1) << plan->description;
+  std::printf("%s\n", plan->description.c_str());
+  EXPECT_NE(plan->description.find("tp 2 x pp 1 x dp 1, stage "), std::string::npos);
+  EXPECT_NE(plan->description.find("; stages 0-3 alone need >= "), std::string::npos)
+      << plan->description;
+}
+
+TEST(PlanGridTest, NothingFitsIsResourceExhaustedWithTheSmallestNeed) {
+  const ModelSpec model = testing::MlpGridSpec(2, 64);
+  auto plan = PlanFor(model, 4, 1024);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(plan.status().message());
+  EXPECT_NE(message.find("nothing fits 1.0 KiB per rank on 4 ranks"), std::string::npos) << message;
+  EXPECT_NE(message.find("the smallest need is "), std::string::npos) << message;
+  EXPECT_NE(message.find("would fit it"), std::string::npos) << message;
+  EXPECT_EQ(PlanFor(model, 0, 1024).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanFor(model, 4, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zeroshard
