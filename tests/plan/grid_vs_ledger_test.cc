@@ -71,11 +71,9 @@ TEST(GridVsLedgerTest, EveryRankOfEveryGridAllocatesThePlansBytes) {
       std::vector<int64_t> created(world, -1);
       std::vector<int64_t> peak(world, -1);
       std::mutex mu;
-      bool used_grid = false;
       const GridShape shape{g.dp, g.tp, g.pp};
-      const absl::Status status = testing::RunLocalGrid(
-          shape,
-          [&](const testing::GridRank& r) -> absl::Status {
+      const absl::Status status =
+          testing::RunLocalGrid(shape, [&](const testing::GridRank& r) -> absl::Status {
             ZS_ASSIGN_OR_RETURN(ModelSpec shard,
                                 ShardModelSpec(model, g.tp, r.coord.tp, g.pp, r.coord.pp));
             auto device = CreateCpuDevice();
@@ -102,17 +100,12 @@ TEST(GridVsLedgerTest, EveryRankOfEveryGridAllocatesThePlansBytes) {
             created[r.rank] = after_create;
             peak[r.rank] = device->ledger().peak_total();
             return absl::OkStatus();
-          },
-          &used_grid);
+          });
       ASSERT_TRUE(status.ok()) << status;
       for (int rank = 0; rank < world; ++rank) {
         const int pp_rank = CoordOf(rank, shape).pp;
         EXPECT_EQ(created[rank], planned->stage_bytes[pp_rank]) << "rank " << rank;
         EXPECT_EQ(peak[rank], planned->stage_bytes[pp_rank]) << "rank " << rank;
-      }
-      if (stage == 0 && g.tp == 2 && g.pp == 1) {
-        std::printf("groups from %s\n",
-                    used_grid ? "ProcessGrid::Create" : "separate local groups (no Split yet)");
       }
     }
   }
