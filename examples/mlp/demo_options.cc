@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "examples/common/flags.h"
+#include "zeroshard/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -71,6 +72,13 @@ void PrintUsage(std::FILE* out) {
       "  --save-every N     a checkpoint every N steps (background write)\n"
       "  --keep-last K      complete checkpoints kept in D (default 2)\n"
       "  --resume           start from the checkpoint D/latest and train up to --steps\n"
+      "  --tp T             tensor-parallel ranks per block (Megatron split of W1/W2)\n"
+      "                     (default 1)\n"
+      "  --pp P             pipeline stages of whole blocks, 1F1B schedule (default 1);\n"
+      "                     with --tp: dp = ranks / (tp * pp), each dp rank runs\n"
+      "                     accum x tp x pp micro-batches, the global batch unchanged\n"
+      "  --mem-cap SIZE     per-rank byte cap (e.g. 4MiB): the planner chooses tp, pp,\n"
+      "                     dp and the ZeRO stage, prints them, then trains that grid\n"
       "  --comm-timeout S   seconds a collective waits for a missing rank before the\n"
       "                     run fails naming it (default: $%s, else %.0f)\n"
       "  --help             this text\n"
@@ -127,6 +135,13 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       {"weight-decay",
        [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.weight_decay); }},
       {"clip", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.clip); }},
+      {"tp", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.tp); }},
+      {"pp", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.pp); }},
+      {"mem-cap",
+       [&](auto& f, auto& v) -> absl::Status {
+         ZS_ASSIGN_OR_RETURN(opts.mem_cap, ParseByteSize(v, absl::StrCat("--", f)));
+         return absl::OkStatus();
+       }},
       {"checkpoint-dir",
        [&](auto& f, auto& v) -> absl::Status {
          if (v.empty()) return BadValue(f, v, "a directory");
@@ -187,6 +202,30 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
         "--save-every and --resume need --checkpoint-dir DIR (where checkpoints go)");
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
+  if (UsesGrid(opts)) {
+    if (opts.mem_cap > 0 && opts.tp * opts.pp > 1) {
+      return absl::InvalidArgumentError(
+          "--mem-cap lets the planner choose tp and pp; give it without --tp / --pp");
+    }
+    if (!opts.checkpoint_dir.empty() || opts.device_cuda) {
+      return absl::InvalidArgumentError(
+          "--tp, --pp and --mem-cap run on the CPU without checkpoints for now; drop "
+          "--checkpoint-dir and --device cuda");
+    }
+    if (opts.model.blocks < opts.pp) {
+      return absl::InvalidArgumentError(absl::StrCat("--pp ", opts.pp, " needs at least ", opts.pp,
+                                                     " blocks, got --blocks ", opts.model.blocks));
+    }
+    if (internal::InnerSize(opts.model.hidden) % opts.tp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tp ", opts.tp, " must divide the inner width 4 x --hidden = ",
+                       internal::InnerSize(opts.model.hidden), " (W1's rows, W2's columns)"));
+    }
+    if (!opts.backend_mpi && opts.ranks % (opts.tp * opts.pp) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ranks ", opts.ranks, " is not a multiple of --tp x --pp = ", opts.tp * opts.pp));
+    }
+  }
   // Range checks of the engine's own spec (e.g. the supported stages), so a
   // bad flag is refused before anything runs.
   ZS_RETURN_IF_ERROR(MakeTrainSpec(opts, opts.stage, opts.accum).Validate());

@@ -52,7 +52,17 @@ struct DemoOptions {
   int64_t save_every = 0;
   int keep_last = 2;
   bool resume = false;
+  // Model parallelism (docs/parallelism.md): a dp x tp x pp grid with
+  // dp = world / (tp * pp); 1 x 1 runs the plain data-parallel trainer.
+  int tp = 1;
+  int pp = 1;
+  // Per-rank byte cap: the planner (PlanGrid) chooses tp, pp, dp and the
+  // ZeRO stage that fit it; 0: not given.
+  int64_t mem_cap = 0;
 };
+
+// True when the run uses a model-parallel grid (GridMlpTrainer).
+inline bool UsesGrid(const DemoOptions& opts) { return opts.tp * opts.pp > 1 || opts.mem_cap > 0; }
 
 // The communicator options of the run (--comm-timeout).
 CommOptions MakeCommOptions(const DemoOptions& opts);

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "examples/mlp/demo_options.h"
 #include "zeroshard/device.h"
+#include "zeroshard/process_grid.h"
 
 namespace zeroshard {
 namespace mlp {
@@ -23,6 +24,7 @@ enum TimeColumn : int {
   kOptimizerMs,
   kInputWaitMs,
   kEngineOtherMs,
+  kPipelineBubbleMs,  // waiting for a neighbouring pipeline stage (--pp)
   kTotalMs,
   kHiddenCommMs,  // not part of the split: collectives' run time not waited for
   kNumTimeColumns
@@ -51,9 +53,11 @@ struct RunResult {
 
 struct DemoResults {
   int world = 1;
-  RunResult distributed;  // N ranks, the requested stage
-  RunResult baseline;     // 1 rank, stage 0, accum N*A
-  RunResult stage0;       // N ranks, stage 0: ledger only, no training
+  GridShape grid;           // the distributed run's dp x tp x pp (dp = world without --tp/--pp)
+  std::string grid_origin;  // "--tp/--pp" or the planner's choice; empty for a dp-only run
+  RunResult distributed;    // N ranks, the requested stage
+  RunResult baseline;       // 1 rank, stage 0, accum N*A
+  RunResult stage0;         // N ranks, stage 0: ledger only, no training
   absl::Time start = absl::Now();
 };
 

@@ -43,11 +43,14 @@ ModelSpec BuildModelSpec(const MlpConfig& cfg) {
   for (int i = 0; i < cfg.blocks; ++i) {
     UnitSpec unit;
     unit.name = absl::StrCat("block.", i);
+    // Megatron's split: W1 and b1 column-parallel (rows of W1), W2
+    // row-parallel (its columns), b2 replicated (added once, after the g
+    // all-reduce).
     unit.params = {
-        ParamSpec{kParamNames[kW1], {inner, h}, /*no_decay=*/false},
-        ParamSpec{kParamNames[kB1], {inner}, /*no_decay=*/true},
-        ParamSpec{kParamNames[kW2], {h, inner}, /*no_decay=*/false},
-        ParamSpec{kParamNames[kB2], {h}, /*no_decay=*/true},
+        ParamSpec{kParamNames[kW1], {inner, h}, /*no_decay=*/false, /*tp_split_dim=*/0},
+        ParamSpec{kParamNames[kB1], {inner}, /*no_decay=*/true, /*tp_split_dim=*/0},
+        ParamSpec{kParamNames[kW2], {h, inner}, /*no_decay=*/false, /*tp_split_dim=*/1},
+        ParamSpec{kParamNames[kB2], {h}, /*no_decay=*/true, /*tp_split_dim=*/-1},
     };
     spec.units.push_back(std::move(unit));
   }

@@ -40,7 +40,9 @@ struct MlpConfig {
 // Indices of a block's params within its unit, in ModelSpec order.
 enum BlockParam : int { kW1 = 0, kB1 = 1, kW2 = 2, kB2 = 3, kNumBlockParams = 4 };
 
-// One unit per block, named "block.<i>", params w1, b1, w2, b2.
+// One unit per block, named "block.<i>", params w1, b1, w2, b2, with
+// Megatron's tensor-parallel split (ParamSpec::tp_split_dim): w1 and b1 by
+// rows (column-parallel, 0), w2 by columns (row-parallel, 1), b2 replicated.
 ModelSpec BuildModelSpec(const MlpConfig& cfg);
 
 // Deterministic initial value of param `param` of block `unit`, drawn from a

@@ -21,12 +21,14 @@
 #include "absl/time/clock.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/demo_report.h"
+#include "examples/mlp/grid_trainer.h"
 #include "examples/mlp/mlp.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/process_grid.h"
 #include "zeroshard/status.h"
 #if ZS_HAVE_CUDA
 #include "examples/mlp/cuda/cuda_mlp_trainer.h"
@@ -122,6 +124,33 @@ absl::Status GatherLedger(Communicator& comm, Device& device, RunResult* out) {
   out->ledger.assign(comm.size(), LedgerRow{});
   for (int r = 0; r < comm.size(); ++r) {
     std::copy(all.begin() + r * n, all.begin() + (r + 1) * n, out->ledger[r].begin());
+  }
+  return absl::OkStatus();
+}
+
+// Collects every rank's time split (ms per step, TimeColumn order) on rank 0.
+absl::Status GatherTimes(Communicator& comm, Device& device, const EngineStats& stats,
+                         RunResult* out) {
+  const double steps = std::max<int64_t>(1, stats.steps);
+  const double row[kNumTimeColumns] = {
+      absl::ToDoubleMilliseconds(stats.totals.compute) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.exposed_comm) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.optimizer) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.input_wait) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.pipeline_bubble) / steps,
+      absl::ToDoubleMilliseconds(stats.totals.total) / steps,
+      absl::ToDoubleMilliseconds(
+          std::max(absl::ZeroDuration(), stats.totals.comm_busy - stats.totals.exposed_comm)) /
+          steps};
+  std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
+  ZS_RETURN_IF_ERROR(
+      AllGatherHost(comm, device, row, all.data(), kNumTimeColumns, DType::kFloat64));
+  if (comm.rank() == 0) {
+    for (int r = 0; r < comm.size(); ++r) {
+      out->step_ms.emplace_back(all.begin() + r * kNumTimeColumns,
+                                all.begin() + (r + 1) * kNumTimeColumns);
+    }
   }
   return absl::OkStatus();
 }
@@ -236,27 +265,47 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
     out->final_loss_scale = stats.loss_scale;
     out->prefetch_active = stats.prefetch_active;
   }
-  const double steps = std::max<int64_t>(1, stats.steps);
-  const double row[kNumTimeColumns] = {
-      absl::ToDoubleMilliseconds(stats.totals.compute) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.exposed_comm) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.optimizer) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.input_wait) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.total) / steps,
-      absl::ToDoubleMilliseconds(
-          std::max(absl::ZeroDuration(), stats.totals.comm_busy - stats.totals.exposed_comm)) /
-          steps};
-  std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
-  ZS_RETURN_IF_ERROR(
-      AllGatherHost(comm, *device, row, all.data(), kNumTimeColumns, DType::kFloat64));
-  if (lead) {
-    for (int r = 0; r < comm.size(); ++r) {
-      out->step_ms.emplace_back(all.begin() + r * kNumTimeColumns,
-                                all.begin() + (r + 1) * kNumTimeColumns);
-    }
+  return GatherTimes(comm, *device, stats, out);
+}
+
+// One rank of a dp x tp x pp run (GridMlpTrainer); world rank 0 fills
+// `out`, with the full weights assembled from every shard.
+absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int stage,
+                           const std::string& label, Communicator& world, RunResult* out) {
+  const absl::Time start = absl::Now();
+  const bool lead = world.rank() == 0;
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(opts.model, shape, grid->coord()));
+  ZS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(shard, MakeTrainSpec(opts, stage, GridMicroBatches(opts.accum, shape)),
+                     *device, grid->dp(),
+                     ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+  ZS_RETURN_IF_ERROR(InitShardEngineParams(*engine, opts.model, *grid));
+  ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(opts.model)));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridMlpTrainer> trainer,
+                      GridMlpTrainer::Create(opts.model, *engine, *grid));
+  ProgressBar bar(label, opts.steps);
+  for (int64_t s = 0; s < opts.steps; ++s) {
+    ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
+    if (!lead) continue;
+    out->losses.push_back(loss);
+    if (trainer->last_step().clip_coef < 1.0) ++out->clipped_steps;
+    if (trainer->last_step().skipped) ++out->skipped_steps;
+    bar.Update(s + 1, loss);
   }
-  return absl::OkStatus();
+  if (lead) out->wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  ZS_ASSIGN_OR_RETURN(std::vector<std::vector<float>> params,
+                      GatherGridParams(*engine, opts.model, *grid));
+  if (lead) out->params = std::move(params);
+  ZS_RETURN_IF_ERROR(GatherLedger(world, *device, out));
+  const EngineStats stats = engine->Stats();
+  if (lead) {
+    out->final_loss_scale = stats.loss_scale;
+    out->prefetch_active = stats.prefetch_active;
+  }
+  return GatherTimes(world, *device, stats, out);
 }
 
 // A stage-0 engine on the same ranks, created only to read what it allocates.
@@ -269,9 +318,30 @@ absl::Status Stage0LedgerRank(const DemoOptions& opts, Communicator& comm, RunRe
   return GatherLedger(comm, *device, out);
 }
 
+// A stage-0 engine on this rank's shard of the grid, for its ledger only.
+absl::Status GridStage0LedgerRank(const DemoOptions& opts, const GridShape& shape,
+                                  Communicator& world, RunResult* out) {
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(opts.model, shape, grid->coord()));
+  ZS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(shard, MakeTrainSpec(opts, 0, GridMicroBatches(opts.accum, shape)), *device,
+                     grid->dp(),
+                     ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+  return GatherLedger(world, *device, out);
+}
+
 // Everything one rank of the distributed side does: train, then the stage-0
-// memory reference.
+// memory reference. `results->grid` says whether it is a grid run.
 absl::Status DistributedRank(const DemoOptions& opts, Communicator& comm, DemoResults* results) {
+  if (!results->grid_origin.empty()) {
+    const GridShape shape = results->grid;
+    const std::string label =
+        absl::StrFormat("stage %d, tp %d pp %d dp %d", opts.stage, shape.tp, shape.pp, shape.dp);
+    ZS_RETURN_IF_ERROR(GridTrainRank(opts, shape, opts.stage, label, comm, &results->distributed));
+    return GridStage0LedgerRank(opts, shape, comm, &results->stage0);
+  }
   const std::string label = absl::StrFormat("stage %d, %d ranks", opts.stage, comm.size());
   ZS_RETURN_IF_ERROR(TrainRank(opts, opts.stage, opts.accum, label, /*checkpointed=*/true, comm,
                                &results->distributed));
@@ -297,9 +367,34 @@ absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) 
   AbortJob(1);
 }
 
-int RunLocal(const DemoOptions& opts) {
+// The distributed run's grid: dp only, the --tp/--pp split, or (--mem-cap)
+// the planner's choice, which may also set the ZeRO stage in `opts`.
+// `lead` prints the choice.
+absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* results) {
+  results->grid = GridShape{world, 1, 1};
+  if (!UsesGrid(*opts)) return absl::OkStatus();
+  if (opts->mem_cap > 0) {
+    return absl::UnimplementedError(
+        "--mem-cap: the planner's PlanGrid is not in this build yet; give --tp and --pp");
+  }
+  if (world % (opts->tp * opts->pp) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d ranks are not a multiple of --tp %d x --pp %d", world, opts->tp, opts->pp));
+  }
+  results->grid = GridShape{world / (opts->tp * opts->pp), opts->tp, opts->pp};
+  results->grid_origin = "--tp/--pp";
+  if (lead) {
+    std::fprintf(stderr, "mlp_demo: grid %s, ZeRO stage %d over dp, %d micro-batches per dp rank\n",
+                 results->grid.ToString().c_str(), opts->stage,
+                 GridMicroBatches(opts->accum, results->grid));
+  }
+  return absl::OkStatus();
+}
+
+int RunLocal(DemoOptions opts) {
   DemoResults results;
   results.world = opts.ranks;
+  if (absl::Status s = ChooseGrid(&opts, opts.ranks, true, &results); !s.ok()) Fail(s);
   CommOptions options = MakeCommOptions(opts);
   std::unique_ptr<Device> gpu;
   if (opts.device_cuda) {
@@ -350,6 +445,9 @@ int RunMpi(DemoOptions opts) {
   const bool lead = (*comm)->rank() == 0;
   DemoResults results;
   results.world = (*comm)->size();
+  if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {
+    Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
+  }
   absl::Status status = DistributedRank(opts, **comm, &results);
   // The baseline is one rank: rank 0 runs it alone, the others are done.
   if (status.ok() && lead) status = Baseline(opts, results.world, &results);

@@ -18,29 +18,6 @@ std::vector<int64_t> BlockParamSizes(int64_t hidden) {
   return {inner * hidden, inner, hidden * inner, hidden};
 }
 
-absl::Status CheckUnitView(const UnitView& view, int unit, const std::vector<int64_t>& sizes,
-                           const char* what) {
-  if (view.params.size() != sizes.size()) {
-    return absl::InternalError(absl::StrCat("MlpTrainer: ", what, " of unit block.", unit, " has ",
-                                            view.params.size(), " params, expected ",
-                                            sizes.size()));
-  }
-  for (size_t p = 0; p < sizes.size(); ++p) {
-    const TensorView& t = view.params[p];
-    if (t.numel != sizes[p] || t.data == nullptr) {
-      return absl::InternalError(absl::StrCat("MlpTrainer: ", what, " of unit block.", unit,
-                                              " param ", p, " has ", t.numel,
-                                              " elements, expected ", sizes[p]));
-    }
-    if (!internal::IsSupportedViewDType(t.dtype)) {
-      return absl::UnimplementedError(
-          absl::StrCat("MlpTrainer: ", what, " of unit block.", unit, " param ", p, " is ",
-                       DTypeName(t.dtype), "; the MLP example handles fp32, bf16 and fp16"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm)
@@ -63,36 +40,15 @@ MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm)
 
 absl::StatusOr<internal::BlockWeights> MlpTrainer::GatherFp32Weights(int unit) {
   ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(unit));
-  const std::vector<int64_t> sizes = BlockParamSizes(cfg_.hidden);
-  ZS_RETURN_IF_ERROR(CheckUnitView(view, unit, sizes, "params"));
   const float* ptrs[kNumBlockParams];
-  size_t offset = 0;
-  for (int p = 0; p < kNumBlockParams; ++p) {
-    const TensorView& t = view.params[p];
-    if (t.dtype == DType::kFloat32) {
-      ptrs[p] = t.as<const float>();
-    } else {
-      // BLAS wants fp32: widen the 16-bit params (exactly) into the copy.
-      float* dst = weight_copy_.data() + offset;
-      ZS_RETURN_IF_ERROR(internal::ReadAsFp32(t, dst));
-      ptrs[p] = dst;
-    }
-    offset += static_cast<size_t>(sizes[p]);
-  }
+  ZS_RETURN_IF_ERROR(internal::UnitParamsAsFp32(view, unit, BlockParamSizes(cfg_.hidden),
+                                                "MlpTrainer", weight_copy_.data(), ptrs));
   return internal::BlockWeights{ptrs[kW1], ptrs[kB1], ptrs[kW2], ptrs[kB2]};
 }
 
 absl::Status MlpTrainer::WriteGrads(int unit, const UnitView& view) const {
-  const std::vector<int64_t> sizes = BlockParamSizes(cfg_.hidden);
-  ZS_RETURN_IF_ERROR(CheckUnitView(view, unit, sizes, "gradient view"));
-  size_t offset = 0;
-  for (int p = 0; p < kNumBlockParams; ++p) {
-    // Overwrite, never accumulate: the engine does the summing, in an order
-    // that does not depend on the world size.
-    ZS_RETURN_IF_ERROR(internal::WriteFromFp32(grads_.data() + offset, view.params[p]));
-    offset += static_cast<size_t>(sizes[p]);
-  }
-  return absl::OkStatus();
+  return internal::WriteUnitFromFp32(grads_.data(), view, unit, BlockParamSizes(cfg_.hidden),
+                                     "MlpTrainer");
 }
 
 absl::StatusOr<double> MlpTrainer::MicroBatch(int micro, float loss_scale) {

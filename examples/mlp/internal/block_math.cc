@@ -33,12 +33,12 @@ void SumRows(const float* m, int64_t rows, int64_t cols, float* grad) {
 
 }  // namespace
 
-void ForwardState::Resize(int blocks, int64_t batch, int64_t hidden) {
+void ForwardState::Resize(int blocks, int64_t batch, int64_t hidden, int64_t inner) {
   const size_t io = static_cast<size_t>(batch * hidden);
-  const size_t inner = static_cast<size_t>(batch * InnerSize(hidden));
+  const size_t wide = static_cast<size_t>(batch * (inner < 0 ? InnerSize(hidden) : inner));
   inputs.assign(blocks + 1, std::vector<float>(io));
-  pre.assign(blocks, std::vector<float>(inner));
-  act.assign(blocks, std::vector<float>(inner));
+  pre.assign(blocks, std::vector<float>(wide));
+  act.assign(blocks, std::vector<float>(wide));
 }
 
 void UseSingleThreadedBlas() {
@@ -54,43 +54,62 @@ float GeluGrad(float x) {
   return cdf + x * pdf;
 }
 
-void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
-                  float* act, float* y) {
-  const int64_t inner = InnerSize(hidden);
-  // pre [B,4h] = x [B,h] * W1^T.
+void BlockForwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, int64_t inner,
+                         const float* x, float* pre, float* act, float* partial) {
+  // pre [B,inner] = x [B,h] * W1s^T.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, inner, hidden, 1.0f, x, hidden, w.w1,
               hidden, 0.0f, pre, inner);
   AddBias(w.b1, batch, inner, pre);
   for (int64_t i = 0; i < batch * inner; ++i) act[i] = Gelu(pre[i]);
-  // y [B,h] = act [B,4h] * W2^T, then + b2 + x (the residual).
+  // partial [B,h] = act [B,inner] * W2s^T.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, hidden, inner, 1.0f, act, inner, w.w2,
-              inner, 0.0f, y, hidden);
-  AddBias(w.b2, batch, hidden, y);
+              inner, 0.0f, partial, hidden);
+}
+
+void BlockForwardFinish(const float* b2, int64_t batch, int64_t hidden, const float* x, float* y) {
+  // + b2, then + x (the residual), in this order on every path.
+  AddBias(b2, batch, hidden, y);
   for (int64_t i = 0; i < batch * hidden; ++i) y[i] += x[i];
+}
+
+void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
+                  float* act, float* y) {
+  BlockForwardPartial(w, batch, hidden, InnerSize(hidden), x, pre, act, y);
+  BlockForwardFinish(w.b2, batch, hidden, x, y);
+}
+
+void BlockBackwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, int64_t inner,
+                          const float* x, const float* pre, const float* act, const float* dy,
+                          float* scratch, float* dx_partial, const BlockGradients& grads) {
+  // dW2s [h,inner] = dy^T [h,B] * act [B,inner]; db2 = column sums of dy.
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hidden, inner, batch, 1.0f, dy, hidden, act,
+              inner, 0.0f, grads.w2, inner);
+  SumRows(dy, batch, hidden, grads.b2);
+  // dpre [B,inner] = (dy [B,h] * W2s [h,inner]) * gelu'(pre).
+  float* dpre = scratch;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, inner, hidden, 1.0f, dy, hidden,
+              w.w2, inner, 0.0f, dpre, inner);
+  for (int64_t i = 0; i < batch * inner; ++i) dpre[i] *= GeluGrad(pre[i]);
+  // dW1s [inner,h] = dpre^T [inner,B] * x [B,h]; db1s = column sums of dpre.
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, inner, hidden, batch, 1.0f, dpre, inner, x,
+              hidden, 0.0f, grads.w1, hidden);
+  SumRows(dpre, batch, inner, grads.b1);
+  if (dx_partial == nullptr) return;
+  // dx_partial [B,h] = dpre [B,inner] * W1s [inner,h].
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, hidden, inner, 1.0f, dpre, inner,
+              w.w1, hidden, 0.0f, dx_partial, hidden);
+}
+
+void BlockBackwardFinish(const float* dy, int64_t batch, int64_t hidden, float* dx) {
+  // dx = dx_partial + dy (the residual path).
+  for (int64_t i = 0; i < batch * hidden; ++i) dx[i] += dy[i];
 }
 
 void BlockBackward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x,
                    const float* pre, const float* act, const float* dy, float* scratch, float* dx,
                    const BlockGradients& grads) {
-  const int64_t inner = InnerSize(hidden);
-  // dW2 [h,4h] = dy^T [h,B] * act [B,4h]; db2 = column sums of dy.
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hidden, inner, batch, 1.0f, dy, hidden, act,
-              inner, 0.0f, grads.w2, inner);
-  SumRows(dy, batch, hidden, grads.b2);
-  // dpre [B,4h] = (dy [B,h] * W2 [h,4h]) * gelu'(pre).
-  float* dpre = scratch;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, inner, hidden, 1.0f, dy, hidden,
-              w.w2, inner, 0.0f, dpre, inner);
-  for (int64_t i = 0; i < batch * inner; ++i) dpre[i] *= GeluGrad(pre[i]);
-  // dW1 [4h,h] = dpre^T [4h,B] * x [B,h]; db1 = column sums of dpre.
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, inner, hidden, batch, 1.0f, dpre, inner, x,
-              hidden, 0.0f, grads.w1, hidden);
-  SumRows(dpre, batch, inner, grads.b1);
-  if (dx == nullptr) return;
-  // dx [B,h] = dy (the residual path) + dpre [B,4h] * W1 [4h,h].
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, hidden, inner, 1.0f, dpre, inner,
-              w.w1, hidden, 0.0f, dx, hidden);
-  for (int64_t i = 0; i < batch * hidden; ++i) dx[i] += dy[i];
+  BlockBackwardPartial(w, batch, hidden, InnerSize(hidden), x, pre, act, dy, scratch, dx, grads);
+  if (dx != nullptr) BlockBackwardFinish(dy, batch, hidden, dx);
 }
 
 void NetworkForward(const std::vector<BlockWeights>& blocks, int64_t batch, int64_t hidden,

@@ -48,8 +48,10 @@ struct ForwardState {
   std::vector<std::vector<float>> pre;
   std::vector<std::vector<float>> act;
 
-  // Sizes every array for `blocks` blocks of a [batch, hidden] micro-batch.
-  void Resize(int blocks, int64_t batch, int64_t hidden);
+  // Sizes every array for `blocks` blocks of a [batch, hidden] micro-batch,
+  // pre and act with `inner` columns (-1: InnerSize(hidden); a tensor-
+  // parallel shard holds fewer).
+  void Resize(int blocks, int64_t batch, int64_t hidden, int64_t inner = -1);
   const std::vector<float>& output() const { return inputs.back(); }
 };
 
@@ -71,6 +73,33 @@ void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const fl
 void BlockBackward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x,
                    const float* pre, const float* act, const float* dy, float* scratch, float* dx,
                    const BlockGradients& grads);
+
+// Tensor-parallel halves of a block (Megatron-LM's f/g split). A rank of a
+// tp group holds `inner` = 4h / tp rows of W1 and b1 (column-parallel),
+// the same `inner` columns of W2 as a contiguous [h, inner] matrix
+// (row-parallel), and all of b2 (replicated); pre and act are its [batch,
+// inner] columns. With inner = 4h (one rank) the two halves are exactly
+// BlockForward / BlockBackward: same operations in the same order, so the
+// same bits.
+//
+// Forward, first half: pre = x W1s^T + b1s, act = gelu(pre), and this rank's
+// partial output partial = act W2s^T [batch, h]. The caller sums `partial`
+// over the tp group in rank order (the g all-reduce), then calls
+// BlockForwardFinish: y = (partial + b2) + x.
+void BlockForwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, int64_t inner,
+                         const float* x, float* pre, float* act, float* partial);
+void BlockForwardFinish(const float* b2, int64_t batch, int64_t hidden, const float* x, float* y);
+
+// Backward, first half: from the replicated dy, writes this rank's dW1s,
+// db1s, dW2s and the replicated db2 (the same on every tp rank, so it needs
+// no reduction), and dx_partial = dpre W1s [batch, h] (may be null: not
+// needed). `scratch` holds batch*inner floats. The caller sums dx_partial
+// over the tp group (f's backward), then calls BlockBackwardFinish:
+// dx = dx_partial + dy.
+void BlockBackwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, int64_t inner,
+                          const float* x, const float* pre, const float* act, const float* dy,
+                          float* scratch, float* dx_partial, const BlockGradients& grads);
+void BlockBackwardFinish(const float* dy, int64_t batch, int64_t hidden, float* dx);
 
 // Whole network forward: blocks applied in order to x, activations saved in
 // `state` (which must be Resize()d for these sizes).

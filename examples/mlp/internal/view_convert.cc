@@ -64,6 +64,61 @@ absl::Status WriteFromFp32(const float* src, const TensorView& view) {
   return absl::OkStatus();
 }
 
+absl::Status CheckUnitView(const UnitView& view, int unit, const std::vector<int64_t>& sizes,
+                           const char* who, const char* what) {
+  if (view.params.size() != sizes.size()) {
+    return absl::InternalError(absl::StrCat(who, ": ", what, " of unit block.", unit, " has ",
+                                            view.params.size(), " params, expected ",
+                                            sizes.size()));
+  }
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    const TensorView& t = view.params[p];
+    if (t.numel != sizes[p] || t.data == nullptr) {
+      return absl::InternalError(absl::StrCat(who, ": ", what, " of unit block.", unit, " param ",
+                                              p, " has ", t.numel, " elements, expected ",
+                                              sizes[p]));
+    }
+    if (!IsSupportedViewDType(t.dtype)) {
+      return absl::UnimplementedError(
+          absl::StrCat(who, ": ", what, " of unit block.", unit, " param ", p, " is ",
+                       DTypeName(t.dtype), "; the MLP example handles fp32, bf16 and fp16"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UnitParamsAsFp32(const UnitView& view, int unit, const std::vector<int64_t>& sizes,
+                              const char* who, float* copy, const float** params) {
+  ZS_RETURN_IF_ERROR(CheckUnitView(view, unit, sizes, who, "params"));
+  size_t offset = 0;
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    const TensorView& t = view.params[p];
+    if (t.dtype == DType::kFloat32) {
+      params[p] = t.as<const float>();
+    } else {
+      // BLAS wants fp32: widen the 16-bit params (exactly) into the copy.
+      float* dst = copy + offset;
+      ZS_RETURN_IF_ERROR(ReadAsFp32(t, dst));
+      params[p] = dst;
+    }
+    offset += static_cast<size_t>(sizes[p]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteUnitFromFp32(const float* src, const UnitView& view, int unit,
+                               const std::vector<int64_t>& sizes, const char* who) {
+  ZS_RETURN_IF_ERROR(CheckUnitView(view, unit, sizes, who, "gradient view"));
+  size_t offset = 0;
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    // Overwrite, never accumulate: the engine does the summing, in an order
+    // that does not depend on the world size.
+    ZS_RETURN_IF_ERROR(WriteFromFp32(src + offset, view.params[p]));
+    offset += static_cast<size_t>(sizes[p]);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 }  // namespace mlp
 }  // namespace zeroshard

@@ -3,6 +3,9 @@
 #ifndef ZEROSHARD_EXAMPLES_MLP_INTERNAL_VIEW_CONVERT_H_
 #define ZEROSHARD_EXAMPLES_MLP_INTERNAL_VIEW_CONVERT_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "zeroshard/dtype.h"
 #include "zeroshard/engine.h"
@@ -23,6 +26,26 @@ absl::Status ReadAsFp32(const TensorView& view, float* dst);
 // engine's loss scaling detects). InvalidArgument for another dtype or a
 // null view.
 absl::Status WriteFromFp32(const float* src, const TensorView& view);
+
+// Checks one unit's view against the element counts its trainer expects
+// (`sizes`, one per param in ModelSpec order): Internal when a count
+// differs or a view is null, Unimplemented for a dtype the example does not
+// handle; the message starts with `who` and names `what` ("params",
+// "gradient view") and the unit.
+absl::Status CheckUnitView(const UnitView& view, int unit, const std::vector<int64_t>& sizes,
+                           const char* who, const char* what);
+
+// fp32 pointers to a unit's params, one per param: the view itself for
+// fp32, else a widened (exact) copy in `copy`, which holds the sum of
+// `sizes` floats. Errors: CheckUnitView's.
+absl::Status UnitParamsAsFp32(const UnitView& view, int unit, const std::vector<int64_t>& sizes,
+                              const char* who, float* copy, const float** params);
+
+// Overwrites every element of a unit's gradient view with the fp32 values
+// in `src` (the params' gradients concatenated in ModelSpec order), rounded
+// to the view's dtype. Errors: CheckUnitView's.
+absl::Status WriteUnitFromFp32(const float* src, const UnitView& view, int unit,
+                               const std::vector<int64_t>& sizes, const char* who);
 
 }  // namespace internal
 }  // namespace mlp

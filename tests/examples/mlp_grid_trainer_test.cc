@@ -1,0 +1,267 @@
+// GridMlpTrainer on every (tp, pp, dp) of the issue against the one-rank
+// run of the same global batch (and, for pipelines, the dp-only run that
+// accumulates the same micro-batches per dp rank), local backend.
+//
+// Tolerance (tp > 1). Tensor parallelism changes one thing: the row-parallel
+// products (the block output and the input gradient) are summed as tp
+// partial dot products of 4h/tp terms added in rank order instead of one
+// dot product of 4h terms. Both orders are within gamma_{4h} * sum|terms|
+// of the exact value (Higham 3.1), so they differ by at most
+// 2 gamma_{4h} * sum|terms| per element: 2 * 128 * 2^-24 = 1.5e-5 of the
+// magnitude for h = 32 (mlp_tensor_parallel_test checks this bound on the
+// block). Through B blocks, each adding at most that relative error to the
+// residual stream, the loss of one forward moves by at most about
+// 2 B gamma_{4h} relative (1.2e-4 for B = 4). Training carries the
+// difference on: a relative gradient difference e moves Adam's normalised
+// update by about e, so each step adds at most about the same relative
+// amount again, and we accumulate it linearly: the bound on the largest
+// relative loss difference over the steps and on the weights' relative L2
+// distance is steps x 2 B gamma_{4h} (7.3e-4 for 6 steps). The weights are
+// compared in L2, not element-wise: an element whose gradient is near zero
+// can take an lr-sized Adam step of the other sign, which no rounding
+// bound covers, but few such elements barely move the L2 distance. The
+// test prints the measured spread per grid beside the bound.
+// TODO(issue 11): record the measured spread here, and the figure with the
+// tp all-reduce in the backward dropped, once Send/Recv/Split and
+// ProcessGrid::Create are in main (not yet run end to end).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "examples/common/rng.h"
+#include "examples/mlp/grid_trainer.h"
+#include "examples/mlp/mlp.h"
+#include "gtest/gtest.h"
+#include "tests/test_seed.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/process_grid.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+using testing::SeedTrace;
+
+constexpr int kSteps = 6;
+constexpr double kLr = 1e-2;
+
+MlpConfig TestConfig() {
+  MlpConfig cfg;
+  cfg.hidden = 32;
+  cfg.blocks = 4;
+  cfg.micro_batch = 4;
+  const uint64_t seed = testing::Seed();
+  cfg.init_seed = examples::DeriveKey(seed, 1);
+  cfg.teacher_seed = examples::DeriveKey(seed, 2);
+  cfg.data_seed = examples::DeriveKey(seed, 3);
+  return cfg;
+}
+
+TrainSpec MakeTrain(int stage, int accum, Precision precision) {
+  TrainSpec train;
+  train.zero_stage = stage;
+  train.precision = precision;
+  train.grad_accum_steps = accum;
+  train.optimizer.lr = kLr;
+  train.optimizer.weight_decay = 0.01;
+  train.max_grad_norm = 1.0;
+  return train;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;
+  double bubble_ms = 0.0;  // rank 0's pipeline wait over the run
+};
+
+// The dp-only run: MlpTrainer on `world` ranks accumulating `accum`.
+absl::StatusOr<Outcome> TrainDp(const MlpConfig& cfg, int world, int stage, int accum,
+                                Precision precision) {
+  Outcome out;
+  ZS_RETURN_IF_ERROR(RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
+    std::unique_ptr<Device> device = CreateCpuDevice();
+    ZS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::Create(BuildModelSpec(cfg), MakeTrain(stage, accum, precision), *device, comm));
+    ZS_RETURN_IF_ERROR(InitEngineParams(*engine, cfg));
+    ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(cfg)));
+    MlpTrainer trainer(cfg, *engine, comm);
+    for (int s = 0; s < kSteps; ++s) {
+      ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
+      if (rank == 0) out.losses.push_back(loss);
+    }
+    for (int u = 0; u < cfg.blocks; ++u) {
+      for (int p = 0; p < kNumBlockParams; ++p) {
+        ZS_ASSIGN_OR_RETURN(std::vector<float> values, engine->GetParam(u, p));
+        if (rank == 0) out.params.push_back(std::move(values));
+      }
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+// The grid run: GridMlpTrainer, one micro-batch per rank of the global
+// batch (accum 1 in the dp-only run's terms).
+absl::StatusOr<Outcome> TrainGrid(const MlpConfig& cfg, const GridShape& shape, int stage,
+                                  Precision precision) {
+  Outcome out;
+  ZS_RETURN_IF_ERROR(
+      RunLocalRanks(shape.world(), [&](int rank, Communicator& world) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
+        std::unique_ptr<Device> device = CreateCpuDevice();
+        ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(cfg, shape, grid->coord()));
+        ZS_ASSIGN_OR_RETURN(
+            std::unique_ptr<Engine> engine,
+            Engine::Create(shard, MakeTrain(stage, GridMicroBatches(1, shape), precision), *device,
+                           grid->dp(),
+                           ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+        ZS_RETURN_IF_ERROR(InitShardEngineParams(*engine, cfg, *grid));
+        ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(cfg)));
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridMlpTrainer> trainer,
+                            GridMlpTrainer::Create(cfg, *engine, *grid));
+        for (int s = 0; s < kSteps; ++s) {
+          ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
+          if (rank == 0) out.losses.push_back(loss);
+        }
+        if (rank == 0) {
+          out.bubble_ms = absl::ToDoubleMilliseconds(engine->Stats().totals.pipeline_bubble);
+        }
+        ZS_ASSIGN_OR_RETURN(std::vector<std::vector<float>> params,
+                            GatherGridParams(*engine, cfg, *grid));
+        if (rank == 0) out.params = std::move(params);
+        return absl::OkStatus();
+      }));
+  return out;
+}
+
+bool Bitwise(const Outcome& a, const Outcome& b) {
+  if (a.params.size() != b.params.size() || a.losses.size() != b.losses.size()) return false;
+  for (size_t t = 0; t < a.params.size(); ++t) {
+    if (a.params[t].size() != b.params[t].size() ||
+        std::memcmp(a.params[t].data(), b.params[t].data(), a.params[t].size() * 4) != 0) {
+      return false;
+    }
+  }
+  return std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * 8) == 0;
+}
+
+// Largest relative loss difference over the steps, and the weights'
+// relative L2 distance over all params.
+struct Distance {
+  double loss_rel = 0.0;
+  double weight_rel_l2 = 0.0;
+};
+
+Distance Measure(const Outcome& run, const Outcome& ref) {
+  Distance d;
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    d.loss_rel = std::max(d.loss_rel, std::fabs(run.losses[s] - ref.losses[s]) / ref.losses[s]);
+  }
+  double diff_sq = 0.0, norm_sq = 0.0;
+  for (size_t t = 0; t < ref.params.size(); ++t) {
+    for (size_t i = 0; i < ref.params[t].size(); ++i) {
+      const double diff = static_cast<double>(run.params[t][i]) - ref.params[t][i];
+      diff_sq += diff * diff;
+      norm_sq += static_cast<double>(ref.params[t][i]) * ref.params[t][i];
+    }
+  }
+  d.weight_rel_l2 = std::sqrt(diff_sq / norm_sq);
+  return d;
+}
+
+// The bound derived in the file comment: steps x 2 B gamma_{4h}.
+double TensorParallelBound(const MlpConfig& cfg) {
+  const double u = 0x1p-24;
+  const double n = 4.0 * cfg.hidden;
+  return kSteps * 2.0 * cfg.blocks * (n * u / (1 - n * u));
+}
+
+struct GridCase {
+  GridShape shape;
+  int stage;
+};
+
+std::string Name(const GridCase& c) {
+  return absl::StrCat("tp ", c.shape.tp, " pp ", c.shape.pp, " dp ", c.shape.dp, " ZeRO stage ",
+                      c.stage);
+}
+
+// (tp, pp, dp) of the issue, each with another ZeRO stage so that all four
+// run on a grid.
+const GridCase kCases[] = {
+    {{/*dp=*/2, /*tp=*/2, /*pp=*/1}, 1},
+    {{2, 1, 2}, 2},
+    {{1, 2, 2}, 3},
+    {{2, 2, 2}, 3},
+    {{1, 1, 4}, 0},
+    {{1, 4, 1}, 2},
+};
+
+TEST(GridMlpTrainer, EveryGridMatchesTheOneRankRunOfTheSameGlobalBatch) {
+  const MlpConfig cfg = TestConfig();
+  const double bound = TensorParallelBound(cfg);
+  for (const GridCase& c : kCases) {
+    const int world = c.shape.world();
+    absl::StatusOr<Outcome> baseline = TrainDp(cfg, 1, 0, world, Precision::kFp32);
+    ASSERT_TRUE(baseline.ok()) << baseline.status();
+    absl::StatusOr<Outcome> run = TrainGrid(cfg, c.shape, c.stage, Precision::kFp32);
+    ASSERT_TRUE(run.ok()) << Name(c) << ": " << run.status();
+    ASSERT_EQ(run->params.size(), baseline->params.size());
+    const Distance d = Measure(*run, *baseline);
+    std::printf("%s: loss rel diff %.3g, weights rel L2 %.3g (bound %.3g), bitwise %s\n",
+                Name(c).c_str(), d.loss_rel, d.weight_rel_l2, bound,
+                Bitwise(*run, *baseline) ? "yes" : "no");
+    if (c.shape.tp == 1 && c.shape.dp == 1) {
+      // A pipeline on one dp rank accumulates its micro-batches in the
+      // baseline's order: the same bits.
+      EXPECT_TRUE(Bitwise(*run, *baseline)) << Name(c) << "; " << SeedTrace();
+    } else {
+      EXPECT_LE(d.loss_rel, bound) << Name(c) << "; " << SeedTrace();
+      EXPECT_LE(d.weight_rel_l2, bound) << Name(c) << "; " << SeedTrace();
+    }
+  }
+}
+
+// With tp 1, a pipeline changes no arithmetic: it is bitwise the dp-only run
+// that accumulates the same micro-batches per dp rank (pp of them), in every
+// precision.
+TEST(GridMlpTrainer, PipelineIsBitwiseTheDataParallelRunInEveryPrecision) {
+  const MlpConfig cfg = TestConfig();
+  const GridShape shape{/*dp=*/2, /*tp=*/1, /*pp=*/2};
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
+    absl::StatusOr<Outcome> dp = TrainDp(cfg, 2, 2, /*accum=*/2, precision);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    absl::StatusOr<Outcome> run = TrainGrid(cfg, shape, 2, precision);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_TRUE(Bitwise(*run, *dp)) << PrecisionName(precision) << "; " << SeedTrace();
+  }
+}
+
+// bf16 and fp16 with tp: the views round, so only "trains like the
+// baseline" holds: loss within 1e-2 relative (a bf16 rounding of the
+// weights is 2^-8 = 4e-3 relative).
+TEST(GridMlpTrainer, SixteenBitViewsTrainOnAGrid) {
+  const MlpConfig cfg = TestConfig();
+  const GridShape shape{/*dp=*/2, /*tp=*/2, /*pp=*/2};
+  for (Precision precision : {Precision::kBf16Mixed, Precision::kFp16Mixed}) {
+    absl::StatusOr<Outcome> baseline = TrainDp(cfg, 1, 0, shape.world(), precision);
+    ASSERT_TRUE(baseline.ok()) << baseline.status();
+    absl::StatusOr<Outcome> run = TrainGrid(cfg, shape, 3, precision);
+    ASSERT_TRUE(run.ok()) << run.status();
+    const Distance d = Measure(*run, *baseline);
+    EXPECT_LT(d.loss_rel, 1e-2) << PrecisionName(precision) << "; " << SeedTrace();
+    EXPECT_LT(run->losses.back(), run->losses.front()) << PrecisionName(precision);
+  }
+}
+
+}  // namespace
+}  // namespace mlp
+}  // namespace zeroshard
