@@ -270,36 +270,10 @@ absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes
 
 void MpiCommunicator::Abandon(Requests& requests) {
   MpiCallLock lock;
-  std::vector<MPI_Request> cancelled;
-  for (size_t i = 0; i < requests.handles.size(); ++i) {
-    MPI_Request& request = requests.handles[i];
-    if (request == MPI_REQUEST_NULL) continue;
-    if (requests.is_recv[i]) {
-      MPI_Cancel(&request);
-      cancelled.push_back(request);
-    } else {
-      // Sends cannot be cancelled reliably: let MPI finish or drop them. The
-      // communicator is poisoned after this, so nothing else uses the tag.
-      MPI_Request_free(&request);
-    }
-    request = MPI_REQUEST_NULL;
-  }
-  // A cancelled receive that had not matched completes at once. One that was
-  // mid-transfer from a peer that stopped or died never does, and waiting for
-  // it (MPI_Wait) would hang this rank forever: poll briefly, then let go.
-  const absl::Time give_up = absl::Now() + absl::Milliseconds(50);
-  int done = 0;
-  const int n = static_cast<int>(cancelled.size());
-  while (n > 0) {
-    MPI_Testall(n, cancelled.data(), &done, MPI_STATUSES_IGNORE);
-    if (done || absl::Now() >= give_up) break;
-    sched_yield();
-  }
-  if (n > 0 && !done) {
+  // The communicator is poisoned after this, so nothing else uses the tag
+  // of a freed send.
+  if (AbandonRequests(requests.handles, [&](size_t i) { return requests.is_recv[i]; })) {
     receives_in_limbo_ = true;
-    for (MPI_Request& request : cancelled) {
-      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
-    }
   }
 }
 

@@ -348,35 +348,8 @@ void MpiPointToPoint::Fail(const OpPtr& op, absl::Status error) {
 
 void MpiPointToPoint::Abandon(Op& op) {
   MpiCallLock lock;
-  std::vector<MPI_Request> cancelled;
-  for (MPI_Request& request : op.data) {
-    if (request == MPI_REQUEST_NULL) continue;
-    if (!op.args.is_send) {
-      MPI_Cancel(&request);
-      cancelled.push_back(request);
-    } else {
-      // Sends cannot be cancelled reliably: let MPI finish or drop them.
-      MPI_Request_free(&request);
-    }
-    request = MPI_REQUEST_NULL;
-  }
-  // As for the collectives: a cancelled receive that had not matched
-  // completes at once; one mid-transfer from a stopped or dead peer may
-  // never, so poll briefly, then let go.
-  const absl::Time give_up = absl::Now() + absl::Milliseconds(50);
-  int done = 0;
-  const int n = static_cast<int>(cancelled.size());
-  while (n > 0) {
-    MPI_Testall(n, cancelled.data(), &done, MPI_STATUSES_IGNORE);
-    if (done || absl::Now() >= give_up) break;
-    sched_yield();
-  }
-  if (n > 0 && !done) {
-    in_limbo_ = true;
-    for (MPI_Request& request : cancelled) {
-      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
-    }
-  }
+  const bool is_recv = !op.args.is_send;
+  if (AbandonRequests(op.data, [&](size_t) { return is_recv; })) in_limbo_ = true;
 }
 
 }  // namespace zeroshard::internal

@@ -142,6 +142,35 @@ absl::Status EnsureMpiInitialized() {
   return absl::OkStatus();
 }
 
+bool AbandonRequests(std::vector<MPI_Request>& requests,
+                     const std::function<bool(size_t)>& is_recv) {
+  std::vector<MPI_Request> cancelled;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    MPI_Request& request = requests[i];
+    if (request == MPI_REQUEST_NULL) continue;
+    if (is_recv(i)) {
+      MPI_Cancel(&request);
+      cancelled.push_back(request);
+    } else {
+      MPI_Request_free(&request);
+    }
+    request = MPI_REQUEST_NULL;
+  }
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(50);
+  int done = 0;
+  const int n = static_cast<int>(cancelled.size());
+  while (n > 0) {
+    MPI_Testall(n, cancelled.data(), &done, MPI_STATUSES_IGNORE);
+    if (done || absl::Now() >= give_up) break;
+    sched_yield();
+  }
+  if (n == 0 || done) return false;
+  for (MPI_Request& request : cancelled) {
+    if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+  }
+  return true;
+}
+
 }  // namespace internal
 
 bool HaveMpi() { return true; }

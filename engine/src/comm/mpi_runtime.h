@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +42,17 @@ absl::Status MpiError(const std::string& where, const char* call, int code);
 // FailedPrecondition when it was finalized or provides less than
 // MPI_THREAD_SERIALIZED.
 absl::Status EnsureMpiInitialized();
+
+// Gives up on requests of a failed operation: receives (is_recv(i)) are
+// cancelled, sends freed (MPI cannot cancel them reliably). A cancelled
+// receive that had not matched completes at once; one mid-transfer from a
+// stopped or dead peer may never, and waiting for it (MPI_Wait) would hang
+// this rank for good, so this polls 50 ms, then lets go. Returns true when a
+// receive was let go unfinished: MPI may still write its buffer, which must
+// stay alive until the process ends. Every request is MPI_REQUEST_NULL
+// afterwards. Call with the MpiCallLock held.
+bool AbandonRequests(std::vector<MPI_Request>& requests,
+                     const std::function<bool(size_t)>& is_recv);
 
 // The number of the next MPI communicator this process creates (or, for a
 // rank that joins no group of a Split, would have created): every rank
