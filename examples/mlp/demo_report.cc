@@ -136,6 +136,22 @@ void PrintMemory(const DemoResults& r, std::FILE* out) {
   for (size_t i = 0; i < r.stage0.ledger.size(); ++i) {
     print_row(absl::StrFormat("stage0 r%d", i), r.stage0.ledger[i], nullptr);
   }
+  if (r.planned_bytes > 0) {
+    // The planner sized the run with the engine's own buffer plan, so the
+    // largest rank's ledger must show exactly its figure.
+    int64_t largest = 0;
+    for (const LedgerRow& row : r.distributed.ledger) {
+      int64_t total = 0;
+      for (int c = 0; c < kNumMemoryCategories; ++c) total += row[c];
+      largest = std::max(largest, total);
+    }
+    std::fprintf(out,
+                 "  planner's figure for this grid: %s (%lld bytes) per rank; ledger, largest "
+                 "rank: %s (%lld bytes)%s\n",
+                 FormatSize(r.planned_bytes).c_str(), static_cast<long long>(r.planned_bytes),
+                 FormatSize(largest).c_str(), static_cast<long long>(largest),
+                 largest == r.planned_bytes ? " (equal)" : "  <-- UNEXPECTED: plan != ledger");
+  }
 }
 
 void PrintTimes(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
@@ -170,6 +186,46 @@ void PrintTimes(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
 }
 
 }  // namespace
+
+std::string FormatSize(int64_t bytes) {
+  const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%d B", bytes)
+                   : absl::StrFormat("%.1f %s", value, units[unit]);
+}
+
+void PrintGridPlan(const GridPlan& plan, int micro_batches, std::FILE* out) {
+  std::fprintf(out,
+               "mlp_demo: planner (PlanGrid), cap %s per rank on %d ranks; per-rank bytes of "
+               "each candidate\n"
+               "          (model states and engine buffers of its largest pipeline stage; "
+               "* fits the cap, < chosen)\n",
+               FormatSize(plan.per_rank_cap_bytes).c_str(), plan.world);
+  std::fprintf(out, "    %-14s %12s %12s %12s %12s\n", "tp x pp x dp", "stage 0", "stage 1",
+               "stage 2", "stage 3");
+  // Candidates come in preference order, the four stages of a split together.
+  for (size_t i = 0; i + 3 < plan.candidates.size(); i += 4) {
+    const GridCandidate& c = plan.candidates[i];
+    std::fprintf(out, "    %-14s", absl::StrFormat("%d x %d x %d", c.tp, c.pp, c.dp).c_str());
+    for (size_t s = i; s < i + 4; ++s) {
+      const GridCandidate& at = plan.candidates[s];
+      const char* mark = static_cast<int>(s) == plan.chosen ? "<" : at.fits ? "*" : " ";
+      std::fprintf(out, " %11s%s", FormatSize(at.per_rank_bytes).c_str(), mark);
+    }
+    std::fprintf(out, "\n");
+  }
+  const GridCandidate& chosen = plan.chosen_candidate();
+  std::fprintf(out, "mlp_demo: chosen: %s\n", plan.description.c_str());
+  std::fprintf(out,
+               "mlp_demo: grid dp %d x tp %d x pp %d, ZeRO stage %d over dp, %d micro-batches per "
+               "dp rank\n",
+               chosen.dp, chosen.tp, chosen.pp, chosen.stage, micro_batches);
+}
 
 WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
                                 const std::vector<std::vector<float>>& b) {

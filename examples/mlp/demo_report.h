@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "examples/mlp/demo_options.h"
 #include "zeroshard/device.h"
+#include "zeroshard/planner.h"
 #include "zeroshard/process_grid.h"
 
 namespace zeroshard {
@@ -53,11 +54,12 @@ struct RunResult {
 
 struct DemoResults {
   int world = 1;
-  GridShape grid;           // the distributed run's dp x tp x pp (dp = world without --tp/--pp)
-  std::string grid_origin;  // "--tp/--pp" or the planner's choice; empty for a dp-only run
-  RunResult distributed;    // N ranks, the requested stage
-  RunResult baseline;       // 1 rank, stage 0, accum N*A
-  RunResult stage0;         // N ranks, stage 0: ledger only, no training
+  GridShape grid;             // the distributed run's dp x tp x pp (dp = world without --tp/--pp)
+  std::string grid_origin;    // "--tp/--pp" or the planner's choice; empty for a dp-only run
+  int64_t planned_bytes = 0;  // --mem-cap: the chosen candidate's per-rank figure (PlanGrid)
+  RunResult distributed;      // N ranks, the requested stage
+  RunResult baseline;         // 1 rank, stage 0, accum N*A
+  RunResult stage0;           // N ranks, stage 0: ledger only, no training
   absl::Time start = absl::Now();
 };
 
@@ -72,6 +74,14 @@ struct WeightComparison {
 };
 WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
                                 const std::vector<std::vector<float>>& b);
+
+// "587.0 KiB": `bytes` in the largest binary unit that leaves at least 1.
+std::string FormatSize(int64_t bytes);
+
+// The planner's candidates (per-rank bytes of each tp x pp split at ZeRO
+// stages 0-3) and its choice for --mem-cap, printed before training; the
+// grid runs `micro_batches` per dp rank.
+void PrintGridPlan(const GridPlan& plan, int micro_batches, std::FILE* out);
 
 // Prints the report (the caller is rank 0).
 void PrintReport(const DemoOptions& opts, const DemoResults& results, std::FILE* out);

@@ -28,6 +28,7 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/planner.h"
 #include "zeroshard/process_grid.h"
 #include "zeroshard/status.h"
 #if ZS_HAVE_CUDA
@@ -374,8 +375,24 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
   results->grid = GridShape{world, 1, 1};
   if (!UsesGrid(*opts)) return absl::OkStatus();
   if (opts->mem_cap > 0) {
-    return absl::UnimplementedError(
-        "--mem-cap: the planner's PlanGrid is not in this build yet; give --tp and --pp");
+    // The planner sizes every candidate with the engine's own buffer plan
+    // for this run's TrainSpec (its stage is the planner's to choose).
+    absl::StatusOr<GridPlan> plan =
+        PlanGrid(BuildModelSpec(opts->model), MakeTrainSpec(*opts, opts->stage, opts->accum), world,
+                 opts->mem_cap);
+    if (!plan.ok()) {
+      return absl::Status(plan.status().code(),
+                          absl::StrFormat("--mem-cap %s on %d ranks: %s", FormatSize(opts->mem_cap),
+                                          world, plan.status().message()));
+    }
+    const GridCandidate& chosen = plan->chosen_candidate();
+    results->grid = GridShape{chosen.dp, chosen.tp, chosen.pp};
+    results->grid_origin =
+        absl::StrFormat("the planner's choice for --mem-cap %s", FormatSize(opts->mem_cap));
+    results->planned_bytes = chosen.per_rank_bytes;
+    opts->stage = chosen.stage;
+    if (lead) PrintGridPlan(*plan, GridMicroBatches(opts->accum, results->grid), stderr);
+    return absl::OkStatus();
   }
   if (world % (opts->tp * opts->pp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -387,6 +404,33 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
     std::fprintf(stderr, "mlp_demo: grid %s, ZeRO stage %d over dp, %d micro-batches per dp rank\n",
                  results->grid.ToString().c_str(), opts->stage,
                  GridMicroBatches(opts->accum, results->grid));
+  }
+  return absl::OkStatus();
+}
+
+// Under mpirun every rank chooses its grid from its own flags. A rank
+// started with other --tp, --pp or --mem-cap would enter other collectives
+// than its peers (a dp-only rank the engine's start-up check, a grid rank
+// ProcessGrid::Create's shape exchange) and the job could hang instead of
+// failing, so the flags are compared first: one all-gather, on every rank.
+// The grid flags are refused with --device cuda, so a GPU run has nothing to
+// compare (and its nccl communicator would need device buffers).
+absl::Status AgreeGridFlags(const DemoOptions& opts, Communicator& comm) {
+  if (opts.device_cuda) return absl::OkStatus();
+  const int64_t mine[3] = {opts.tp, opts.pp, opts.mem_cap};
+  std::vector<int64_t> all(static_cast<size_t>(3) * comm.size());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(mine, all.data(), 3, DType::kInt64));
+  auto flags = [&](int r) {
+    return absl::StrFormat("--tp %d --pp %d --mem-cap %s", all[3 * r], all[3 * r + 1],
+                           all[3 * r + 2] > 0 ? FormatSize(all[3 * r + 2]) : "(none)");
+  };
+  for (int r = 1; r < comm.size(); ++r) {
+    if (!std::equal(all.begin() + 3 * r, all.begin() + 3 * r + 3, all.begin())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rank %d was started with %s but rank 0 with %s; give every rank the same --tp, --pp "
+          "and --mem-cap (they choose the grid)",
+          r, flags(r), flags(0)));
+    }
   }
   return absl::OkStatus();
 }
@@ -445,6 +489,8 @@ int RunMpi(DemoOptions opts) {
   const bool lead = (*comm)->rank() == 0;
   DemoResults results;
   results.world = (*comm)->size();
+  // The error names the rank that differs; every rank reports it.
+  if (absl::Status s = AgreeGridFlags(opts, **comm); !s.ok()) Fail(s);
   if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   }

@@ -3,11 +3,15 @@
 # (tp, pp, dp) = (2, 1, 2) and (1, 2, 2) on 4 processes train like the
 # one-rank baseline of the same global batch: the run ends with status 0,
 # the report names the grid, does not flag an unexpected difference, and
-# the final weights are within 1e-3 relative of the baseline's (the
-# tolerance of tests/examples/mlp_grid_trainer_test.cc, steps x 2 B
-# gamma_{4h} = 20 x 2 x 4 x 1.5e-5 ~ 2.4e-3 for this size, rounded down;
-# the pipeline run reorders only the dp accumulation). The pipeline run
-# reports its bubble.
+# the final weights are within 1e-3 of the baseline's (largest difference
+# over a param's largest value; the bound of
+# tests/examples/mlp_grid_trainer_test.cc, steps x 2 B gamma_{4h} =
+# 20 x 2 x 4 x 128 x 2^-24 ~ 1.2e-3 for this size, rounded down; the
+# pipeline run reorders only the dp accumulation). The pipeline run reports
+# its bubble. Then: --mem-cap makes every rank plan the same grid and train
+# it (plan = ledger); a cap nothing fits ends the job with the planner's
+# ResourceExhausted text; and ranks started with other grid flags are
+# refused at start-up, naming the rank.
 #
 #   mpi_grid_test.sh MPIEXEC DEMO
 set -u
@@ -44,4 +48,43 @@ for grid in "2 1" "1 2"; do
   fi
   echo "tp $tp pp $pp dp 2: ok in $(seconds $(($(now_ms) - start_ms))) s, weights max rel diff $rel"
 done
+
+# The planner under mpirun: sharding alone needs >= 272.5 KiB per rank for
+# this model on 4 ranks, tp 2 x pp 1 x dp 2 at stage 1 needs 238.5 KiB.
+out=$work/mem_cap.out
+start_ms=$(now_ms)
+launch_demo "$out" 4 -- "${flags[@]}" --mem-cap 240KiB
+wait_for_exit 300 || fail "--mem-cap 240KiB: still running after 300 s"
+[ "$rc" = 0 ] || fail "--mem-cap 240KiB: mpirun exited with $rc"
+grep -q "chosen: tp 2 x pp 1 x dp 2, stage 1: .*; stages 0-3 alone need" "$out" ||
+  fail "--mem-cap 240KiB: the planner's choice is not printed or not tp 2 x pp 1 x dp 2, stage 1"
+grep -q "dp 2 x tp 2 x pp 1 (the planner's choice" "$out" || fail "--mem-cap: the report does not name the grid"
+grep -q "ledger, largest rank: .*(equal)" "$out" || fail "--mem-cap 240KiB: plan and ledger differ"
+grep -q "UNEXPECTED" "$out" && fail "--mem-cap 240KiB: the report flags an unexpected difference"
+echo "--mem-cap 240KiB: tp 2 x pp 1 x dp 2, stage 1, ok in $(seconds $(($(now_ms) - start_ms))) s"
+
+out=$work/mem_cap_too_small.out
+start_ms=$(now_ms)
+launch_demo "$out" 4 -- "${flags[@]}" --mem-cap 100KiB
+wait_for_exit 120 || fail "--mem-cap 100KiB: still running after 120 s"
+[ "$rc" != 0 ] || fail "--mem-cap 100KiB: exited with 0, expected a failure"
+grep -q "RESOURCE_EXHAUSTED: rank 0: --mem-cap 100.0 KiB on 4 ranks: PlanGrid: nothing fits" \
+  "$out" ||
+  fail "--mem-cap 100KiB: no planner error"
+echo "--mem-cap 100KiB: refused (status $rc) in $(seconds $(($(now_ms) - start_ms))) s"
+
+# Per-rank flags that disagree (mpirun's MPMD syntax): refused before any
+# rank enters a collective the others do not.
+out=$work/mismatch.out
+start_ms=$(now_ms)
+common=(--allow-run-as-root --oversubscribe --mca btl self,vader
+  --mca btl_vader_single_copy_mechanism none)
+"$mpiexec" "${common[@]}" -np 3 "$demo" --backend mpi "${flags[@]}" --tp 2 \
+  : -np 1 "$demo" --backend mpi "${flags[@]}" --pp 2 >"$out" 2>&1 &
+launcher=$!
+wait_for_exit 120 || fail "mismatched flags: still running after 120 s"
+[ "$rc" != 0 ] || fail "mismatched flags: exited with 0, expected a failure"
+grep -q "rank 3 was started with --tp 1 --pp 2 --mem-cap (none) but rank 0 with --tp 2 --pp 1" \
+  "$out" || fail "mismatched flags: the error does not name rank 3 and both flag sets"
+echo "mismatched --tp/--pp: refused (status $rc) in $(seconds $(($(now_ms) - start_ms))) s"
 echo PASS

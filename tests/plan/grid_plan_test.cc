@@ -48,6 +48,8 @@ TEST(PlanGridTest, CandidatesAreTheValidSplitsSizedOnEveryGridPosition) {
         ASSERT_TRUE(shard.ok()) << shard.status();
         TrainSpec train = BaseTrain();
         train.zero_stage = c.stage;
+        // The grid keeps the dp-only run's global batch: accum x tp x pp.
+        train.grad_accum_steps *= c.tp * c.pp;
         auto buffers = PlanEngineBuffers(*shard, train, c.dp);
         ASSERT_TRUE(buffers.ok()) << buffers.status();
         EXPECT_EQ(c.stage_bytes[pp_rank], buffers->total_bytes())

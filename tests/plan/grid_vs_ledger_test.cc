@@ -51,7 +51,10 @@ TEST(GridVsLedgerTest, EveryRankOfEveryGridAllocatesThePlansBytes) {
   const ModelSpec model = testing::MlpGridSpec(5, 16);
   TrainSpec base;
   base.precision = Precision::kBf16Mixed;
-  base.grad_accum_steps = 2;
+  // One micro-batch per rank in dp-only terms: stages 0-1 of a dp-only run
+  // would not stage gradients, but every grid here accumulates tp x pp
+  // micro-batches per dp rank and does (the figure PlanGrid must include).
+  base.grad_accum_steps = 1;
   base.max_grad_norm = 1.0;
   const std::vector<GridCase> grids = {{2, 1, 2}, {1, 2, 2}, {2, 2, 1},
                                        {2, 2, 2}, {1, 4, 1}, {4, 1, 1}};
@@ -68,6 +71,7 @@ TEST(GridVsLedgerTest, EveryRankOfEveryGridAllocatesThePlansBytes) {
       SCOPED_TRACE(planned->Label());
       TrainSpec train = base;
       train.zero_stage = stage;
+      train.grad_accum_steps = base.grad_accum_steps * g.tp * g.pp;
       std::vector<int64_t> created(world, -1);
       std::vector<int64_t> peak(world, -1);
       std::mutex mu;

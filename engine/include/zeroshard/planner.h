@@ -233,7 +233,8 @@ struct GridCandidate {
   int dp = 1;
   int stage = 0;
   // Per pipeline stage: the bytes each of its ranks allocates, the total of
-  // PlanEngineBuffers(shard spec, train at `stage`, dp) — exactly what
+  // PlanEngineBuffers(shard spec, train at `stage` with grad_accum_steps
+  // base accum x tp x pp, dp) — exactly what
   // Engine::Create on that shard puts in the ledger. Every tp rank (and dp
   // rank) of a pipeline stage holds the same shapes, so one figure covers
   // every grid position of the stage.
@@ -269,7 +270,11 @@ struct GridPlan {
 // engine's own PlanEngineBuffers, and chooses the first in preference order
 // whose largest per-rank need is at most `per_rank_cap_bytes`. `base` gives
 // everything but the stage (precision, accumulation, buffers, prefetch; its
-// zero_stage is ignored). Pure: nothing is allocated. InvalidArgument for an
+// zero_stage is ignored). base.grad_accum_steps is the dp-only run's: a
+// tp x pp candidate keeps its global batch, so its engines accumulate
+// base.grad_accum_steps x tp x pp micro-batches (create them so, or the
+// ledger differs from the plan: stages 0-1 stage gradients only when
+// accumulating). Pure: nothing is allocated. InvalidArgument for an
 // invalid spec or train spec, world outside [1, 2^20] or a cap < 1;
 // ResourceExhausted when no candidate fits, naming the smallest per-rank
 // need, the candidate that has it and the cap (or world) that would fit.

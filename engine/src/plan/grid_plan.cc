@@ -1,6 +1,7 @@
 // PlanGrid: the dp x tp x pp candidates of a ModelSpec, each sized exactly by
 // the engine's own PlanEngineBuffers on its shard spec, and the choice.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,6 +35,17 @@ bool TpDividesSplits(const ModelSpec& model, int tp) {
   return true;
 }
 
+// The engine's grad_accum_steps on a tp x pp split: the planner's
+// convention (PlanOptions::grad_accum_steps) keeps the global batch of the
+// dp-only run, so each dp rank runs accum x tp x pp micro-batches. It
+// matters to the size: stages 0-1 stage gradients only when accumulating.
+// Clamped to int; an accumulation above TrainSpec's limit is refused by
+// PlanEngineBuffers as the engine would refuse it.
+int GridAccumSteps(const TrainSpec& base, int tp, int pp) {
+  const int64_t steps = int64_t{base.grad_accum_steps} * tp * pp;
+  return static_cast<int>(std::min<int64_t>(steps, std::numeric_limits<int>::max()));
+}
+
 // Sizes the four stages of one (tp, pp) split: appends one candidate per
 // ZeRO stage to `out`.
 absl::Status SizeSplit(const ModelSpec& model, const TrainSpec& base, int world, int tp, int pp,
@@ -53,6 +65,7 @@ absl::Status SizeSplit(const ModelSpec& model, const TrainSpec& base, int world,
     for (int stage = 0; stage < 4; ++stage) {
       TrainSpec train = base;
       train.zero_stage = stage;
+      train.grad_accum_steps = GridAccumSteps(base, tp, pp);
       ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(shard, train, dp));
       split[stage].stage_bytes[pp_rank] = plan.total_bytes();
     }
