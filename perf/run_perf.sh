@@ -71,7 +71,7 @@ else
   kernel_args=(--pairs 11)
   coll_args=()
   coll_ranks=(2 3 4)
-  step_args=(--steps 30 --warmup 3 --price-per-device-hour "${price}")
+  step_args=(--steps 50 --warmup 3 --price-per-device-hour "${price}")
   step_ranks=(1 2 4)
 fi
 rm -f "${out}"/*.json "${out}"/*.svg "${out}"/*.png "${out}"/report.md "${out}"/report.html

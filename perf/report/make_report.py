@@ -88,7 +88,7 @@ class Svg:
                 self.items.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{stroke}"/>')
 
     def legend(self, x, y, entries, columns=1, col_width=200):
-        """entries: (label, colour, kind) with kind 'box', 'line', 'dash' or 'hatch'."""
+        """entries: (label, colour, kind) with kind 'box', 'line', 'dash', 'dot' or 'hatch'."""
         for i, (label, colour, kind) in enumerate(entries):
             cx = x + (i % columns) * col_width
             cy = y + (i // columns) * 18
@@ -97,7 +97,8 @@ class Svg:
             elif kind == "hatch":
                 self.rect(cx, cy - 10, 12, 12, "url(#hatch)", stroke=colour)
             else:
-                self.line(cx, cy - 4, cx + 16, cy - 4, colour, 2, "5,3" if kind == "dash" else None)
+                dash = {"dash": "5,3", "dot": "2,3"}.get(kind)
+                self.line(cx, cy - 4, cx + 16, cy - 4, colour, 2, dash)
             self.text(cx + 20, cy, label, size=12)
 
     def save(self, path):
@@ -237,7 +238,7 @@ def chart_step_split(runs, parts, path):
              size=12, anchor="middle")
     entries = [(PART_LABELS.get(p, p), PART_COLOURS.get(p, "#333"), "box") for p in parts]
     entries.append((PART_LABELS["hidden_comm"], HIDDEN_COLOUR, "hatch"))
-    svg.legend(ax.left, 430, entries, columns=3, col_width=(width - 120) / 3)
+    svg.legend(ax.left, 430, entries, columns=3, col_width=min(260, (width - 120) / 3))
     svg.save(path)
 
 
@@ -259,10 +260,11 @@ def chart_scaling(runs, path):
 
     for n in ranks:
         svg.text(x_of(n), ax.y(0) + 16, n, size=11, anchor="middle")
-    svg.line(ax.left, ax.y(1.0), ax.left + ax.width, ax.y(1.0), "#000", 1, "6,4")
-    entries = [("ideal (1.0)", "#000", "dash")]
-    for i, ((backend, stage), pts) in enumerate(sorted(series.items())):
-        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+    svg.line(ax.left, ax.y(1.0), ax.left + ax.width, ax.y(1.0), "#777", 2, "2,3")
+    entries = [("ideal (1.0)", "#777", "dot")]
+    # Colour by stage, line style by backend (local solid, mpi dashed).
+    for (backend, stage), pts in sorted(series.items()):
+        colour = SERIES_COLOURS[stage % len(SERIES_COLOURS)]
         pts.sort()
         svg.polyline([(x_of(n), ax.y(e)) for n, e in pts], colour,
                      dash="4,2" if backend == "mpi" else None)
