@@ -12,12 +12,16 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?= -1
 FUZZ_TIMEOUT ?= 10
 FUZZ_RSS_MB ?= 2048
+# `make perf`: extra arguments of perf/run_perf.sh (--no-mpi, --price X, --out DIR).
+PERF_ARGS ?=
 
 APT_PACKAGES := build-essential cmake pkg-config libabsl-dev nlohmann-json3-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev
 # clang with its libFuzzer and sanitizer runtimes, and llvm-symbolizer for
 # readable reports: the fuzz smoke run in `make test` and the sanitizer builds.
 CLANG_APT_PACKAGES := clang libclang-rt-dev llvm
+# Headless Chromium renders the perf report's charts to PNG (perf/report/screenshot.sh).
+PERF_APT_PACKAGES := chromium
 
 FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetensors_header_fuzzer \
                 manifest_fuzzer
@@ -40,7 +44,7 @@ space := $(empty) $(empty)
 TSAN_TEST_REGEX := ^($(subst $(space),|,$(strip $(TSAN_TESTS))))$$
 
 .PHONY: all deps deps-clang configure build demo test fuzz-build fuzz test-asan test-tsan \
-	sanitize bench clean format
+	sanitize bench perf deps-perf clean format
 
 all: build
 
@@ -62,6 +66,9 @@ deps:
 
 deps-clang: deps
 	$(call apt_install,$(CLANG_APT_PACKAGES))
+
+deps-perf: deps
+	$(call apt_install,$(PERF_APT_PACKAGES))
 
 $(BUILD_DIR)/CMakeCache.txt:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -119,6 +126,15 @@ sanitize: test-asan test-tsan
 
 bench: build
 	$(BUILD_DIR)/perf/kernels/adam_bench
+
+# Every layer with the full settings (docs/perf.md): kernels, collectives per
+# backend, the engine step for stages 0-3 on 1, 2, 4 ranks; JSON, report.md,
+# report.html, SVG charts and their PNGs under $(BUILD_DIR)/perf/. About 5-10
+# minutes on two cores. Not part of `make test`, which runs a smoke version
+# (ctest perf_pipeline_smoke).
+perf: deps-perf configure
+	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS) --target adam_bench collective_bench step_bench
+	perf/run_perf.sh --build-dir $(BUILD_DIR) $(PERF_ARGS)
 
 format:
 	find engine kernels tools examples tests perf -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

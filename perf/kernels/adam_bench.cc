@@ -1,4 +1,6 @@
-// Bandwidth of the fused AdamW CPU kernels against a plain memcpy.
+// Bandwidth of the fused AdamW CPU kernels, the casts and the norm's sums of
+// squares against a plain memcpy and an in-place read-modify-write of the
+// same bytes.
 //
 // Definitions (so the ratio is honest):
 //  - "bytes" of an update = the bytes it must move between memory and core:
@@ -7,8 +9,18 @@
 //                             + m r+w 8 + v r+w 8                   = 30 B/elem
 //      bf16 mixed, bf16 grad: the same with g r 2                   = 28 B/elem
 //      fp16 mixed, fp32 / fp16 grad: as bf16 mixed                  = 30 / 28 B/elem
+//      cast fp32 <-> bf16 / fp16: r 4 + w 2 (or r 2 + w 4)         =  6 B/elem
+//      norm (BlockSumSquares) fp32 / bf16 / fp16: r 4 / 2 / 2       = 4 / 2 / 2 B/elem
+//                             (the per-block sums it writes, 8 B per 128 elements, left out)
 //  - the copy baseline for B bytes is memcpy of B/2 bytes from one buffer to
 //    another, so that its bytes read + written also equal B;
+//  - the read-modify-write (RMW) baseline for B bytes is one in-place pass
+//    x[i] = 0.5 x[i] + 0.25 over B/2 bytes of floats: it reads and writes
+//    the same B bytes, like an update of params and moments in place, and
+//    unlike the copy it needs no read-for-ownership of a destination. It is
+//    the roofline of an in-place optimizer: a kernel near it is bound by
+//    memory, not by its arithmetic. (For the norms, which only read, both
+//    baselines move half their bytes as writes: a norm above 1.0 is normal.)
 //  - GB/s = B / wall time (1e9 bytes per GB; Google Benchmark's own
 //    bytes_per_second column is in 2^30). With T threads the range (of the
 //    update, and of the copy) is split into T equal contiguous parts, one per
@@ -17,12 +29,17 @@
 // the copy's GB/s for the same bytes and thread count, and their ratio, twice:
 // from the fastest iteration of each (the machine's capability, least
 // disturbed by other processes) and from the mean over all iterations.
-// A second table measures the ratio PAIRED: copy and update alternate
-// (copy, update, copy, update, ...) kPairs times and each pair gives one
-// ratio t_copy / t_update; it prints the median and the range. On a shared
-// machine whose bandwidth drifts this is the figure to quote: both halves
-// of a pair see the same conditions.
+// A second table measures the ratios PAIRED, for every kernel (AdamW, casts,
+// norms): copy, RMW and kernel alternate (copy, rmw, kernel, copy, ...)
+// --pairs times and each round gives the ratios t_copy / t_kernel and
+// t_rmw / t_kernel; it prints the median and the range. On a shared machine
+// whose bandwidth drifts this is the figure to quote: the three passes of a
+// round see the same conditions. --json FILE writes this table.
 //
+// Own flags (the rest go to Google Benchmark):
+//   --json FILE     the paired table as JSON
+//   --pairs N       rounds per kernel and thread count (default 11)
+//   --paired-only   skip the Google Benchmark run and its summary
 // N = 64M elements by default; ZS_BENCH_N=<elements> for a quick run.
 // The active ISA path is ActiveIsa() (ZS_CPU_ISA=scalar|avx2|avx512 narrows it).
 #include <benchmark/benchmark.h>
@@ -34,6 +51,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -44,6 +62,8 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/norm.h"
+#include "nlohmann/json.hpp"
 
 namespace zeroshard::kernels {
 namespace {
@@ -69,10 +89,15 @@ T* AllocateBuffer(size_t n) {
   return static_cast<T*>(p);
 }
 
+// Part boundaries are multiples of this many elements, so that a part's
+// norm blocks (kNormBlock elements each) never straddle two threads.
+constexpr size_t kPartAlign = 4096;
+static_assert(kPartAlign % kNormBlock == 0, "parts must hold whole norm blocks");
+
 // Runs fn(begin, end) on `threads` equal contiguous parts of [0, n).
 void RunSplit(int threads, size_t n, const std::function<void(size_t, size_t)>& fn) {
   std::vector<std::thread> workers;
-  const size_t part = (n + threads - 1) / threads;
+  const size_t part = ((n + threads - 1) / threads + kPartAlign - 1) / kPartAlign * kPartAlign;
   for (int t = 1; t < threads; ++t) {
     const size_t begin = std::min(n, t * part);
     const size_t end = std::min(n, begin + part);
@@ -86,7 +111,10 @@ struct Buffers {
   size_t n;
   float *p, *g, *m, *v;
   uint16_t *out, *g16, *gh;   // bf16 grads in g16, fp16 grads in gh
-  char *copy_src, *copy_dst;  // 30/2 B per element: enough for either copy
+  float* widened;             // the casts to fp32 write here
+  double* block_sums;         // the norms' per-block sums
+  char *copy_src, *copy_dst;  // 30/2 B per element: enough for any copy
+  float* rmw;                 // 30/2 B per element, as floats: the RMW baseline
 };
 
 Buffers& GetBuffers() {
@@ -102,6 +130,9 @@ Buffers& GetBuffers() {
     b.gh = AllocateBuffer<uint16_t>(b.n);
     b.copy_src = AllocateBuffer<char>(b.n * 15);
     b.copy_dst = AllocateBuffer<char>(b.n * 15);
+    b.widened = AllocateBuffer<float>(b.n);
+    b.block_sums = AllocateBuffer<double>(b.n / kNormBlock + 1);
+    b.rmw = AllocateBuffer<float>(b.n * 15 / 4 + 1);
     // Realistic normal magnitudes (no subnormals, which would slow sqrt and
     // div on some CPUs); first touch in the same split as the 2-thread runs.
     RunSplit(2, b.n, [&b](size_t begin, size_t end) {
@@ -121,6 +152,8 @@ Buffers& GetBuffers() {
       CastFp32ToFp16(b.g + begin, b.gh + begin, end - begin);
       std::memset(b.copy_src + begin * 15, 1, (end - begin) * 15);
       std::memset(b.copy_dst + begin * 15, 0, (end - begin) * 15);
+      std::memset(reinterpret_cast<char*>(b.widened + begin), 0, (end - begin) * sizeof(float));
+      for (size_t i = begin * 15 / 4; i < end * 15 / 4; ++i) b.rmw[i] = 0.5f;
     });
     return b;
   }();
@@ -182,6 +215,56 @@ struct Variant {
   std::function<void(size_t, size_t)> work;
 };
 
+// The copy baseline of a kernel moving bytes_per_elem bytes per element:
+// bytes_per_elem / 2 bytes per element copied.
+std::function<void(size_t, size_t)> CopyWork(int bytes_per_elem) {
+  Buffers& b = GetBuffers();
+  const size_t half = static_cast<size_t>(bytes_per_elem) / 2;
+  return [&b, half](size_t i, size_t e) {
+    std::memcpy(b.copy_dst + i * half, b.copy_src + i * half, (e - i) * half);
+  };
+}
+
+// The RMW baseline: bytes_per_elem / 2 bytes per element of floats updated
+// in place (read and written: bytes_per_elem in all).
+std::function<void(size_t, size_t)> RmwWork(int bytes_per_elem) {
+  Buffers& b = GetBuffers();
+  const size_t half = static_cast<size_t>(bytes_per_elem) / 2;
+  return [&b, half](size_t i, size_t e) {
+    float* x = b.rmw;
+    const size_t end = e * half / sizeof(float);
+    // Converges to 0.5: the values stay normal whatever the pass count.
+    for (size_t k = i * half / sizeof(float); k < end; ++k) x[k] = 0.5f * x[k] + 0.25f;
+  };
+}
+
+// Casts and norms: the other kernels of an optimizer step.
+std::vector<Variant> OtherKernels() {
+  Buffers& b = GetBuffers();
+  return {
+      {"cast fp32->bf16", 6,
+       [&b](size_t i, size_t e) { CastFp32ToBf16(b.g + i, b.out + i, e - i); }},
+      {"cast bf16->fp32", 6,
+       [&b](size_t i, size_t e) { CastBf16ToFp32(b.g16 + i, b.widened + i, e - i); }},
+      {"cast fp32->fp16", 6,
+       [&b](size_t i, size_t e) { CastFp32ToFp16(b.g + i, b.out + i, e - i); }},
+      {"cast fp16->fp32", 6,
+       [&b](size_t i, size_t e) { CastFp16ToFp32(b.gh + i, b.widened + i, e - i); }},
+      {"norm fp32", 4,
+       [&b](size_t i, size_t e) {
+         BlockSumSquaresFp32(b.g + i, e - i, b.block_sums + i / kNormBlock);
+       }},
+      {"norm bf16", 2,
+       [&b](size_t i, size_t e) {
+         BlockSumSquaresBf16(b.g16 + i, e - i, b.block_sums + i / kNormBlock);
+       }},
+      {"norm fp16", 2,
+       [&b](size_t i, size_t e) {
+         BlockSumSquaresFp16(b.gh + i, e - i, b.block_sums + i / kNormBlock);
+       }},
+  };
+}
+
 std::vector<Variant> Variants() {
   Buffers& b = GetBuffers();
   static const AdamConstants c = BenchConstants();
@@ -233,31 +316,110 @@ double Seconds(int threads, size_t n, const std::function<void(size_t, size_t)>&
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void PrintPairedRatios() {
-  constexpr int kPairs = 11;
+// Median, min and max of `values` (sorted in place).
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread SpreadOf(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return {values[values.size() / 2], values.front(), values.back()};
+}
+
+struct PairedRow {
+  std::string kernel;
+  int bytes_per_elem = 0;
+  int threads = 0;
+  Spread gbps, copy_gbps, rmw_gbps;
+  Spread vs_copy, vs_rmw;  // t_copy / t_kernel, t_rmw / t_kernel per round
+};
+
+std::vector<PairedRow> MeasurePaired(int pairs) {
   Buffers& b = GetBuffers();
-  std::printf("\nPaired (copy and update alternating, %d pairs): update GB/s / copy GB/s\n",
-              kPairs);
-  std::printf("%-28s %-10s %8s %8s %8s\n", "variant", "threads", "median", "min", "max");
-  for (const Variant& v : Variants()) {
-    const size_t half = static_cast<size_t>(v.bytes_per_elem) / 2;
-    auto copy = [&b, half](size_t i, size_t e) {
-      std::memcpy(b.copy_dst + i * half, b.copy_src + i * half, (e - i) * half);
-    };
+  std::vector<Variant> kernels = Variants();
+  for (Variant& v : OtherKernels()) kernels.push_back(std::move(v));
+  std::vector<PairedRow> rows;
+  std::printf(
+      "\nPaired (copy, RMW and kernel alternating, %d rounds, N = %zu, ISA path %s):\n"
+      "kernel GB/s / copy GB/s and / RMW GB/s of the same bytes (median [min, max])\n",
+      pairs, b.n, IsaName(ActiveIsa()));
+  std::printf("%-28s %-9s %3s %8s %8s %8s %22s %22s\n", "kernel", "threads", "B/e", "GB/s", "copy",
+              "RMW", "vs copy", "vs RMW");
+  for (const Variant& v : kernels) {
+    const auto copy = CopyWork(v.bytes_per_elem);
+    const auto rmw = RmwWork(v.bytes_per_elem);
+    const double bytes = static_cast<double>(v.bytes_per_elem) * static_cast<double>(b.n);
     for (int threads : {1, 2}) {
-      Seconds(threads, b.n, copy);  // warm both
+      Seconds(threads, b.n, copy);  // warm all three
+      Seconds(threads, b.n, rmw);
       Seconds(threads, b.n, v.work);
-      std::vector<double> ratios;
-      for (int k = 0; k < kPairs; ++k) {
+      std::vector<double> gbps, copy_gbps, rmw_gbps, vs_copy, vs_rmw;
+      for (int k = 0; k < pairs; ++k) {
         const double t_copy = Seconds(threads, b.n, copy);
-        const double t_update = Seconds(threads, b.n, v.work);
-        ratios.push_back(t_copy / t_update);  // same bytes: the bandwidth ratio
+        const double t_rmw = Seconds(threads, b.n, rmw);
+        const double t_kernel = Seconds(threads, b.n, v.work);
+        gbps.push_back(bytes / t_kernel / 1e9);
+        copy_gbps.push_back(bytes / t_copy / 1e9);
+        rmw_gbps.push_back(bytes / t_rmw / 1e9);
+        vs_copy.push_back(t_copy / t_kernel);  // same bytes: the bandwidth ratio
+        vs_rmw.push_back(t_rmw / t_kernel);
       }
-      std::sort(ratios.begin(), ratios.end());
-      std::printf("%-28s %d thread%s %8.3f %8.3f %8.3f\n", v.name, threads,
-                  threads == 1 ? " " : "s", ratios[kPairs / 2], ratios.front(), ratios.back());
+      PairedRow row{v.name,
+                    v.bytes_per_elem,
+                    threads,
+                    SpreadOf(gbps),
+                    SpreadOf(copy_gbps),
+                    SpreadOf(rmw_gbps),
+                    SpreadOf(vs_copy),
+                    SpreadOf(vs_rmw)};
+      std::printf(
+          "%-28s %d thread%s %3d %8.2f %8.2f %8.2f %6.3f [%5.3f, %5.3f] %6.3f [%5.3f, %5.3f]\n",
+          v.name, threads, threads == 1 ? " " : "s", v.bytes_per_elem, row.gbps.median,
+          row.copy_gbps.median, row.rmw_gbps.median, row.vs_copy.median, row.vs_copy.min,
+          row.vs_copy.max, row.vs_rmw.median, row.vs_rmw.min, row.vs_rmw.max);
+      rows.push_back(row);
     }
   }
+  return rows;
+}
+
+bool WriteJson(const std::string& path, int pairs, const std::vector<PairedRow>& rows) {
+  auto spread = [](const Spread& s) {
+    return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}};
+  };
+  nlohmann::json j;
+  j["bench"] = "adam_bench";
+  j["elements"] = GetBuffers().n;
+  j["isa"] = IsaName(ActiveIsa());
+  j["rounds"] = pairs;
+  j["definitions"] = {
+      {"bytes_per_elem", "bytes the kernel must read + write per element"},
+      {"gbps", "bytes_per_elem * elements / wall time, 1e9 bytes per GB"},
+      {"copy", "memcpy of bytes_per_elem/2 per element (reads + writes the same bytes)"},
+      {"rmw", "in-place x = 0.5x + 0.25 over bytes_per_elem/2 per element of floats"},
+      {"vs_copy", "t_copy / t_kernel per round (copy, rmw, kernel alternating)"},
+      {"vs_rmw", "t_rmw / t_kernel per round"},
+  };
+  nlohmann::json out_rows = nlohmann::json::array();
+  for (const PairedRow& r : rows) {
+    out_rows.push_back({{"kernel", r.kernel},
+                        {"group", r.kernel.substr(0, r.kernel.find(' '))},
+                        {"bytes_per_elem", r.bytes_per_elem},
+                        {"threads", r.threads},
+                        {"gbps", spread(r.gbps)},
+                        {"copy_gbps", spread(r.copy_gbps)},
+                        {"rmw_gbps", spread(r.rmw_gbps)},
+                        {"vs_copy", spread(r.vs_copy)},
+                        {"vs_rmw", spread(r.vs_rmw)}});
+  }
+  j["results"] = out_rows;
+  std::ofstream out(path);
+  out << j.dump(1) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "adam_bench: cannot write --json %s\n", path.c_str());
+    return false;
+  }
+  std::printf("adam_bench: wrote %s\n", path.c_str());
+  return true;
 }
 
 void PrintSummary() {
@@ -289,12 +451,40 @@ void PrintSummary() {
 }  // namespace zeroshard::kernels
 
 int main(int argc, char** argv) {
-  zeroshard::kernels::Register();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  zeroshard::kernels::PrintSummary();
-  zeroshard::kernels::PrintPairedRatios();
+  // Own flags out of argv first: Google Benchmark refuses what it does not know.
+  std::string json_path;
+  int pairs = 11;
+  bool paired_only = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (arg == "--pairs" && i + 1 < argc) {
+      pairs = std::atoi(argv[++i]);
+      if (pairs < 1) {
+        std::fprintf(stderr, "adam_bench: --pairs needs a positive count\n");
+        return 2;
+      }
+    } else if (arg == "--paired-only") {
+      paired_only = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  if (!paired_only) {
+    zeroshard::kernels::Register();
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    zeroshard::kernels::PrintSummary();
+  } else if (argc > 1) {
+    std::fprintf(stderr, "adam_bench: unknown argument '%s' (with --paired-only)\n", argv[1]);
+    return 2;
+  }
+  const auto rows = zeroshard::kernels::MeasurePaired(pairs);
+  if (!json_path.empty() && !zeroshard::kernels::WriteJson(json_path, pairs, rows)) return 1;
   return 0;
 }

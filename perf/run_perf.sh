@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `make perf`: every layer measured alone, then the whole, into one folder:
+#   kernels.json              adam_bench: AdamW (fp32, bf16-, fp16-mixed), casts, norms
+#                             against a copy and an in-place RMW of the same bytes
+#   collectives_local.json    collective_bench, local backend, 2-4 ranks, 1 KiB-256 MiB
+#   collectives_mpi_npN.json  the same on mpi, N = 2, 3, 4 (with --mpi)
+#   step_local.json           step_bench: stages 0-3 on 1, 2, 4 ranks (local)
+#   step_mpi_npN.json         the same on mpi, N = 1, 2, 4 (with --mpi)
+# then report.md, report.html and the SVG charts (perf/report/make_report.py)
+# and, when chromium is installed, a PNG of each chart (perf/report/screenshot.sh).
+#
+# usage: perf/run_perf.sh [--build-dir DIR] [--out DIR] [--mpi | --no-mpi] [--smoke]
+#   --build-dir DIR  the CMake build (default build)
+#   --out DIR        where the results go (default BUILD_DIR/perf)
+#   --mpi            also the mpi backend (default: when mpirun is on PATH
+#                    and the build has MPI); --no-mpi: local only
+#   --smoke          tiny sizes, 2 ranks, 1 step: checks that every layer
+#                    runs and the report is written (ctest perf_pipeline_smoke);
+#                    its numbers mean nothing
+#   --price X        USD per device-hour for the cost per epoch (default 2.0)
+# Exit 0 when every layer ran and the report checks out; the first failure
+# otherwise.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir="${root}/build"
+out=""
+mpi=auto
+smoke=0
+price=2.0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build-dir) build_dir=$(realpath -m "$2"); shift 2 ;;
+    --out) out=$(realpath -m "$2"); shift 2 ;;
+    --mpi) mpi=1; shift ;;
+    --no-mpi) mpi=0; shift ;;
+    --smoke) smoke=1; shift ;;
+    --price) price="$2"; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run_perf.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+done
+out="${out:-${build_dir}/perf}"
+mkdir -p "${out}"
+adam_bench="${build_dir}/perf/kernels/adam_bench"
+collective_bench="${build_dir}/perf/comm/collective_bench"
+step_bench="${build_dir}/perf/runtime/step_bench"
+for b in "${adam_bench}" "${collective_bench}" "${step_bench}"; do
+  [[ -x "${b}" ]] || { echo "run_perf.sh: ${b} is not built (make perf builds it)" >&2; exit 2; }
+done
+if [[ "${mpi}" == auto ]]; then
+  mpi=0
+  if command -v mpirun >/dev/null && ldd "${collective_bench}" | grep -q libmpi; then mpi=1; fi
+fi
+# Containers often lack the ptrace rights of shared memory's single-copy
+# mechanism; copying through shared memory works everywhere.
+mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader
+  --mca btl_vader_single_copy_mechanism none)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [[ ${smoke} -eq 1 ]]; then
+  kernel_env=(ZS_BENCH_N=65536)
+  kernel_args=(--pairs 2)
+  coll_args=(--max-bytes 65536 --factor 16 --max-iters 5)
+  coll_ranks=(2)
+  step_args=(--steps 1 --warmup 1 --hidden 32 --blocks 2 --stages 0,3)
+  step_ranks=(1 2)
+else
+  # 32M elements: every kernel's buffers are far beyond the caches.
+  kernel_env=(ZS_BENCH_N=33554432)
+  kernel_args=(--pairs 11)
+  coll_args=()
+  coll_ranks=(2 3 4)
+  step_args=(--steps 50 --warmup 3 --price-per-device-hour "${price}")
+  step_ranks=(1 2 4)
+fi
+rm -f "${out}"/*.json "${out}"/*.svg "${out}"/*.png "${out}"/report.md "${out}"/report.html
+start=${SECONDS}
+stamp() { echo "run_perf.sh: [$((SECONDS - start)) s] $*"; }
+
+stamp "kernels (adam_bench)"
+env "${kernel_env[@]}" "${adam_bench}" --paired-only "${kernel_args[@]}" --json "${out}/kernels.json"
+
+stamp "collectives, local backend (collective_bench)"
+ranks_list=$(IFS=,; echo "${coll_ranks[*]}")
+"${collective_bench}" --ranks "${ranks_list}" "${coll_args[@]}" --json "${out}/collectives_local.json"
+if [[ ${mpi} -eq 1 && ${smoke} -eq 0 ]]; then
+  for n in "${coll_ranks[@]}"; do
+    stamp "collectives, mpi backend, ${n} processes"
+    "${mpirun_cmd[@]}" -np "${n}" "${collective_bench}" --backend mpi "${coll_args[@]}" \
+      --json "${out}/collectives_mpi_np${n}.json"
+  done
+fi
+
+stamp "engine step, local backend (step_bench)"
+ranks_list=$(IFS=,; echo "${step_ranks[*]}")
+"${step_bench}" --ranks "${ranks_list}" "${step_args[@]}" --json "${out}/step_local.json"
+if [[ ${mpi} -eq 1 && ${smoke} -eq 0 ]]; then
+  for n in "${step_ranks[@]}"; do
+    stamp "engine step, mpi backend, ${n} processes"
+    "${mpirun_cmd[@]}" -np "${n}" "${step_bench}" --backend mpi "${step_args[@]}" \
+      --json "${out}/step_mpi_np${n}.json"
+  done
+fi
+
+stamp "report"
+python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect step,collectives,kernels
+if [[ ${smoke} -eq 0 ]]; then
+  if ! "${root}/perf/report/screenshot.sh" "${out}"; then
+    echo "run_perf.sh: the charts were not rendered to PNG (see above); the report itself is written"
+  fi
+fi
+stamp "done: ${out}/report.md (and report.html, *.svg, *.json)"

@@ -1,0 +1,475 @@
+// step_bench: the engine's training step on the mlp_demo model for ZeRO
+// stages 0-3 and several rank counts: where a step's time goes, samples/s,
+// scaling efficiency, cost per epoch, and memory per rank against the plan.
+//
+//   build/perf/runtime/step_bench --ranks 1,2,4 --json build/perf/step_local.json
+//   mpirun -np 2 build/perf/runtime/step_bench --backend mpi --json step_mpi_np2.json
+//
+// For each rank count (local: a fresh group of threads; mpi: mpirun's world)
+// and each stage, one after another: create an engine, init, Start(), train
+// --warmup steps, then time --steps steps. Per rank:
+//  - the step split (ms per timed step): Engine::Stats() totals over the
+//    timed steps (a snapshot after the warm-up subtracted from one at the
+//    end) divided by the step count, read by ReadStepParts; the parts add up
+//    to the step's total. Hidden comm is not a part: collectives that ran
+//    while the rank did something else (comm_busy - exposed_comm);
+//  - the wall time of the timed steps;
+//  - memory: the device ledger's peak (MemoryLedger::peak_total) against
+//    PlanEngineBuffers' total for the same model, TrainSpec and world (what
+//    the engine promises to allocate; the trainer's activations are its own
+//    and in neither).
+// Reported: parts as the mean over ranks; samples/s = samples per step
+// (ranks x micro-batch: weak scaling, a fixed batch per rank) x steps / the
+// slowest rank's wall time; scaling efficiency = samples/s on N ranks /
+// (N x samples/s on 1 rank) of the same stage (needs 1 in --ranks; with mpi
+// the report pairs files of different worlds); cost per epoch = epoch hours
+// (--dataset-samples / samples/s) x N devices x --price-per-device-hour.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "examples/common/flags.h"
+#include "examples/mlp/mlp.h"
+#include "nlohmann/json.hpp"
+#include "zeroshard/buffer_plan.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/status.h"
+#include "zeroshard/train_spec.h"
+
+namespace zeroshard {
+namespace {
+
+struct BenchOptions {
+  bool backend_mpi = false;
+  std::vector<int> ranks = {1, 2, 4};  // local backend; with mpi the world is mpirun's
+  std::vector<int> stages = {0, 1, 2, 3};
+  int steps = 10;
+  int warmup = 2;
+  Precision precision = Precision::kFp32;
+  double dataset_samples = 1e6;
+  double price_per_device_hour = 2.0;  // USD
+  std::string json_path;
+  // mlp_demo's default model: 5 blocks x hidden 256 (2.6M params).
+  mlp::MlpConfig model = [] {
+    mlp::MlpConfig m;
+    m.hidden = 256;
+    m.blocks = 5;
+    m.micro_batch = 16;
+    return m;
+  }();
+};
+
+void PrintUsage(std::FILE* out) {
+  const BenchOptions d;
+  std::fprintf(
+      out,
+      "usage: step_bench [flags]\n"
+      "Engine step split, samples/s, scaling efficiency, cost per epoch and memory per rank\n"
+      "against the plan, for ZeRO stages 0-3 on the mlp_demo model.\n\n"
+      "  --backend B                 local (threads, default) or mpi (under mpirun)\n"
+      "  --ranks LIST                local rank counts (default 1,2,4; ignored with mpi)\n"
+      "  --stages LIST               ZeRO stages (default 0,1,2,3)\n"
+      "  --steps N                   timed steps per run (default %d)\n"
+      "  --warmup N                  untimed steps first (default %d)\n"
+      "  --precision P               fp32, bf16 or fp16 (default fp32)\n"
+      "  --hidden H                  hidden size (default %lld)\n"
+      "  --blocks B                  residual blocks (default %d)\n"
+      "  --micro-batch M             samples per rank per step (default %d)\n"
+      "  --dataset-samples N         samples per epoch for the cost (default %.0f)\n"
+      "  --price-per-device-hour X   USD per device (rank) hour (default %.2f)\n"
+      "  --json FILE                 write the results as JSON\n"
+      "  --help                      this text\n",
+      d.steps, d.warmup, static_cast<long long>(d.model.hidden), d.model.blocks,
+      d.model.micro_batch, d.dataset_samples, d.price_per_device_hour);
+}
+
+absl::StatusOr<std::vector<int>> IntList(const std::string& flag, const std::string& value, int min,
+                                         int max) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < min || v > max) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("flag --%s: bad value '%s', expected a comma separated list of %d-%d",
+                          flag, value, min, max));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
+  BenchOptions opts;
+  auto int_flag = [](const std::string& flag, const std::string& value, int64_t min,
+                     auto* out) -> absl::Status {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(value, &v) || v < min || v > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", flag, ": bad value '", value, "', expected an integer >= ", min));
+    }
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
+    return absl::OkStatus();
+  };
+  auto positive = [](const std::string& flag, const std::string& value,
+                     double* out) -> absl::Status {
+    if (!absl::SimpleAtod(value, out) || !(*out > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", flag, ": bad value '", value, "', expected a positive number"));
+    }
+    return absl::OkStatus();
+  };
+  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
+      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
+        if (name == "backend") {
+          if (value != "mpi" && value != "local") {
+            return absl::InvalidArgumentError(
+                absl::StrCat("flag --backend: bad value '", value, "', expected local or mpi"));
+          }
+          opts.backend_mpi = value == "mpi";
+        } else if (name == "ranks") {
+          ZS_ASSIGN_OR_RETURN(opts.ranks, IntList(name, value, 1, 64));
+        } else if (name == "stages") {
+          ZS_ASSIGN_OR_RETURN(opts.stages, IntList(name, value, 0, 3));
+        } else if (name == "steps") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.steps));
+        } else if (name == "warmup") {
+          // At least one: stage 3's first step records the gather order.
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.warmup));
+        } else if (name == "precision") {
+          ZS_ASSIGN_OR_RETURN(opts.precision, ParsePrecision(value));
+        } else if (name == "hidden") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.hidden));
+        } else if (name == "blocks") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.blocks));
+        } else if (name == "micro-batch") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.micro_batch));
+        } else if (name == "dataset-samples") {
+          ZS_RETURN_IF_ERROR(positive(name, value, &opts.dataset_samples));
+        } else if (name == "price-per-device-hour") {
+          ZS_RETURN_IF_ERROR(positive(name, value, &opts.price_per_device_hour));
+        } else if (name == "json") {
+          opts.json_path = value;
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+        }
+        return absl::OkStatus();
+      }));
+  if (*help) return opts;
+  ZS_RETURN_IF_ERROR(opts.model.Validate());
+  return opts;
+}
+
+// The step split: the parts that add up to a step's total, in the order the
+// report stacks them, then hidden comm (not a part). All the reading of
+// StepTimes is here, so a new field of the engine's split changes this
+// function and kPartNames only.
+constexpr const char* kPartNames[] = {"compute",    "exposed_comm", "optimizer",
+                                      "input_wait", "engine_other", "pipeline_bubble",
+                                      "total",      "hidden_comm"};
+constexpr int kNumParts = 6;  // the first six add up to "total"
+constexpr int kTotalColumn = 6;
+constexpr int kHiddenColumn = 7;
+constexpr int kNumStepColumns = 8;
+
+std::vector<double> ReadStepParts(const StepTimes& after, const StepTimes& before, int steps) {
+  auto ms = [steps](absl::Duration a, absl::Duration b) {
+    return absl::ToDoubleMilliseconds(a - b) / steps;
+  };
+  const double exposed = ms(after.exposed_comm, before.exposed_comm);
+  return {ms(after.compute, before.compute),
+          exposed,
+          ms(after.optimizer, before.optimizer),
+          ms(after.input_wait, before.input_wait),
+          ms(after.engine_other, before.engine_other),
+          ms(after.pipeline_bubble, before.pipeline_bubble),
+          ms(after.total, before.total),
+          std::max(0.0, ms(after.comm_busy, before.comm_busy) - exposed)};
+}
+
+// One rank's row: the step columns, then these.
+enum Extra : int {
+  kWallMs = kNumStepColumns,  // the timed steps' wall time / steps
+  kLedgerPeak,                // bytes
+  kLedgerCurrent,
+  kPlanBytes,
+  kFinalLoss,
+  kRowSize
+};
+
+struct RunResult {
+  int ranks = 0;
+  int stage = 0;
+  std::vector<std::vector<double>> per_rank;  // [rank][column]
+};
+
+TrainSpec MakeTrainSpec(const BenchOptions& opts, int stage) {
+  TrainSpec train;
+  train.zero_stage = stage;
+  train.precision = opts.precision;
+  train.prefetch_units = 1;
+  train.optimizer.kind = OptimizerKind::kAdamW;
+  train.optimizer.lr = 3e-3;
+  train.optimizer.weight_decay = 0.01;
+  train.max_grad_norm = 2.0;
+  return train;
+}
+
+absl::StatusOr<RunResult> RunStage(const BenchOptions& opts, int stage, Communicator& comm) {
+  const ModelSpec spec = mlp::BuildModelSpec(opts.model);
+  const TrainSpec train = MakeTrainSpec(opts, stage);
+  ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanEngineBuffers(spec, train, comm.size()));
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
+  ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, opts.model));
+  ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(opts.model)));
+  mlp::MlpTrainer trainer(opts.model, *engine, comm);
+  for (int s = 0; s < opts.warmup; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
+
+  const EngineStats before = engine->Stats();
+  const auto start = std::chrono::steady_clock::now();
+  double loss = 0.0;
+  for (int s = 0; s < opts.steps; ++s) {
+    ZS_ASSIGN_OR_RETURN(loss, trainer.TrainStep());
+  }
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+      opts.steps;
+  const EngineStats after = engine->Stats();
+  if (after.steps - before.steps != opts.steps) {
+    return absl::InternalError(absl::StrFormat(
+        "rank %d stage %d: the engine counted %d timed steps, expected %d", comm.rank(), stage,
+        static_cast<int>(after.steps - before.steps), opts.steps));
+  }
+  std::vector<double> row = ReadStepParts(after.totals, before.totals, opts.steps);
+  row.resize(kRowSize);
+  row[kWallMs] = wall_ms;
+  row[kLedgerPeak] = static_cast<double>(engine->ledger().peak_total());
+  row[kLedgerCurrent] = static_cast<double>(engine->ledger().current_total());
+  row[kPlanBytes] = static_cast<double>(plan.total_bytes());
+  row[kFinalLoss] = loss;
+  std::vector<double> all(static_cast<size_t>(kRowSize) * comm.size());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(row.data(), all.data(), kRowSize, DType::kFloat64));
+  RunResult result;
+  result.ranks = comm.size();
+  result.stage = stage;
+  for (int r = 0; r < comm.size(); ++r) {
+    result.per_rank.emplace_back(all.begin() + r * kRowSize, all.begin() + (r + 1) * kRowSize);
+  }
+  return result;
+}
+
+absl::Status RunRank(const BenchOptions& opts, Communicator& comm, std::vector<RunResult>* out) {
+  for (int stage : opts.stages) {
+    if (comm.rank() == 0) {
+      std::fprintf(stderr, "step_bench: %d rank%s, stage %d: %d warm-up + %d timed steps\n",
+                   comm.size(), comm.size() == 1 ? "" : "s", stage, opts.warmup, opts.steps);
+    }
+    absl::StatusOr<RunResult> result = RunStage(opts, stage, comm);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          absl::StrFormat("%d ranks, stage %d, rank %d: %s", comm.size(), stage,
+                                          comm.rank(), result.status().message()));
+    }
+    if (comm.rank() == 0) out->push_back(*std::move(result));
+  }
+  return absl::OkStatus();
+}
+
+double Mean(const RunResult& r, int column) {
+  double sum = 0;
+  for (const auto& row : r.per_rank) sum += row[column];
+  return sum / r.per_rank.size();
+}
+
+double Max(const RunResult& r, int column) {
+  double m = 0;
+  for (const auto& row : r.per_rank) m = std::max(m, row[column]);
+  return m;
+}
+
+// The derived figures of one run.
+struct Derived {
+  double samples_per_step = 0, samples_per_s = 0, efficiency = -1, epoch_hours = 0, cost = 0;
+};
+
+Derived Derive(const BenchOptions& opts, const RunResult& r, const std::vector<RunResult>& all) {
+  Derived d;
+  d.samples_per_step = static_cast<double>(r.ranks) * opts.model.micro_batch;
+  d.samples_per_s = d.samples_per_step / (Max(r, kWallMs) / 1e3);
+  for (const RunResult& one : all) {
+    if (one.ranks == 1 && one.stage == r.stage) {
+      const double one_sps = opts.model.micro_batch / (Max(one, kWallMs) / 1e3);
+      d.efficiency = d.samples_per_s / (r.ranks * one_sps);
+    }
+  }
+  d.epoch_hours = opts.dataset_samples / d.samples_per_s / 3600.0;
+  d.cost = d.epoch_hours * r.ranks * opts.price_per_device_hour;
+  return d;
+}
+
+void PrintTable(const BenchOptions& opts, const std::string& backend,
+                const std::vector<RunResult>& results) {
+  const int64_t params = mlp::BuildModelSpec(opts.model).NumParams();
+  std::printf(
+      "\nstep_bench: residual MLP %d blocks x hidden %d (%lld params), micro-batch %d per rank, "
+      "%s, backend %s,\n%d warm-up + %d timed steps per run; ms per step, mean over ranks\n",
+      opts.model.blocks, static_cast<int>(opts.model.hidden), static_cast<long long>(params),
+      opts.model.micro_batch, PrecisionName(opts.precision), backend.c_str(), opts.warmup,
+      opts.steps);
+  std::printf("%5s %5s %8s %8s %8s %8s %8s %8s %8s | %8s %9s %6s %10s | %9s %9s\n", "ranks",
+              "stage", "compute", "exp.comm", "optim", "input", "eng.oth", "total", "hid.comm",
+              "wall", "samples/s", "eff", "USD/epoch", "plan MiB", "peak MiB");
+  for (const RunResult& r : results) {
+    const Derived d = Derive(opts, r, results);
+    std::printf(
+        "%5d %5d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %8.2f %9.1f %6s %10.4f | %9.2f "
+        "%9.2f\n",
+        r.ranks, r.stage, Mean(r, 0), Mean(r, 1), Mean(r, 2), Mean(r, 3), Mean(r, 4),
+        Mean(r, kTotalColumn), Mean(r, kHiddenColumn), Max(r, kWallMs), d.samples_per_s,
+        d.efficiency < 0 ? "-" : absl::StrFormat("%.3f", d.efficiency).c_str(), d.cost,
+        Max(r, kPlanBytes) / 1048576.0, Max(r, kLedgerPeak) / 1048576.0);
+  }
+  std::printf(
+      "eff: samples/s / (ranks x samples/s of 1 rank, same stage); cost: %.0f samples per epoch "
+      "at %.2f USD per device-hour\n",
+      opts.dataset_samples, opts.price_per_device_hour);
+}
+
+bool WriteJson(const BenchOptions& opts, const std::string& backend,
+               const std::vector<RunResult>& results) {
+  nlohmann::json j;
+  j["bench"] = "step_bench";
+  j["backend"] = backend;
+  j["model"] = {{"name", "mlp_demo residual MLP"},
+                {"hidden", opts.model.hidden},
+                {"blocks", opts.model.blocks},
+                {"micro_batch", opts.model.micro_batch},
+                {"params", mlp::BuildModelSpec(opts.model).NumParams()}};
+  j["precision"] = PrecisionName(opts.precision);
+  j["warmup"] = opts.warmup;
+  j["steps"] = opts.steps;
+  j["dataset_samples"] = opts.dataset_samples;
+  j["price_per_device_hour_usd"] = opts.price_per_device_hour;
+  j["parts"] = std::vector<std::string>(kPartNames, kPartNames + kNumParts);
+  j["definitions"] = {
+      {"parts_ms",
+       "Engine::Stats() totals over the timed steps / steps, mean over ranks; they "
+       "add up to total_ms"},
+      {"hidden_comm_ms", "comm_busy - exposed_comm: collectives that ran behind other work"},
+      {"wall_ms", "wall time of the timed steps / steps, slowest rank"},
+      {"samples_per_s", "ranks x micro_batch x steps / (slowest rank's wall time)"},
+      {"scaling_efficiency", "samples_per_s / (ranks x samples_per_s of 1 rank, same stage)"},
+      {"cost_per_epoch_usd", "dataset_samples / samples_per_s / 3600 x ranks x price"},
+      {"memory", "ledger peak_total per rank (max over ranks) vs PlanEngineBuffers total"},
+  };
+  nlohmann::json runs = nlohmann::json::array();
+  for (const RunResult& r : results) {
+    const Derived d = Derive(opts, r, results);
+    nlohmann::json parts;
+    for (int p = 0; p < kNumParts; ++p) parts[kPartNames[p]] = Mean(r, p);
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const auto& row : r.per_rank) {
+      nlohmann::json one;
+      for (int c = 0; c < kNumStepColumns; ++c) one[kPartNames[c]] = row[c];
+      one["wall_ms"] = row[kWallMs];
+      one["ledger_peak_bytes"] = row[kLedgerPeak];
+      per_rank.push_back(one);
+    }
+    runs.push_back(
+        {{"ranks", r.ranks},
+         {"stage", r.stage},
+         {"parts_ms", parts},
+         {"total_ms", Mean(r, kTotalColumn)},
+         {"hidden_comm_ms", Mean(r, kHiddenColumn)},
+         {"wall_ms", Max(r, kWallMs)},
+         {"samples_per_step", d.samples_per_step},
+         {"samples_per_s", d.samples_per_s},
+         {"scaling_efficiency", d.efficiency < 0 ? nlohmann::json() : nlohmann::json(d.efficiency)},
+         {"epoch_hours", d.epoch_hours},
+         {"cost_per_epoch_usd", d.cost},
+         {"memory",
+          {{"plan_bytes", static_cast<int64_t>(Max(r, kPlanBytes))},
+           {"ledger_peak_bytes", static_cast<int64_t>(Max(r, kLedgerPeak))},
+           {"ledger_current_bytes", static_cast<int64_t>(Max(r, kLedgerCurrent))}}},
+         {"final_loss", r.per_rank[0][kFinalLoss]},
+         {"per_rank", per_rank}});
+  }
+  j["runs"] = runs;
+  std::ofstream out(opts.json_path);
+  out << j.dump(1) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "step_bench: cannot write --json %s\n", opts.json_path.c_str());
+    return false;
+  }
+  std::printf("step_bench: wrote %s\n", opts.json_path.c_str());
+  return true;
+}
+
+int Finish(const BenchOptions& opts, const std::string& backend,
+           const std::vector<RunResult>& results) {
+  PrintTable(opts, backend, results);
+  return !opts.json_path.empty() && !WriteJson(opts, backend, results) ? 1 : 0;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "step_bench: run failed: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int RunLocal(const BenchOptions& opts) {
+  std::vector<RunResult> results;
+  for (int ranks : opts.ranks) {
+    const absl::Status status = RunLocalRanks(
+        ranks, [&](int, Communicator& comm) { return RunRank(opts, comm, &results); });
+    if (!status.ok()) return Fail(status);
+  }
+  return Finish(opts, "local", results);
+}
+
+int RunMpi(const BenchOptions& opts) {
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
+  if (!comm.ok()) return Fail(comm.status());
+  std::vector<RunResult> results;
+  const absl::Status status = RunRank(opts, **comm, &results);
+  if (!status.ok()) {
+    Fail(status);
+    AbortJob(1);
+  }
+  const int code = (*comm)->rank() == 0 ? Finish(opts, "mpi", results) : 0;
+  comm->reset();
+  FinalizeMpi();
+  return code;
+}
+
+}  // namespace
+}  // namespace zeroshard
+
+int main(int argc, char** argv) {
+  bool help = false;
+  absl::StatusOr<zeroshard::BenchOptions> opts = zeroshard::ParseFlags(argc, argv, &help);
+  if (help) {
+    zeroshard::PrintUsage(stdout);
+    return 0;
+  }
+  if (!opts.ok()) {
+    std::fprintf(stderr, "step_bench: %s (see --help)\n",
+                 std::string(opts.status().message()).c_str());
+    return 2;
+  }
+  return opts->backend_mpi ? zeroshard::RunMpi(*opts) : zeroshard::RunLocal(*opts);
+}
