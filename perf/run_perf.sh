@@ -50,7 +50,10 @@ for b in "${adam_bench}" "${collective_bench}" "${step_bench}"; do
 done
 if [[ "${mpi}" == auto ]]; then
   mpi=0
-  if command -v mpirun >/dev/null && ldd "${collective_bench}" | grep -q libmpi; then mpi=1; fi
+  # (Not `ldd | grep -q`: under pipefail grep's early exit fails the pipe.)
+  if command -v mpirun >/dev/null && [[ "$(ldd "${collective_bench}")" == *libmpi* ]]; then
+    mpi=1
+  fi
 fi
 # Containers often lack the ptrace rights of shared memory's single-copy
 # mechanism; copying through shared memory works everywhere.
