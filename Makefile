@@ -30,7 +30,8 @@ FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetenso
 # checkpoints: the background writer thread, the CPU streams) and
 # the ledger's concurrent-update test. MPI tests stay out (separate processes).
 TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_memory_test \
-	mlp_trainer_test plan_vs_ledger_test checkpoint_test device_ops_test engine_opaque_device_test \
+	mlp_trainer_test mlp_data_loader_test engine_step_times_test plan_vs_ledger_test checkpoint_test \
+	device_ops_test engine_opaque_device_test \
 	comm_collective_batch_test
 
 # Sanitizer builds: clang, optimised with line info, CPU only.

@@ -80,13 +80,23 @@ void PrintUsage(std::FILE* out) {
       "  --mem-cap SIZE     per-rank byte cap (e.g. 16MiB): the planner chooses tp, pp,\n"
       "                     dp and the ZeRO stage (instead of --tp, --pp, --stage),\n"
       "                     prints them, then trains that grid\n"
+      "  --sync-data        make each micro-batch on the trainer's thread when it is\n"
+      "                     needed (all of it input wait: an input-bound run) instead\n"
+      "                     of on the data loader's thread, %d micro-batches ahead\n"
       "  --comm-timeout S   seconds a collective waits for a missing rank before the\n"
       "                     run fails naming it (default: $%s, else %.0f)\n"
       "  --help             this text\n"
       "A failed rank prints its error and ends the whole job (exit status 1).\n",
       d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
       d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
-      d.weight_decay, d.clip, kCommTimeoutEnvVar, absl::ToDoubleSeconds(kDefaultCommTimeout));
+      d.weight_decay, d.clip, DataLoaderOptions{}.depth, kCommTimeoutEnvVar,
+      absl::ToDoubleSeconds(kDefaultCommTimeout));
+}
+
+DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts) {
+  DataLoaderOptions data;
+  if (opts.sync_data) data.depth = 0;
+  return data;
 }
 
 CommOptions MakeCommOptions(const DemoOptions& opts) {
@@ -158,6 +168,12 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
          opts.resume = true;
          return absl::OkStatus();
        }},
+      {"sync-data",
+       [&](auto& f, auto& v) -> absl::Status {
+         if (v != "true" && v != "1") return BadValue(f, v, "no value (a switch)");
+         opts.sync_data = true;
+         return absl::OkStatus();
+       }},
       {"comm-timeout",
        [&](auto& f, auto& v) -> absl::Status {
          double seconds = 0;
@@ -196,7 +212,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
         }
         return it->second(name, value);
       },
-      /*switches=*/{"resume"}));
+      /*switches=*/{"resume", "sync-data"}));
   if (*help) return DemoOptions{};
   if ((opts.save_every > 0 || opts.resume) && opts.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(

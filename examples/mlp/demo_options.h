@@ -56,6 +56,10 @@ struct DemoOptions {
   // dp = world / (tp * pp); 1 x 1 runs the plain data-parallel trainer.
   int tp = 1;
   int pp = 1;
+  // --sync-data: each micro-batch is made on the trainer's thread when it
+  // is needed (DataLoaderOptions::depth 0), all of it input wait, instead of
+  // by the data loader's thread ahead of time: an input-bound run.
+  bool sync_data = false;
   // Per-rank byte cap: the planner (PlanGrid) chooses tp, pp, dp and the
   // ZeRO stage that fit it; 0: not given.
   int64_t mem_cap = 0;
@@ -63,6 +67,9 @@ struct DemoOptions {
 
 // True when the run uses a model-parallel grid (GridMlpTrainer).
 inline bool UsesGrid(const DemoOptions& opts) { return opts.tp * opts.pp > 1 || opts.mem_cap > 0; }
+
+// The MLP trainer's data loader (--sync-data).
+DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts);
 
 // The communicator options of the run (--comm-timeout).
 CommOptions MakeCommOptions(const DemoOptions& opts);

@@ -156,8 +156,20 @@ void PrintMemory(const DemoResults& r, std::FILE* out) {
 
 void PrintTimes(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   std::fprintf(out,
-               "\ntime per step (ms; Engine::Stats().totals / steps; hidden comm: the "
-               "collectives' run time not waited for, outside the split)\n");
+               "\ntime per step (ms; Engine::Stats().totals / steps; the first six add up to "
+               "total; hidden comm: the collectives' run time not waited for, outside the "
+               "split)\n");
+  if (!UsesGrid(opts)) {
+    const std::string data = opts.sync_data
+                                 ? std::string(
+                                       "made on the trainer's thread (--sync-data): all of it is "
+                                       "input wait")
+                                 : absl::StrFormat(
+                                       "a data loader thread, %d micro-batches ahead; input "
+                                       "wait is the time the trainer blocked on it",
+                                       MakeDataLoaderOptions(opts).depth);
+    std::fprintf(out, "  data: %s\n", data.c_str());
+  }
   std::fprintf(out, "  %-10s %9s %13s %10s %11s %12s %9s %9s %12s\n", "", "compute", "exposed comm",
                "optimizer", "input wait", "engine other", "bubble", "total", "hidden comm");
   auto print_row = [&](const std::string& label, const std::vector<double>& ms) {

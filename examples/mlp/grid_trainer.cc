@@ -160,10 +160,14 @@ GridMlpTrainer::GridMlpTrainer(const MlpConfig& cfg, Engine& engine, ProcessGrid
       micro_batches_(engine.train().grad_accum_steps),
       first_stage_(grid.coord().pp == 0),
       last_stage_(grid.coord().pp == grid.shape().pp - 1),
-      sampler_(cfg, grid.shape().dp, grid.coord().dp, engine.train().grad_accum_steps),
       schedule_(
           OneFOneBSchedule(grid.shape().pp, grid.coord().pp, engine.train().grad_accum_steps)) {
   internal::UseSingleThreadedBlas();
+  if (first_stage_ || last_stage_) {
+    loader_ =
+        std::make_unique<MicroBatchLoader>(cfg, grid.shape().dp, grid.coord().dp, micro_batches_,
+                                           DataLoaderOptions{}.depth, engine.steps());
+  }
   const int64_t h = cfg.hidden;
   const size_t io = static_cast<size_t>(cfg.micro_batch * h);
   param_sizes_ = {inner_ * h, inner_, h * inner_, h};
@@ -272,12 +276,10 @@ absl::Status GridMlpTrainer::Forward(int micro, float loss_scale, double* loss_s
   ZS_RETURN_IF_ERROR(WaitPipeline(slot.output_send));
   internal::ForwardState& state = slot.state;
   if (first_stage_ || last_stage_) {
-    const absl::Time input_start = absl::Now();
-    // The first stage needs the inputs, the last the targets; Fill writes
-    // both (a stage in between draws nothing).
+    // The first stage needs the inputs, the last the targets; the loader
+    // writes both (a stage in between draws nothing).
     float* x = first_stage_ ? state.inputs[0].data() : work_a_.data();
-    sampler_.Fill(engine_.steps(), micro, x, slot.target.data());
-    engine_.RecordInputWait(absl::Now() - input_start);
+    engine_.RecordInputWait(loader_->Next(engine_.steps(), micro, x, slot.target.data()));
   }
   if (!first_stage_) ZS_RETURN_IF_ERROR(WaitPipeline(slot.input_recv));
 

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "examples/mlp/data_loader.h"
 #include "examples/mlp/internal/block_math.h"
 #include "examples/mlp/mlp.h"
 #include "examples/mlp/pipeline_schedule.h"
@@ -130,7 +131,7 @@ class GridMlpTrainer {
   int micro_batches_;
   bool first_stage_;
   bool last_stage_;
-  DistributedSampler sampler_;
+  std::unique_ptr<MicroBatchLoader> loader_;  // first and last stage: they read data
   std::vector<PipelineOp> schedule_;
   std::vector<int64_t> param_sizes_;  // one shard unit's params, in BlockParam order
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -13,6 +13,7 @@
 #define ZEROSHARD_EXAMPLES_MLP_MLP_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -105,6 +106,19 @@ class DistributedSampler {
   mutable internal::ForwardState teacher_state_;
 };
 
+// How a trainer gets its micro-batches (MicroBatchLoader, data_loader.h).
+struct DataLoaderOptions {
+  // Micro-batches made ahead on the loader's own thread, in a bounded queue
+  // (1 to MicroBatchLoader::kMaxDepth; 2 lets the next step's first
+  // micro-batch be ready while the current one trains). 0: each micro-batch
+  // is made on the trainer's thread when it is needed, and all of that time
+  // is reported as input wait (mlp_demo --sync-data: an input-bound run).
+  // The data, and so the training, are the same bits for every depth.
+  int depth = 2;
+};
+
+class MicroBatchLoader;
+
 // Trains the MLP on one rank of an engine group. Not thread-safe: one trainer
 // per rank thread. `engine` and `comm` (the engine's communicator) must
 // outlive the trainer; the engine must have been Start()ed with
@@ -112,7 +126,11 @@ class DistributedSampler {
 // fp16 param / gradient views; it holds at most one unit gathered at a time.
 class MlpTrainer {
  public:
-  MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm);
+  // The loader (options.depth > 0: its thread) starts at the engine's
+  // steps(): after a checkpoint Load, the resumed step.
+  MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm,
+             const DataLoaderOptions& data = {});
+  ~MlpTrainer();  // stops and joins the loader's thread
 
   // One optimizer step: engine.train().grad_accum_steps micro-batches, then
   // engine.Step(). Each micro-batch is
@@ -134,7 +152,7 @@ class MlpTrainer {
 
  private:
   // Forward + loss + backward of one local micro-batch; returns its
-  // (unscaled) loss.
+  // (unscaled) loss. The time it blocks on the loader is input wait.
   absl::StatusOr<double> MicroBatch(int micro, float loss_scale);
   // Gathers `unit` and returns fp32 pointers to its params: the view itself
   // for fp32, else a widened copy in weight_copy_. Valid until the unit's
@@ -147,7 +165,7 @@ class MlpTrainer {
   MlpConfig cfg_;
   Engine& engine_;
   Communicator& comm_;
-  DistributedSampler sampler_;
+  std::unique_ptr<MicroBatchLoader> loader_;
   StepResult last_step_;
   // Per-micro-batch buffers, allocated once.
   std::vector<float> target_, dy_, dx_, scratch_;

@@ -141,9 +141,7 @@ absl::Status GatherTimes(Communicator& comm, Device& device, const EngineStats& 
       absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
       absl::ToDoubleMilliseconds(stats.totals.pipeline_bubble) / steps,
       absl::ToDoubleMilliseconds(stats.totals.total) / steps,
-      absl::ToDoubleMilliseconds(
-          std::max(absl::ZeroDuration(), stats.totals.comm_busy - stats.totals.exposed_comm)) /
-          steps};
+      absl::ToDoubleMilliseconds(stats.totals.hidden_comm) / steps};
   std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
   ZS_RETURN_IF_ERROR(
       AllGatherHost(comm, device, row, all.data(), kNumTimeColumns, DType::kFloat64));
@@ -228,7 +226,8 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   }
 #endif
   if (!gpu) {
-    cpu_trainer = std::make_unique<MlpTrainer>(opts.model, *engine, comm);
+    cpu_trainer =
+        std::make_unique<MlpTrainer>(opts.model, *engine, comm, MakeDataLoaderOptions(opts));
     trainer = {[&] { return cpu_trainer->TrainStep(); },
                [&]() -> const StepResult& { return cpu_trainer->last_step(); }};
   }

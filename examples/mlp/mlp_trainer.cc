@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "examples/mlp/data_loader.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/status.h"
@@ -20,12 +20,13 @@ std::vector<int64_t> BlockParamSizes(int64_t hidden) {
 
 }  // namespace
 
-MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm)
-    : cfg_(cfg),
-      engine_(engine),
-      comm_(comm),
-      sampler_(cfg, comm.size(), comm.rank(), engine.train().grad_accum_steps) {
+MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm,
+                       const DataLoaderOptions& data)
+    : cfg_(cfg), engine_(engine), comm_(comm) {
+  // Before the loader's thread makes its first teacher forward.
   internal::UseSingleThreadedBlas();
+  loader_ = std::make_unique<MicroBatchLoader>(
+      cfg, comm.size(), comm.rank(), engine.train().grad_accum_steps, data.depth, engine.steps());
   const size_t io = static_cast<size_t>(cfg.micro_batch * cfg.hidden);
   target_.resize(io);
   dy_.resize(io);
@@ -37,6 +38,8 @@ MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm)
   grads_.resize(static_cast<size_t>(unit_numel));
   weight_copy_.resize(static_cast<size_t>(unit_numel));
 }
+
+MlpTrainer::~MlpTrainer() = default;
 
 absl::StatusOr<internal::BlockWeights> MlpTrainer::GatherFp32Weights(int unit) {
   ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(unit));
@@ -54,9 +57,8 @@ absl::Status MlpTrainer::WriteGrads(int unit, const UnitView& view) const {
 absl::StatusOr<double> MlpTrainer::MicroBatch(int micro, float loss_scale) {
   const int64_t batch = cfg_.micro_batch;
   const int64_t h = cfg_.hidden;
-  const absl::Time input_start = absl::Now();
-  sampler_.Fill(engine_.steps(), micro, state_.inputs[0].data(), target_.data());
-  engine_.RecordInputWait(absl::Now() - input_start);
+  engine_.RecordInputWait(
+      loader_->Next(engine_.steps(), micro, state_.inputs[0].data(), target_.data()));
 
   // Forward. Each unit is released before the next is gathered (stage 3
   // holds one gathered unit at a time); the activations the backward needs

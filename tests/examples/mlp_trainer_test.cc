@@ -282,9 +282,11 @@ struct TrainOutcome {
 };
 
 // `tweak`, when given, edits the TrainSpec (prefetch depth, loss scaling).
+// `data`: the trainer's data loader (default: a background thread).
 absl::StatusOr<TrainOutcome> Train(const MlpConfig& cfg, int world, int stage, int accum,
                                    Precision precision, int steps,
-                                   const std::function<void(TrainSpec&)>& tweak = nullptr) {
+                                   const std::function<void(TrainSpec&)>& tweak = nullptr,
+                                   const DataLoaderOptions& data = {}) {
   TrainOutcome outcome;
   TrainSpec train;
   train.zero_stage = stage;
@@ -300,7 +302,7 @@ absl::StatusOr<TrainOutcome> Train(const MlpConfig& cfg, int world, int stage, i
                         Engine::Create(BuildModelSpec(cfg), train, *device, comm));
     ZS_RETURN_IF_ERROR(InitEngineParams(*engine, cfg));
     ZS_RETURN_IF_ERROR(engine->Start());
-    MlpTrainer trainer(cfg, *engine, comm);
+    MlpTrainer trainer(cfg, *engine, comm, data);
     for (int s = 0; s < steps; ++s) {
       ZS_ASSIGN_OR_RETURN(const double loss, trainer.TrainStep());
       if (rank == 0) {
@@ -355,6 +357,30 @@ TEST(MlpTrainer, EveryStageMatchesOneRankBaselineBitwise) {
     for (int s = 0; s < steps; ++s) {
       EXPECT_NEAR(run->losses[s], baseline->losses[s], 1e-12 * baseline->losses[s]) << s;
     }
+  }
+}
+
+// The data loader's thread makes the same micro-batches as the trainer's
+// own thread (depth 0, the synchronous loader): the same bits, whatever the
+// queue depth, with accumulation and several ranks.
+TEST(MlpTrainer, LoaderDepthDoesNotChangeTheBits) {
+  const MlpConfig cfg = SmallConfig();
+  const int world = 2, accum = 3, steps = 3;
+  absl::StatusOr<TrainOutcome> sync =
+      Train(cfg, world, 2, accum, Precision::kFp32, steps, nullptr, DataLoaderOptions{0});
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  for (int depth : {1, 2, 4}) {
+    absl::StatusOr<TrainOutcome> run =
+        Train(cfg, world, 2, accum, Precision::kFp32, steps, nullptr, DataLoaderOptions{depth});
+    ASSERT_TRUE(run.ok()) << "depth " << depth << ": " << run.status();
+    ASSERT_EQ(run->params.size(), sync->params.size());
+    for (size_t t = 0; t < run->params.size(); ++t) {
+      EXPECT_EQ(std::memcmp(run->params[t].data(), sync->params[t].data(),
+                            run->params[t].size() * sizeof(float)),
+                0)
+          << "depth " << depth << " tensor " << t;
+    }
+    EXPECT_EQ(run->losses, sync->losses) << "depth " << depth;
   }
 }
 

@@ -70,20 +70,44 @@ struct StepResult {
 };
 
 // Where a step's wall time went, on this rank.
+//
+// The timeline (one monotonic clock): a step runs from its boundary, the
+// end of Start() for the first step and the end of the previous Step()
+// after that, to the end of its own Step(). Engine time is the wall time
+// inside engine calls (Gather, Release, GradView, ReduceGrads, Step, Save,
+// WaitForCheckpoint, GetParam; a call made inside another counts once); the
+// rest of the step is outside the engine. Time before Start() ends (SetParam,
+// Load, Start's own exchanges) belongs to no step; a Save, GetParam or
+// WaitForCheckpoint between two steps belongs to the next step.
+//
+// The six parts below never overlap, each is >= 0 and they add up to `total`
+// exactly, on every rank and every step (Durations are integers):
+//   engine time  = exposed_comm + optimizer + engine_other
+//   outside time = compute + input_wait + pipeline_bubble
 struct StepTimes {
-  absl::Duration compute;          // trainer's own work: wall time outside engine calls
-  absl::Duration exposed_comm;     // blocked waiting for collectives inside engine calls
-  absl::Duration optimizer;        // norm, clipping and the fused Adam update
-  absl::Duration input_wait;       // reported by the trainer via RecordInputWait()
-  absl::Duration engine_other;     // the engine's own work in between: gradient accumulation,
-                                   // staging, views (so the parts add up to total)
-  absl::Duration pipeline_bubble;  // reported by the trainer via RecordPipelineWait(): waiting
-                                   // for a neighbouring pipeline stage
-  absl::Duration total;
-  // Not part of the split: how long this rank's collectives ran during the
-  // step (Communicator::busy_time); comm_busy - exposed_comm of it was
-  // hidden behind other work (overlap).
+  absl::Duration compute;          // outside engine calls, less the reported waits: the
+                                   // trainer's own work (its own collectives included)
+  absl::Duration exposed_comm;     // inside engine calls, blocked on the engine's collectives
+  absl::Duration optimizer;        // inside Step(): norm, clipping and the fused update, less
+                                   // the collective waits inside it
+  absl::Duration input_wait;       // reported with RecordInputWait(), as booked (see there)
+  absl::Duration engine_other;     // the rest of the engine time: gradient accumulation,
+                                   // staging, views, checks, issuing collectives
+  absl::Duration pipeline_bubble;  // reported with RecordPipelineWait(), as booked (see there)
+  absl::Duration total;            // boundary to boundary
+  // Not part of the split:
+  // How long this rank's collectives ran during the step (the communicator's
+  // Communicator::busy_time, the trainer's own collectives on it included).
   absl::Duration comm_busy;
+  // The communication hidden behind other work: max(0, comm_busy -
+  // exposed_comm). An estimate: busy time counts a collective from its
+  // start to its end, waits for slow peers included, so a collective that
+  // ran while the engine was not waiting for it counts here.
+  absl::Duration hidden_comm;
+  // Reported waits the step could not hold (see RecordInputWait): a trainer
+  // that reports more than it waited outside engine calls. Zero when the
+  // trainer measures its waits as documented.
+  absl::Duration unplaced_wait;
 };
 
 // A setting of the trainer that every rank must share (its micro-batch size,
@@ -110,7 +134,7 @@ struct EngineStats {
   bool prefetch_active = false;  // stage 3: gathers issued ahead from the recorded order
   int64_t collectives = 0;       // issued by this engine so far
   StepTimes last;                // the most recent step
-  StepTimes totals;              // summed over all steps
+  StepTimes totals;              // every field summed over all steps
 };
 
 // Model parallelism around the engine (docs/parallelism.md).
@@ -222,12 +246,17 @@ class Engine {
   // otherwise. Constant within a step.
   virtual double loss_scale() const = 0;
 
-  // Adds to this step's input-wait time (the trainer waited for data); it
-  // is reported apart from compute in Stats().
+  // Adds to this step's input-wait time: the trainer was blocked waiting for
+  // its data (not making it: that is compute, unless it is done on the
+  // trainer's thread in its place). Call it right after the wait, outside
+  // engine calls. The engine books at most the time outside engine calls
+  // since the step's boundary that earlier reports (input or pipeline) have
+  // not claimed; the rest (a wait that began before the boundary or
+  // overlapped an engine call) goes to StepTimes::unplaced_wait. Before
+  // Start() it is ignored.
   virtual void RecordInputWait(absl::Duration d) = 0;
-  // Adds to this step's pipeline-bubble time (the trainer waited for a
-  // neighbouring stage's activations or gradients); reported apart from
-  // compute in Stats().
+  // The same for pipeline-bubble time (the trainer waited for a
+  // neighbouring stage's activations or gradients).
   virtual void RecordPipelineWait(absl::Duration d) = 0;
 
   // Checkpoints (zeroshard/checkpoint.h, docs/checkpoint.md). Collective:

@@ -337,10 +337,10 @@ absl::Status EngineImpl::Poison(absl::Status status) {
 
 absl::Status EngineImpl::WaitComm(CommHandle& handle) {
   if (!handle.valid()) return absl::OkStatus();
-  const absl::Time begin = absl::Now();
+  const absl::Duration begin = timeline_.Now();
   absl::Status status = handle.Wait();
   handle = CommHandle();
-  step_comm_wait_ += absl::Now() - begin;
+  timeline_.AddCommWait(timeline_.Now() - begin);
   // The communicator's message already names this rank and the peers.
   if (!status.ok()) return Poison(status);
   return absl::OkStatus();
@@ -412,7 +412,7 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
 }
 
 absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
-  CallTimer timer(&step_engine_time_);
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("Gather"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "Gather"));
   if (!plan_.unit_resident[unit]) return GatherSharded(unit);
@@ -423,7 +423,7 @@ absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
 }
 
 absl::Status EngineImpl::Release(int unit) {
-  CallTimer timer(&step_engine_time_);
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("Release"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "Release"));
   if (plan_.unit_resident[unit]) return absl::OkStatus();
@@ -475,7 +475,7 @@ absl::Status EngineImpl::RetireOldestSlot() {
 }
 
 absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
-  CallTimer timer(&step_engine_time_);
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("GradView"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "GradView"));
   const std::string& name = model_.units[unit].name;
@@ -511,7 +511,7 @@ absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
 }
 
 absl::Status EngineImpl::ReduceGrads(int unit) {
-  CallTimer timer(&step_engine_time_);
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("ReduceGrads"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "ReduceGrads"));
   const int open = open_grad_slot_[unit];
@@ -572,6 +572,7 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
 }
 
 absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "GetParam"));
   const UnitSegment& seg = layout_.unit(unit);
   if (param < 0 || param >= static_cast<int>(seg.params.size())) {

@@ -105,7 +105,7 @@ absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
 
 absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer_state,
                               const CheckpointOptions& options) {
-  CallTimer timer(&step_engine_time_);
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckBetweenSteps("Save"));
   if (dir.empty()) return absl::InvalidArgumentError("Save: the checkpoint directory is empty");
   if (options.keep_last < 1) {
@@ -189,6 +189,8 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
 }
 
 absl::Status EngineImpl::WaitForCheckpoint() {
+  // From Save too: the nested call counts once.
+  StepTimeline::Call call(timeline_);
   if (pending_checkpoint_ == nullptr) return absl::OkStatus();
   std::unique_ptr<PendingCheckpoint> p = std::move(pending_checkpoint_);
   if (p->writer.joinable()) p->writer.join();

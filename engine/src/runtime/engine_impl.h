@@ -27,22 +27,11 @@
 #include "engine/src/device/device_ops.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
+#include "engine/src/runtime/step_timeline.h"
 #include "kernels/cpu/norm.h"
 #include "zeroshard/engine.h"
 
 namespace zeroshard::internal {
-
-// Adds the wall time of one engine call to the step's engine time, so that
-// the trainer's compute is what remains.
-class CallTimer {
- public:
-  explicit CallTimer(absl::Duration* sink) : sink_(sink), begin_(absl::Now()) {}
-  ~CallTimer() { *sink_ += absl::Now() - begin_; }
-
- private:
-  absl::Duration* sink_;
-  absl::Time begin_;
-};
 
 // A run of a rank's owned range with one weight-decay setting.
 struct DecayRun {
@@ -67,8 +56,8 @@ class EngineImpl final : public Engine {
   absl::StatusOr<UnitView> GradView(int unit) override;
   absl::Status ReduceGrads(int unit) override;
   absl::StatusOr<StepResult> Step() override;
-  void RecordInputWait(absl::Duration d) override { step_input_wait_ += d; }
-  void RecordPipelineWait(absl::Duration d) override { step_pipeline_wait_ += d; }
+  void RecordInputWait(absl::Duration d) override { timeline_.AddInputWait(d); }
+  void RecordPipelineWait(absl::Duration d) override { timeline_.AddPipelineWait(d); }
   double loss_scale() const override { return loss_scale_; }
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override;
   absl::Status Save(const std::string& dir, const std::string& trainer_state,
@@ -220,8 +209,9 @@ class EngineImpl final : public Engine {
   // Stage 3: turns prefetch on after the first step (or off when the order
   // changed) and gathers the next step's first units.
   absl::Status StartNextStepPrefetch();
-  // Books the step's wall time into stats_ and starts the next step's clock.
-  void RecordStepTimes(absl::Time end);
+  // Ends the step on the timeline (the next one begins), books its times
+  // into stats_.
+  void RecordStepTimes();
   // fp16: adjusts the dynamic loss scale after a step; an error after too
   // many skipped steps at the minimum scale.
   absl::Status UpdateLossScale(bool overflow);
@@ -330,14 +320,10 @@ class EngineImpl final : public Engine {
   int64_t sequence_count_ = 0;
   int64_t collectives_total_ = 0;
 
-  // Timing.
+  // Timing: every public call that can run during training opens a
+  // StepTimeline::Call on timeline_ first.
   EngineStats stats_;
-  absl::Time step_begin_;
-  absl::Duration step_engine_time_;
-  absl::Duration step_comm_wait_;
-  absl::Duration step_optimizer_;
-  absl::Duration step_input_wait_;
-  absl::Duration step_pipeline_wait_;
+  StepTimeline timeline_;
 };
 
 }  // namespace zeroshard::internal

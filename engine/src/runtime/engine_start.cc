@@ -176,8 +176,10 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
   }
   ZS_RETURN_IF_ERROR(CheckWeightsAndSettingsAgree(settings));
   started_ = true;
-  step_begin_ = absl::Now();
-  step_comm_busy_begin_ = comm_.busy_time();  // start-up collectives are not a step's
+  // The first step begins here: Start's own exchanges, a Load and anything
+  // reported before belong to no step.
+  timeline_.BeginSteps();
+  step_comm_busy_begin_ = comm_.busy_time();
   return absl::OkStatus();
 }
 

@@ -231,29 +231,29 @@ absl::Status EngineImpl::ApplyOptimizer(double grad_scale, double lr) {
 // before, finish the reductions, the norm and the update, then start the
 // next step's communication and book the time.
 absl::StatusOr<StepResult> EngineImpl::Step() {
-  const absl::Time call_begin = absl::Now();
+  StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStepPreconditions());
   ZS_RETURN_IF_ERROR(DrainReductions());
   // Stage 3: the optimizer rewrites the param shards the gathered copies
   // came from; finish and forget them.
   ZS_RETURN_IF_ERROR(DropGatherPool());
 
-  const absl::Duration comm_before = step_comm_wait_;
-  const absl::Time opt_begin = absl::Now();
+  // The optimizer: norm (its all-gather's wait is exposed communication),
+  // clipping, the update and the loss scale.
+  const absl::Duration comm_before = timeline_.comm_wait();
+  const absl::Duration opt_begin = timeline_.Now();
   ZS_ASSIGN_OR_RETURN(StepResult result, NormClipAndUpdate());
   ZS_RETURN_IF_ERROR(UpdateLossScale(result.skipped));
+  timeline_.AddOptimizer((timeline_.Now() - opt_begin) - (timeline_.comm_wait() - comm_before));
+
   sequence_hash_ = 0;
   sequence_count_ = 0;
   IssueParamGathers();
   ZS_RETURN_IF_ERROR(StartNextStepPrefetch());
-  const absl::Time end = absl::Now();
-  step_optimizer_ += (end - opt_begin) - (step_comm_wait_ - comm_before);
-
   for (int u = 0; u < layout_.num_units(); ++u) reduced_count_[u] = 0;
   ++step_;
   ++steps_since_start_;
-  step_engine_time_ += end - call_begin;
-  RecordStepTimes(end);
+  RecordStepTimes();
   return result;
 }
 
@@ -333,34 +333,25 @@ absl::Status EngineImpl::StartNextStepPrefetch() {
   return absl::OkStatus();
 }
 
-void EngineImpl::RecordStepTimes(absl::Time end) {
-  // Where this step's wall time went: the engine's own calls split into
-  // waiting for collectives, the optimizer and the rest; the trainer's
-  // compute is what remains after its reported input wait.
-  StepTimes t;
-  t.total = end - step_begin_;
-  t.exposed_comm = step_comm_wait_;
-  t.optimizer = step_optimizer_;
-  t.input_wait = step_input_wait_;
-  t.pipeline_bubble = step_pipeline_wait_;
-  t.compute = t.total - step_engine_time_ - step_input_wait_ - step_pipeline_wait_;
-  t.engine_other = step_engine_time_ - step_comm_wait_ - step_optimizer_;
+void EngineImpl::RecordStepTimes() {
+  // The timeline splits the step (zeroshard/engine.h, StepTimes); the
+  // communicator's busy time is read beside it.
   const absl::Duration busy = comm_.busy_time();
-  t.comm_busy = busy - step_comm_busy_begin_;
+  const StepTimes t = timeline_.EndStep(busy - step_comm_busy_begin_);
   step_comm_busy_begin_ = busy;
   stats_.steps = steps_since_start_;
   stats_.last = t;
-  stats_.totals.total += t.total;
-  stats_.totals.exposed_comm += t.exposed_comm;
-  stats_.totals.optimizer += t.optimizer;
-  stats_.totals.input_wait += t.input_wait;
-  stats_.totals.pipeline_bubble += t.pipeline_bubble;
-  stats_.totals.compute += t.compute;
-  stats_.totals.engine_other += t.engine_other;
-  stats_.totals.comm_busy += t.comm_busy;
-  step_begin_ = end;
-  step_engine_time_ = step_comm_wait_ = step_optimizer_ = step_input_wait_ = step_pipeline_wait_ =
-      absl::ZeroDuration();
+  StepTimes& sum = stats_.totals;
+  sum.compute += t.compute;
+  sum.exposed_comm += t.exposed_comm;
+  sum.optimizer += t.optimizer;
+  sum.input_wait += t.input_wait;
+  sum.engine_other += t.engine_other;
+  sum.pipeline_bubble += t.pipeline_bubble;
+  sum.total += t.total;
+  sum.comm_busy += t.comm_busy;
+  sum.hidden_comm += t.hidden_comm;
+  sum.unplaced_wait += t.unplaced_wait;
 }
 
 }  // namespace zeroshard::internal

@@ -1,0 +1,117 @@
+#include "examples/mlp/data_loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+// The engine's step clock is monotonic too: a wait reported from a wall
+// clock that stepped could be negative or huge.
+absl::Duration SteadyNow() {
+  return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+}  // namespace
+
+MicroBatchLoader::MicroBatchLoader(const MlpConfig& cfg, int world, int rank, int accum, int depth,
+                                   int64_t first_step)
+    : accum_(accum),
+      depth_(std::clamp(depth, 0, kMaxDepth)),
+      batch_numel_(static_cast<size_t>(cfg.micro_batch * cfg.hidden)),
+      sampler_(cfg, world, rank, accum),
+      next_to_make_{first_step, 0},
+      next_expected_{first_step, 0} {
+  if (depth_ > 0) thread_ = std::thread([this] { Produce(); });
+}
+
+MicroBatchLoader::~MicroBatchLoader() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  space_.notify_all();
+  thread_.join();
+}
+
+MicroBatchLoader::Position MicroBatchLoader::After(Position p) const {
+  return ++p.micro == accum_ ? Position{p.step + 1, 0} : p;
+}
+
+void MicroBatchLoader::Produce() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    space_.wait(lock, [&] { return stop_ || queue_.size() < static_cast<size_t>(depth_); });
+    if (stop_) return;
+    const Position at = next_to_make_;
+    const uint64_t generation = generation_;
+    next_to_make_ = After(at);
+    std::unique_ptr<Batch> batch;
+    if (!spare_.empty()) {
+      batch = std::move(spare_.back());
+      spare_.pop_back();
+    } else {
+      batch = std::make_unique<Batch>();
+      batch->x.resize(batch_numel_);
+      batch->y.resize(batch_numel_);
+    }
+    batch->at = at;
+    // The sampler is this thread's alone; the trainer waits without the lock.
+    lock.unlock();
+    sampler_.Fill(at.step, at.micro, batch->x.data(), batch->y.data());
+    lock.lock();
+    if (generation != generation_) {
+      spare_.push_back(std::move(batch));  // made for a walk that was restarted
+      continue;
+    }
+    queue_.push_back(std::move(batch));
+    ready_.notify_one();
+  }
+}
+
+absl::Duration MicroBatchLoader::Next(int64_t step, int micro, float* x, float* y) {
+  const Position want{step, micro};
+  if (depth_ == 0) {
+    const absl::Duration begin = SteadyNow();
+    sampler_.Fill(step, micro, x, y);
+    return SteadyNow() - begin;
+  }
+  std::unique_ptr<Batch> batch;
+  absl::Duration waited;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!(want == next_expected_)) {
+      // Off the walk: drop what was made ahead and restart at `want` (a
+      // batch being made now is dropped when it arrives).
+      ++generation_;
+      for (auto& b : queue_) spare_.push_back(std::move(b));
+      queue_.clear();
+      next_to_make_ = want;
+      space_.notify_one();
+    }
+    next_expected_ = After(want);
+    if (queue_.empty()) {
+      const absl::Duration begin = SteadyNow();
+      ready_.wait(lock, [&] { return !queue_.empty(); });
+      waited = SteadyNow() - begin;
+    }
+    batch = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  // The queue has room again: the thread makes the next one while the
+  // trainer copies and computes.
+  space_.notify_one();
+  std::copy(batch->x.begin(), batch->x.end(), x);
+  std::copy(batch->y.begin(), batch->y.end(), y);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_.push_back(std::move(batch));
+  }
+  return waited;
+}
+
+}  // namespace mlp
+}  // namespace zeroshard
