@@ -66,7 +66,10 @@ def zeroshard_step(path):
 
 
 def parse_adam_bench(path):
-    """adam_bench's 'adamw fp32' rows: {threads: {...}} from both tables."""
+    """adam_bench's 'adamw fp32' rows, {threads: {...}}: best and mean GB/s
+    and the copy's from its summary table; the paired table from the JSON
+    beside the text (adam_bench --json, with the RMW baseline) when there is
+    one, else from the text (older adam_bench: copy only)."""
     out, section = {}, None
     with open(path) as f:
         for line in f:
@@ -77,13 +80,26 @@ def parse_adam_bench(path):
             m = re.match(r"adamw fp32\s+(\d+) threads?\s+(.*)$", line)
             if not m or section is None:
                 continue
-            threads, values = int(m.group(1)), [float(v) for v in m.group(2).split()]
+            threads, fields = int(m.group(1)), m.group(2).split()
             row = out.setdefault(threads, {})
             if section == "summary":
                 (row["best_gbps"], row["copy_best_gbps"], row["best_ratio"], row["mean_gbps"],
-                 row["copy_mean_gbps"], row["mean_ratio"]) = values
-            else:
-                row["paired_ratio_median"], row["paired_ratio_min"], row["paired_ratio_max"] = values
+                 row["copy_mean_gbps"], row["mean_ratio"]) = [float(v) for v in fields]
+            elif len(fields) == 3:  # older adam_bench: median min max of update/copy
+                row["paired_ratio_median"], row["paired_ratio_min"], row["paired_ratio_max"] = [
+                    float(v) for v in fields]
+    json_path = os.path.splitext(path)[0] + ".json"
+    if os.path.exists(json_path):
+        with open(json_path) as f:
+            for r in json.load(f)["results"]:
+                if r["kernel"] != "adamw fp32" or r["threads"] not in out:
+                    continue
+                row = out[r["threads"]]
+                row["paired_ratio_median"] = r["vs_copy"]["median"]
+                row["paired_vs_rmw_median"] = r["vs_rmw"]["median"]
+                row["paired_best_gbps"] = r["gbps"]["max"]
+                row["paired_copy_best_gbps"] = r["copy_gbps"]["max"]
+                row["paired_rmw_best_gbps"] = r["rmw_gbps"]["max"]
     if not out:
         raise ValueError("%s: no 'adamw fp32' rows (did adam_bench fail?)" % path)
     return out
@@ -154,14 +170,18 @@ def compare_adam(raw):
         row["zeroshard_best_gbps"] = median([r["best_gbps"] for r in zs])
         row["zeroshard_mean_gbps"] = median([r["mean_gbps"] for r in zs])
         row["zeroshard_paired_vs_memcpy"] = median([r.get("paired_ratio_median") for r in zs])
+        row["zeroshard_paired_vs_rmw"] = median([r.get("paired_vs_rmw_median") for r in zs])
         row["pytorch_best_gbps"] = median([r["update_best_gbps"] for r in ts])
         row["pytorch_median_gbps"] = median([r["update_median_gbps"] for r in ts])
         row["pytorch_paired_vs_copy"] = median([r["paired_ratio_median"] for r in ts])
         # The roofline: the fastest stream of the same bytes any side measured
-        # in this run (adam_bench's memcpy, torch copy_, numpy copyto, p += g),
-        # each the median over repeats of its best iteration.
+        # in this run (adam_bench's memcpy and in-place RMW, torch copy_,
+        # numpy copyto, p += g), each the median over repeats of its best
+        # iteration.
         streams = {
-            "adam_bench memcpy": median([r["copy_best_gbps"] for r in zs]),
+            "adam_bench memcpy": median(
+                [max(r["copy_best_gbps"], r.get("paired_copy_best_gbps", 0)) for r in zs]),
+            "adam_bench RMW": median([r.get("paired_rmw_best_gbps") for r in zs]),
             "torch copy_": median([r["copy_torch_best_gbps"] for r in ts]),
             "numpy copyto": median([r["copy_numpy_best_gbps"] for r in ts]),
             "torch p += g": median([r["rmw_torch_best_gbps"] for r in ts]),
@@ -210,10 +230,12 @@ def print_tables(steps, adam, meta):
                 r["zeroshard_vs_roofline"], r["pytorch_vs_roofline"]))
         for r in adam:
             s = ", ".join("%s %.2f" % (k, v) for k, v in r["streams_gbps"].items() if v)
-            print("  %d thread%s streams (GB/s of the same bytes): %s; paired update/copy: zs %s, "
-                  "pt %s" % (r["threads"], "" if r["threads"] == 1 else "s", s,
-                             fmt(r["zeroshard_paired_vs_memcpy"], "%.3f"),
-                             fmt(r["pytorch_paired_vs_copy"], "%.3f")))
+            print("  %d thread%s streams (GB/s of the same bytes): %s;\n    paired (alternating "
+                  "runs): zs/memcpy %s, zs/RMW %s, pt/copy_ %s" % (
+                      r["threads"], "" if r["threads"] == 1 else "s", s,
+                      fmt(r["zeroshard_paired_vs_memcpy"], "%.3f"),
+                      fmt(r["zeroshard_paired_vs_rmw"], "%.3f"),
+                      fmt(r["pytorch_paired_vs_copy"], "%.3f")))
         print("  the issue's bar: zs/pt >= 1.0x and zs/roof >= 0.95x")
 
 

@@ -94,7 +94,14 @@ torch_version="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
 echo "perf/peers: PyTorch $torch_version ($venv); zeroshard binaries from $build"
 
 rm -rf "$raw"
-mkdir -p "$raw" "$(dirname "$out")"
+mkdir -p "$raw/bin" "$(dirname "$out")"
+# Run copies of the binaries (statically linked against the project's
+# libraries): a rebuild of the build tree during the run cannot mix versions.
+cp "$mlp_demo" "$adam_bench" "$raw/bin/"
+mlp_demo="$raw/bin/mlp_demo"
+adam_bench="$raw/bin/adam_bench"
+adam_json=()  # adam_bench --json: its paired table with the RMW baseline, where it has it
+if grep -q -a -- '--paired-only' "$adam_bench"; then adam_json=(--json); fi
 cat > "$raw/meta.json" << EOF
 {"hidden": $hidden, "blocks": $blocks, "micro_batch": $micro_batch, "steps": $steps,
  "warmup": $warmup, "ranks": "$ranks", "repeats": $repeats, "torch": "$torch_version",
@@ -154,7 +161,8 @@ for ((k = 1; k <= repeats; k++)); do
   fi
   if [[ $do_adam -eq 1 ]]; then
     echo "perf/peers: repeat $k/$repeats: AdamW 64M, zeroshard adam_bench, then PyTorch"
-    run_logged "$raw/z_adam_$k.txt" "$adam_bench" --benchmark_filter='^(adamw_fp32|copy_28B)/'
+    run_logged "$raw/z_adam_$k.txt" "$adam_bench" --benchmark_filter='^(adamw_fp32|copy_28B)/' \
+      ${adam_json[@]+"${adam_json[@]}" "$raw/z_adam_$k.json"}
     run_logged "$raw/t_adam_$k.log" "$venv/bin/python" "$root/perf/peers/torch_adam.py" \
       --json "$raw/t_adam_$k.json"
   fi
