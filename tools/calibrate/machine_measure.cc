@@ -111,7 +111,7 @@ void DescribeMachine(MachineProfile* p) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   p->date = date;
-  p->blas = absl::StrCat("OpenBLAS ", openblas_get_config());
+  p->blas = openblas_get_config();  // "OpenBLAS 0.3.21 ... Haswell ..."
 }
 
 double MeasureSgemmFlopsPerS(const MeasureShapes& s) {
