@@ -18,6 +18,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/engine/include/ DESTINATION ${CMAKE_INST
   FILES_MATCHING PATTERN "*.h")
 if(TARGET zeroshard_cli)
   install(TARGETS zeroshard_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  if(TARGET zeroshard_calibrate)
+    install(TARGETS zeroshard_calibrate RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
 endif()
 
 install(EXPORT zeroshardTargets NAMESPACE zeroshard:: DESTINATION ${ZS_INSTALL_CMAKEDIR})

@@ -6,6 +6,10 @@
 #   collectives_mpi_npN.json  the same on mpi, N = 2, 3, 4 (with --mpi)
 #   step_local.json           step_bench: stages 0-3 on 1, 2, 4 ranks (local)
 #   step_mpi_npN.json         the same on mpi, N = 1, 2, 4 (with --mpi)
+#   machine.json              zeroshard calibrate: this machine's profile (sgemm,
+#                             GELU, copy, optimizer; local and mpi collectives)
+#   predicted_B_npN.json      zeroshard estimate --machine: the calibrated model's
+#                             step time for every stage, backend B, N ranks
 # then report.md, report.html and the SVG charts (perf/report/make_report.py)
 # and, when chromium is installed, a PNG of each chart (perf/report/screenshot.sh).
 #
@@ -45,7 +49,9 @@ mkdir -p "${out}"
 adam_bench="${build_dir}/perf/kernels/adam_bench"
 collective_bench="${build_dir}/perf/comm/collective_bench"
 step_bench="${build_dir}/perf/runtime/step_bench"
-for b in "${adam_bench}" "${collective_bench}" "${step_bench}"; do
+zeroshard="${build_dir}/tools/zeroshard"
+for b in "${adam_bench}" "${collective_bench}" "${step_bench}" "${zeroshard}" \
+  "${build_dir}/tools/zeroshard-calibrate"; do
   [[ -x "${b}" ]] || { echo "run_perf.sh: ${b} is not built (make perf builds it)" >&2; exit 2; }
 done
 if [[ "${mpi}" == auto ]]; then
@@ -68,6 +74,10 @@ if [[ ${smoke} -eq 1 ]]; then
   coll_ranks=(2)
   step_args=(--steps 1 --warmup 1 --hidden 32 --blocks 2 --stages 0,3)
   step_ranks=(1 2)
+  # The same model as the smoke step runs.
+  model_args=(--hidden 32 --blocks 2 --micro-batch 16)
+  calib_args=(--min-seconds 0.02 --sizes 1024,16384)
+  calib_ranks=(2)
 else
   # 32M elements: every kernel's buffers are far beyond the caches.
   kernel_env=(ZS_BENCH_N=33554432)
@@ -76,10 +86,27 @@ else
   coll_ranks=(2 3 4)
   step_args=(--steps 50 --warmup 3 --price-per-device-hour "${price}")
   step_ranks=(1 2 4)
+  model_args=(--hidden 256 --blocks 5 --micro-batch 16)  # step_bench's defaults
+  calib_args=()
+  calib_ranks=(2 4)
 fi
 rm -f "${out}"/*.json "${out}"/*.svg "${out}"/*.png "${out}"/report.md "${out}"/report.html
 start=${SECONDS}
 stamp() { echo "run_perf.sh: [$((SECONDS - start)) s] $*"; }
+
+# Calibrate first, on the machine as the benchmarks find it: one profile for
+# every prediction below (no per-run constants).
+stamp "calibrate (zeroshard calibrate)"
+calib_list=$(IFS=,; echo "${calib_ranks[*]}")
+"${zeroshard}" calibrate --out "${out}/machine.json" --ranks "${calib_list}" "${model_args[@]}" \
+  "${calib_args[@]}"
+if [[ ${mpi} -eq 1 && ${smoke} -eq 0 ]]; then
+  for n in "${calib_ranks[@]}"; do
+    stamp "calibrate, mpi collectives, ${n} processes"
+    "${mpirun_cmd[@]}" -np "${n}" "${zeroshard}" calibrate --backend mpi --what collectives \
+      --out "${out}/machine.json" "${calib_args[@]}"
+  done
+fi
 
 stamp "kernels (adam_bench)"
 env "${kernel_env[@]}" "${adam_bench}" --paired-only "${kernel_args[@]}" --json "${out}/kernels.json"
@@ -106,8 +133,18 @@ if [[ ${mpi} -eq 1 && ${smoke} -eq 0 ]]; then
   done
 fi
 
+stamp "calibrated model (zeroshard estimate --machine)"
+backends=(local)
+[[ ${mpi} -eq 1 && ${smoke} -eq 0 ]] && backends+=(mpi)
+for backend in "${backends[@]}"; do
+  for n in "${step_ranks[@]}"; do
+    "${zeroshard}" estimate --machine "${out}/machine.json" --model mlp "${model_args[@]}" \
+      --gpus "${n}" --backend "${backend}" --json >"${out}/predicted_${backend}_np${n}.json"
+  done
+done
+
 stamp "report"
-python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect step,collectives,kernels
+python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect step,collectives,kernels,model
 if [[ ${smoke} -eq 0 ]]; then
   if ! "${root}/perf/report/screenshot.sh" "${out}"; then
     echo "run_perf.sh: the charts were not rendered to PNG (see above); the report itself is written"

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/machine_estimate.h"
 #include "zeroshard/byte_units.h"
 #include "zeroshard/model_source.h"
 #include "zeroshard/plan_report.h"
@@ -51,7 +52,12 @@ const std::set<std::string>& ValueFlags() {
                                                                         "--mfu",
                                                                         "--reserve",
                                                                         "--workspace",
-                                                                        "--prefetch-depth"};
+                                                                        "--prefetch-depth",
+                                                                        "--machine",
+                                                                        "--model",
+                                                                        "--hidden",
+                                                                        "--blocks",
+                                                                        "--backend"};
   return *flags;
 }
 
@@ -300,6 +306,11 @@ OUTPUT:
   --json                 JSON instead of the table (schema in docs/estimator.md)
   --svg FILE             also write a stacked bar chart of the per-GPU bytes
   --all                  list every candidate, not only the relevant ones
+CALIBRATED STEP TIME (an engine run on this machine; `zeroshard calibrate` writes PROFILE):
+  --machine PROFILE --model mlp [--hidden H] [--blocks B] [--micro-batch M] [--gpus RANKS]
+                         [--stage S] [--backend local|mpi] [--json]
+                         predicted ms per step of the example residual MLP (default 256 x 5,
+                         micro-batch 16), by part, for each stage (or --stage S)
 
 Exit codes: 0 a configuration fits, 1 none fits, 2 bad input.
 )";
@@ -314,6 +325,13 @@ int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::os
   if (flags->count("--help") || flags->count("-h")) {
     out << EstimateUsage();
     return kExitOk;
+  }
+  if (flags->count("--machine")) return RunMachineEstimate(*flags, out, err);
+  for (const char* f : kMachineFlags) {
+    if (flags->count(f)) {
+      err << "zeroshard estimate: " << f << " needs --machine PROFILE (the calibrated step time)\n";
+      return kExitBadInput;
+    }
   }
   auto request = BuildRequest(*flags);
   if (!request.ok()) {

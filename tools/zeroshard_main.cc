@@ -1,5 +1,10 @@
 // The `zeroshard` command line: dispatches to subcommands.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,11 +18,34 @@ const char kUsage[] =
     "usage: zeroshard <command> [options]\n"
     "\n"
     "commands:\n"
-    "  estimate   per-GPU memory plan and automatic ZeRO / offload / tp x pp choice\n"
+    "  estimate   per-GPU memory plan and automatic ZeRO / offload / tp x pp choice;\n"
+    "             with --machine, the calibrated step time of an engine run\n"
+    "  calibrate  measure this machine (sgemm, element-wise, optimizer, collectives)\n"
+    "             and write a machine profile for `estimate --machine`\n"
     "  inspect    verify a checkpoint's checksums and print what it holds\n"
     "  export     write a checkpoint's weights as a safetensors file\n"
     "\n"
     "`zeroshard <command> --help` describes a command.\n";
+
+// `zeroshard calibrate` is the binary zeroshard-calibrate beside this one:
+// it links BLAS, the engine and MPI, which `zeroshard estimate` must not
+// need. Replaces this process (so that under mpirun each rank is it).
+int ExecCalibrate(char** argv) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = '\0';
+    dir = self;
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  const std::string path = dir + "/zeroshard-calibrate";
+  argv[1] = const_cast<char*>(path.c_str());
+  execv(path.c_str(), argv + 1);
+  std::cerr << "zeroshard calibrate: cannot run " << path << ": " << std::strerror(errno)
+            << "; build it (cmake --build BUILD --target zeroshard_calibrate; it needs BLAS)\n";
+  return zeroshard::tools::kExitBadInput;
+}
 
 }  // namespace
 
@@ -37,6 +65,7 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::exit(code);
   }
+  if (args[0] == "calibrate") return ExecCalibrate(argv);
   if (args[0] == "inspect" || args[0] == "export") {
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     const int code = args[0] == "inspect" ? zeroshard::tools::RunInspect(rest, std::cout, std::cerr)

@@ -8,10 +8,13 @@ named in the report):
   kernels.json             perf/kernels/adam_bench --json
   collectives_*.json       perf/comm/collective_bench --json (one per backend / world)
   step_*.json              perf/runtime/step_bench --json (local; mpi, one per world)
+  machine.json             zeroshard calibrate (the machine profile)
+  predicted_*.json         zeroshard estimate --machine machine.json --json (one per
+                           backend and rank count): the calibrated model's step time
 and writes into DIR: report.md, report.html (the same, for a browser and the
 screenshot check), step_split.svg, scaling.svg, collectives_<backend>.svg,
 kernels.svg. --check: exit 1 unless every SVG parses as XML and every layer
-of --expect (comma separated: step,collectives,kernels; default: at least
+of --expect (comma separated: step,collectives,kernels,model; default: at least
 one) was found and reported (the ctest smoke run uses it).
 
 Python 3 standard library only.
@@ -307,6 +310,80 @@ def step_section(runs, parts, data0, out_dir, md):
               "against `PlanEngineBuffers`; the trainer's activations are in neither.\n")
 
 
+
+# ------------------------------------------------------- calibrated model
+
+
+MODEL_LIMIT = 0.20  # the acceptance bound on |predicted - measured| / measured
+
+
+def model_rows(runs, predicted_files):
+    """(run, prediction ms dict) for every measured run with a prediction."""
+    pred = {}
+    for data in predicted_files:
+        w = data["workload"]
+        for p in data["predictions"]:
+            pred[(w["backend"], w["ranks"], p["stage"])] = p["ms"]
+    return [(r, pred[(r["backend"], r["ranks"], r["stage"])]) for r in runs
+            if (r["backend"], r["ranks"], r["stage"]) in pred]
+
+
+def model_section(rows, machine, out_dir, md):
+    md.append("## Calibrated model: predicted vs measured step time\n")
+    if machine:
+        colls = ", ".join(f"{b} {','.join(sorted(v, key=int))} ranks"
+                          for b, v in sorted(machine["collectives"].items()))
+        md.append(
+            f"Profile `machine.json` (`zeroshard calibrate`): {machine['machine']}, {machine['cpu']}, "
+            f"{machine['cores']} cores, {machine['date']}; sgemm {machine['sgemm']['gflops']:.1f} GFLOP/s, "
+            f"GELU {machine['elementwise']['gelu_ns']:.2f} ns and GELU' "
+            f"{machine['elementwise']['gelu_grad_ns']:.2f} ns per element, copy "
+            f"{machine['elementwise']['copy_gbps']:.1f} GB/s, optimizer "
+            f"{machine['optimizer']['ns_per_param']:.3f} ns per param; collectives: {colls}.\n")
+    md.append(
+        "Predicted by `zeroshard estimate --machine machine.json --model mlp` (docs/estimator.md, "
+        "\"Calibrated step time\"): one calibration for the machine, no per-row constants. "
+        "*error* = (predicted - measured) / measured total; rows beyond "
+        f"{MODEL_LIMIT:.0%} are flagged **over**. Measured parts: compute, exposed comm, "
+        "optimizer, and the rest (input wait + engine other) beside the model's contention "
+        "(waiting for a core). Benchmarks on a shared machine are noisy: read the error "
+        "with the neighbours' load in mind.\n")
+    head = ["backend", "ranks", "stage", "compute meas / pred", "exposed comm meas / pred",
+            "optimizer meas / pred", "input+other meas / contention pred", "total meas",
+            "total pred", "error", ""]
+    md.append("| " + " | ".join(head) + " |")
+    md.append("|" + "---|" * len(head))
+    over = []
+    for r, p in rows:
+        parts = r["parts_ms"]
+        rest = parts.get("input_wait", 0.0) + parts.get("engine_other", 0.0)
+        err = (p["total"] - r["total_ms"]) / r["total_ms"] if r["total_ms"] > 0 else float("nan")
+        flag = "**over**" if not abs(err) <= MODEL_LIMIT else ""
+        if flag:
+            over.append(f"{r['backend']} {r['ranks']} ranks stage {r['stage']} ({err:+.0%})")
+        cells = [r["backend"], r["ranks"], r["stage"],
+                 f"{parts.get('compute', 0.0):.2f} / {p['compute']:.2f}",
+                 f"{parts.get('exposed_comm', 0.0):.2f} / {p['exposed_comm']:.2f}",
+                 f"{parts.get('optimizer', 0.0):.2f} / {p['optimizer']:.2f}",
+                 f"{rest:.2f} / {p['contention']:.2f}",
+                 f"{r['total_ms']:.2f}", f"{p['total']:.2f}", f"{err:+.1%}", flag]
+        md.append("| " + " | ".join(str(c) for c in cells) + " |")
+    within = len(rows) - len(over)
+    md.append(f"\n{within} of {len(rows)} runs within {MODEL_LIMIT:.0%}"
+              + (f"; beyond: {'; '.join(over)}." if over else ".") + "\n")
+    return {"runs": len(rows), "within": within, "over": over}
+
+
+def write_model_json(rows, summary, out_dir):
+    data = {"limit": MODEL_LIMIT, "summary": summary, "rows": [
+        {"backend": r["backend"], "ranks": r["ranks"], "stage": r["stage"],
+         "measured_ms": dict(r["parts_ms"], total=r["total_ms"]), "predicted_ms": p,
+         "error": (p["total"] - r["total_ms"]) / r["total_ms"] if r["total_ms"] > 0 else None}
+        for r, p in rows]}
+    with open(os.path.join(out_dir, "model_vs_measured.json"), "w") as f:
+        json.dump(data, f, indent=1)
+
+
 # ---------------------------------------------------------- collective layer
 
 
@@ -520,6 +597,17 @@ def main():
                  if any(r["parts_ms"].get(p, 0.0) > 0 for r in runs)] or step_files[0]["parts"]
         step_section(runs, parts, step_files[0], out_dir, md)
         layers.append("step")
+        predicted = [d for d in (load(p) for p in sorted(
+            glob.glob(os.path.join(out_dir, "predicted_*.json")))) if d]
+        rows = model_rows(runs, predicted)
+        if rows:
+            machine_path = os.path.join(out_dir, "machine.json")
+            machine = load(machine_path) if os.path.exists(machine_path) else None
+            write_model_json(rows, model_section(rows, machine, out_dir, md), out_dir)
+            layers.append("model")
+        else:
+            md.append("## Calibrated model\n\nNo predicted_*.json matching the step runs: "
+                      "`zeroshard calibrate` or `estimate --machine` did not run.\n")
     else:
         md.append("## Engine step\n\nNo step_*.json in this directory: step_bench did not run.\n")
 

@@ -295,3 +295,72 @@ TEST(EstimateCliTest, ReadsTheMixtralPreset) {
 }
 
 }  // namespace
+
+namespace calibrate {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `zeroshard calibrate` with tiny sizes writes a profile that
+// `estimate --machine` accepts; a broken one is refused naming the field.
+TEST(CalibrateCliTest, WritesAProfileThatEstimateMachineReads) {
+  const std::string profile = TempPath("machine.json");
+  std::remove(profile.c_str());
+  const Result c = RunCli("calibrate --out " + profile +
+                          " --hidden 16 --blocks 2 --micro-batch 4 --min-seconds 0.01"
+                          " --sizes 1024,4096 --ranks 2");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_TRUE(absl::StrContains(c.err, "[compute 1/4] sgemm")) << c.err;  // progress
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(profile));
+  EXPECT_EQ(j["schema"], "zeroshard.machine.v1");
+  for (const char* field : {"machine", "cpu", "date", "cores", "sgemm", "elementwise", "optimizer",
+                            "collectives", "units"}) {
+    EXPECT_TRUE(j.contains(field)) << field;
+  }
+  EXPECT_GT(j["sgemm"]["gflops"].get<double>(), 0.0);
+  EXPECT_GT(j["collectives"]["local"]["2"]["all_gather"]["beta_gbps"].get<double>(), 0.0);
+
+  const Result e = RunCli("estimate --machine " + profile +
+                          " --model mlp --hidden 16 --blocks 2 --micro-batch 4 --gpus 2 --json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const nlohmann::json p = nlohmann::json::parse(e.out);
+  ASSERT_EQ(p["predictions"].size(), 4u);
+  for (const auto& row : p["predictions"]) EXPECT_GT(row["ms"]["total"].get<double>(), 0.0);
+  const Result table = RunCli("estimate --machine " + profile + " --model mlp --gpus 2 --stage 3");
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(absl::StrContains(table.out, "calibrated at hidden 16")) << table.out;
+
+  // No 4-rank collectives in this profile: the error says how to add them.
+  const Result four = RunCli("estimate --machine " + profile + " --model mlp --gpus 4");
+  EXPECT_EQ(four.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(four.err, "no local collectives for 4 ranks")) << four.err;
+
+  std::string text = ReadAll(profile);
+  const size_t at = text.find("\"copy_gbps\":");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, text.find_first_of(",\n}", at) - at, "\"copy_gbps\": 0");
+  const std::string bad = TempPath("bad_machine.json");
+  std::ofstream(bad) << text;
+  const Result b = RunCli("estimate --machine " + bad + " --model mlp --gpus 2");
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(b.err, "field 'elementwise.copy_gbps' must be a positive number"))
+      << b.err;
+}
+
+TEST(CalibrateCliTest, BadArgumentsAreOneLine) {
+  const Result r = RunCli("calibrate --backend carrier-pigeon");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "--backend: 'carrier-pigeon' is not local or mpi")) << r.err;
+  const Result m = RunCli("estimate --preset gpt2 --hidden 64");
+  EXPECT_EQ(m.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(m.err, "--hidden needs --machine")) << m.err;
+  const Result w = RunCli("calibrate --what collectives --out " + TempPath("absent.json"));
+  EXPECT_EQ(w.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(w.err, "does not exist")) << w.err;
+}
+
+}  // namespace calibrate

@@ -1,0 +1,85 @@
+// A machine profile: what `zeroshard calibrate` measured on one machine
+// (matrix-product rate, element-wise rates, the engine's optimizer rate, and
+// each backend's collectives as latency + bytes / bandwidth), and the
+// calibrated step-time model that predicts an engine run from it
+// (PredictMlpEngineStep in zeroshard/planner.h). docs/estimator.md,
+// "Calibrated step time", gives every field and equation.
+//
+// Pure: parsing and formatting only, no measurement (the measuring lives in
+// tools/calibrate, which links the engine and BLAS; this header is part of
+// the planner, which links neither).
+#ifndef ZEROSHARD_MACHINE_PROFILE_H_
+#define ZEROSHARD_MACHINE_PROFILE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace zeroshard {
+
+inline constexpr char kMachineProfileSchema[] = "zeroshard.machine.v1";
+
+// One collective on one backend and rank count: t(bytes) = alpha + bytes /
+// beta, fitted by least squares over the measured sizes. bytes is
+// nccl-tests' buffer: the all-reduce's buffer, the reduce-scatter's input,
+// the all-gather's output (the full, unsharded size).
+struct CollectiveFit {
+  double alpha_s = 0;               // >= 0, seconds
+  double beta_bytes_per_s = 0;      // > 0
+  std::vector<double> sizes_bytes;  // the measured points (for the record)
+  std::vector<double> seconds;      // per collective, slowest rank
+  double Seconds(double bytes) const { return alpha_s + bytes / beta_bytes_per_s; }
+};
+
+// Per backend ("local", "mpi") and rank count.
+struct CollectiveProfile {
+  CollectiveFit all_reduce;
+  CollectiveFit reduce_scatter;
+  CollectiveFit all_gather;
+};
+
+struct MachineProfile {
+  std::string machine;       // host name
+  std::string cpu;           // /proc/cpuinfo's model name, or "unknown"
+  std::string date;          // UTC, ISO 8601
+  int cores = 0;             // CPUs this process may run on (sched_getaffinity)
+  std::string blas;          // the BLAS library and version string
+  int threads_per_rank = 1;  // BLAS threads during the measurement (the trainer uses 1)
+  // The shapes the matrix products were measured at (the trainer's).
+  int64_t calibrated_hidden = 0;
+  int64_t calibrated_micro_batch = 0;
+  // Matrix products: total FLOPs / total time over the trainer's six sgemm
+  // shapes (forward 2, backward 4) at calibrated_hidden / _micro_batch.
+  double sgemm_flops_per_s = 0;
+  // Element-wise: exact (erf) GELU and its derivative, seconds per element;
+  // memcpy of a unit's parameters (4 (8 h^2 + 5 h) bytes), bytes per second
+  // (bytes counted once, as memcpy's size argument).
+  double gelu_s_per_element = 0;
+  double gelu_grad_s_per_element = 0;
+  double copy_bytes_per_s = 0;
+  // The engine's Step() on one rank, fp32 AdamW with clipping (norm, clip,
+  // fused update), seconds per param of the shard it updates.
+  double optimizer_s_per_param = 0;
+  // collectives[backend][ranks].
+  std::map<std::string, std::map<int, CollectiveProfile>> collectives;
+};
+
+// Parses a profile written by MachineProfileJson (or by hand). `source`
+// names the file in errors. InvalidArgument naming the field and what is
+// wrong: "machine.json: field 'sgemm.gflops' must be a positive number (got
+// -3)", a missing field, a wrong schema, a collective with beta <= 0.
+absl::StatusOr<MachineProfile> ParseMachineProfile(absl::string_view json,
+                                                   absl::string_view source);
+
+// The profile as JSON (schema kMachineProfileSchema), units in the field
+// names (gflops, ns, gbps = 10^9 bytes/s, us): what `zeroshard calibrate`
+// writes and ParseMachineProfile reads back.
+std::string MachineProfileJson(const MachineProfile& profile);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_MACHINE_PROFILE_H_

@@ -1,0 +1,169 @@
+// The calibrated step-time model of an engine run of the example MLP
+// (PredictMlpEngineStep, zeroshard/planner.h; docs/estimator.md,
+// "Calibrated step time").
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/src/layout/flat_layout.h"
+#include "zeroshard/planner.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace {
+
+// nccl-tests bytes of the two small collectives every step makes besides
+// the units': the engine's all-gather of each rank's norm record
+// (GlobalSumSquaresAndCheckSequence) and the trainer's all-reduce of the
+// loss (one double).
+constexpr double kNormRecordBytesPerRank = 64.0;
+constexpr double kLossBytes = 8.0;
+
+// Per micro-batch of one rank, what MlpTrainer computes (examples/mlp:
+// BlockForward / BlockBackward per unit, the view copies of MlpTrainer).
+struct TrainerWork {
+  double gemm_flops = 0;
+  double gelu_elements = 0;
+  double gelu_grad_elements = 0;
+  double copy_bytes = 0;  // memcpy-like passes, bytes counted once
+};
+
+TrainerWork TrainerMicroBatch(const MlpWorkload& w) {
+  const double h = static_cast<double>(w.hidden);
+  const double b = static_cast<double>(w.micro_batch);
+  const double blocks = static_cast<double>(w.blocks);
+  const double inner = 4.0 * h;
+  const double gemm = 2.0 * b * inner * h;  // every one of the block's products
+  const double unit_numel = 2.0 * inner * h + inner + h;
+  TrainerWork t;
+  // Forward: 2 products per block. Backward: dW2, dpre, dW1 and dx per
+  // block, but no dx for the first block (nothing to propagate to).
+  t.gemm_flops = gemm * (2.0 * blocks + 4.0 * blocks - 1.0);
+  t.gelu_elements = blocks * b * inner;
+  t.gelu_grad_elements = blocks * b * inner;
+  // The unit's fp32 weights copied out of the view in the forward and
+  // again in the backward, the gradients copied into the view; plus the
+  // bias, residual and column-sum passes (b x 12 h floats per block).
+  t.copy_bytes = blocks * (3.0 * unit_numel * 4.0 + b * 12.0 * h * 4.0);
+  return t;
+}
+
+// The loader's thread per micro-batch: the teacher's forward (same shapes)
+// and b x h normal inputs, costed as one transcendental each (a GELU).
+TrainerWork LoaderMicroBatch(const MlpWorkload& w) {
+  const double h = static_cast<double>(w.hidden);
+  const double b = static_cast<double>(w.micro_batch);
+  const double blocks = static_cast<double>(w.blocks);
+  TrainerWork t;
+  t.gemm_flops = blocks * 2.0 * (2.0 * b * 4.0 * h * h);
+  t.gelu_elements = blocks * b * 4.0 * h + b * h;
+  t.copy_bytes = blocks * b * 6.0 * h * 4.0;
+  return t;
+}
+
+double Seconds(const TrainerWork& t, const MachineProfile& p) {
+  return t.gemm_flops / p.sgemm_flops_per_s + t.gelu_elements * p.gelu_s_per_element +
+         t.gelu_grad_elements * p.gelu_grad_s_per_element + t.copy_bytes / p.copy_bytes_per_s;
+}
+
+}  // namespace
+
+absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, int stage,
+                                                          int ranks, absl::string_view backend,
+                                                          const MachineProfile& p) {
+  if (w.hidden < 1 || w.hidden > (1 << 16) || w.blocks < 1 || w.blocks > kMaxUnits ||
+      w.micro_batch < 1 || w.micro_batch > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mlp workload: hidden %d (1-65536), blocks %d (1-%d), micro-batch %d (1-2^20) out of range",
+        w.hidden, w.blocks, kMaxUnits, w.micro_batch));
+  }
+  if (stage < 0 || stage > 3) {
+    return absl::InvalidArgumentError(absl::StrFormat("stage %d is not 0, 1, 2 or 3", stage));
+  }
+  if (ranks < 1 || ranks > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("ranks %d outside [1, 2^20]", ranks));
+  }
+  if (p.cores < 1 || !(p.sgemm_flops_per_s > 0) || !(p.copy_bytes_per_s > 0) ||
+      !(p.gelu_s_per_element > 0) || !(p.gelu_grad_s_per_element > 0) ||
+      !(p.optimizer_s_per_param > 0)) {
+    return absl::InvalidArgumentError(
+        "machine profile: cores, sgemm, element-wise and optimizer rates must be positive "
+        "(ParseMachineProfile checks a file)");
+  }
+
+  // Unit sizes as the engine lays them out (alignment and rank padding).
+  const int64_t inner = 4 * w.hidden;
+  ZS_ASSIGN_OR_RETURN(const int64_t used,
+                      internal::FlatLayout::UsedNumel(std::vector<int64_t>{
+                          inner * w.hidden, inner, w.hidden * inner, w.hidden}));
+  ZS_ASSIGN_OR_RETURN(const internal::FlatLayout layout,
+                      internal::FlatLayout::FromUsedNumels(
+                          std::vector<int64_t>(static_cast<size_t>(w.blocks), used), ranks));
+
+  EngineStepPrediction out;
+  const TrainerWork trainer = TrainerMicroBatch(w);
+  out.flops = trainer.gemm_flops;
+  out.gemm = trainer.gemm_flops / p.sgemm_flops_per_s;
+  out.compute = Seconds(trainer, p);
+  out.elementwise = out.compute - out.gemm;
+  out.loader = Seconds(LoaderMicroBatch(w), p);
+  // Stage 0 updates every param on every rank; stages 1-3 their shard.
+  const double updated =
+      static_cast<double>(stage == 0 ? layout.total_numel() : layout.shard_numel());
+  out.optimizer = updated * p.optimizer_s_per_param;
+
+  if (ranks > 1) {
+    const auto by_backend = p.collectives.find(std::string(backend));
+    const bool found = by_backend != p.collectives.end() && by_backend->second.count(ranks) > 0;
+    if (!found) {
+      const std::string launcher =
+          backend == "mpi" ? absl::StrFormat("mpirun -np %d ", ranks) : std::string();
+      return absl::NotFoundError(absl::StrFormat(
+          "the machine profile has no %s collectives for %d ranks; add them with `%szeroshard "
+          "calibrate --backend %s%s --what collectives --out PROFILE` (it keeps the rest)",
+          backend, ranks, launcher, backend,
+          backend == "mpi" ? "" : absl::StrFormat(" --ranks %d", ranks)));
+    }
+    const CollectiveProfile& c = by_backend->second.at(ranks);
+    const CollectiveFit& reduce = stage < 2 ? c.all_reduce : c.reduce_scatter;
+    const int gathers_per_unit = stage == 0 ? 0 : stage == 3 ? 2 : 1;
+    double reductions = 0, gathers = 0;
+    double first_reduce = 0, first_gather = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const double bytes = static_cast<double>(layout.unit(u).padded_numel) * 4.0;
+      const double r = reduce.Seconds(bytes);
+      const double g = c.all_gather.Seconds(bytes);
+      reductions += r;
+      gathers += gathers_per_unit * g;
+      out.comm_bytes += bytes * (1 + gathers_per_unit);
+      if (u == 0) first_reduce = r;  // unit 0's reduction is the backward's last
+      if (u == 0 && gathers_per_unit > 0) first_gather = g;
+    }
+    const double small =
+        c.all_gather.Seconds(kNormRecordBytesPerRank * ranks) + c.all_reduce.Seconds(kLossBytes);
+    out.collectives = layout.num_units() * (1 + gathers_per_unit) + 2;
+    out.comm_bytes += kNormRecordBytesPerRank * ranks + kLossBytes;
+    out.comm_total = reductions + gathers + small;
+    // Reductions run behind the backward of the units after them and the
+    // gathers behind the compute of the units before them (async
+    // collectives, prefetch 1); the backward's last reduction, the first
+    // gather and the two small collectives wait in full.
+    const double overlappable = (reductions - first_reduce) + (gathers - first_gather);
+    out.exposed_comm =
+        first_reduce + first_gather + small + std::max(0.0, overlappable - out.compute);
+  }
+  out.critical_path = out.compute + out.optimizer + out.exposed_comm;
+  // One rank's threads (trainer, loader, collectives) need this much CPU
+  // per step; a collective on more ranks than cores was measured sharing
+  // the cores already, so only its cores / ranks share counts.
+  const double cores = static_cast<double>(p.cores);
+  const double n = static_cast<double>(ranks);
+  out.cpu_work =
+      out.compute + out.loader + out.optimizer + out.comm_total * std::min(1.0, cores / n);
+  out.total = std::max(out.critical_path, n * out.cpu_work / cores);
+  out.contention = out.total - out.critical_path;
+  return out;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,339 @@
+// zeroshard-calibrate: `zeroshard calibrate` (the `zeroshard` command runs
+// this binary, which sits beside it). Measures this machine for the
+// calibrated step-time model and writes a machine profile
+// (zeroshard/machine_profile.h; docs/estimator.md, "Calibrated step time").
+//
+//   zeroshard calibrate --out machine.json                       # compute + local collectives
+//   mpirun -np 2 zeroshard calibrate --backend mpi --out machine.json   # adds mpi, 2 ranks
+//
+// It is a separate binary because it links BLAS, the engine and MPI, which
+// `zeroshard estimate` (the planner only) must not need.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tools/calibrate/machine_measure.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/machine_profile.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard::tools {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitBadInput = 2;
+
+struct Options {
+  std::string out = "machine.json";
+  bool mpi = false;
+  std::vector<int> ranks = {2, 4};  // local backend
+  bool measure_compute = true;
+  bool measure_collectives = true;
+  std::vector<int64_t> sizes = {4096, 65536, 1 << 20, 4 << 20};
+  MeasureShapes shapes;
+};
+
+const char kUsage[] =
+    R"(usage: zeroshard calibrate [--out FILE] [--backend local|mpi] [--ranks N[,N...]] [--threads T]
+
+Measures this machine for the calibrated step-time model and writes a machine
+profile (JSON, docs/estimator.md) that `zeroshard estimate --machine FILE`
+predicts with:
+  sgemm          cblas_sgemm FLOP/s at the example MLP's shapes, T threads
+  elementwise    exact GELU and its derivative (ns per element), a block's memcpy
+  optimizer      Engine::Step() on one rank, fp32 AdamW + clipping (ns per param)
+  collectives    all-reduce, reduce-scatter, all-gather on the backend:
+                 t = alpha + bytes / beta, fitted over --sizes
+With --backend mpi run it under mpirun (mpirun -np N zeroshard calibrate
+--backend mpi --out FILE): it measures the collectives on the N processes and
+adds them to FILE, keeping what FILE already holds (measure compute first,
+without MPI).
+
+  --out FILE            the profile (default machine.json); an existing valid
+                        profile is updated: sections not measured are kept
+  --backend B           local (threads, default) or mpi (under mpirun)
+  --ranks LIST          local rank counts for the collectives (default 2,4)
+  --threads T           BLAS threads while measuring sgemm (default 1, as the trainer)
+  --what LIST           compute, collectives (default both; mpi: collectives)
+  --hidden H            the model's hidden size (default 256)
+  --blocks B            its residual blocks (default 5)
+  --micro-batch M       samples per micro-batch (default 16)
+  --sizes LIST          collective sizes in bytes (default 4096,65536,1048576,4194304)
+  --min-seconds S       least time per measurement (default 0.3)
+)";
+
+absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& v, int64_t lo,
+                                int64_t hi) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]", flag, v, lo, hi));
+  }
+  return n;
+}
+
+absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* help) {
+  Options o;
+  bool what_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    if (name == "--help" || name == "-h") {
+      *help = true;
+      return o;
+    }
+    const size_t eq = name.find('=');
+    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(name + " needs a value");
+      value = args[++i];
+    }
+    if (name == "--out") {
+      o.out = value;
+    } else if (name == "--backend") {
+      if (value != "local" && value != "mpi") {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--backend: '%s' is not local or mpi", value));
+      }
+      o.mpi = value == "mpi";
+    } else if (name == "--ranks" || name == "--sizes") {
+      std::vector<int64_t> list;
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        ZS_ASSIGN_OR_RETURN(const int64_t n, name == "--ranks"
+                                                 ? IntFlag(name, std::string(part), 2, 64)
+                                                 : IntFlag(name, std::string(part), 16, 1 << 30));
+        list.push_back(n);
+      }
+      if (name == "--ranks") {
+        o.ranks.assign(list.begin(), list.end());
+      } else {
+        if (list.size() < 2) return absl::InvalidArgumentError("--sizes: give at least two sizes");
+        o.sizes = list;
+      }
+    } else if (name == "--threads") {
+      ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag(name, value, 1, 1024));
+      o.shapes.blas_threads = static_cast<int>(n);
+    } else if (name == "--what") {
+      what_given = true;
+      o.measure_compute = o.measure_collectives = false;
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        if (part == "compute") {
+          o.measure_compute = true;
+        } else if (part == "collectives") {
+          o.measure_collectives = true;
+        } else {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("--what: '%s' is not compute or collectives", part));
+        }
+      }
+    } else if (name == "--hidden") {
+      ZS_ASSIGN_OR_RETURN(o.shapes.hidden, IntFlag(name, value, 1, 1 << 14));
+    } else if (name == "--blocks") {
+      ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag(name, value, 1, 1024));
+      o.shapes.blocks = static_cast<int>(n);
+    } else if (name == "--micro-batch") {
+      ZS_ASSIGN_OR_RETURN(o.shapes.micro_batch, IntFlag(name, value, 1, 1 << 16));
+    } else if (name == "--min-seconds") {
+      if (!absl::SimpleAtod(value, &o.shapes.min_seconds) || !(o.shapes.min_seconds > 0) ||
+          o.shapes.min_seconds > 60) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--min-seconds: '%s' is not a number in (0, 60]", value));
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown argument '%s'; see `zeroshard calibrate --help`", args[i]));
+    }
+  }
+  if (o.mpi && !what_given) o.measure_compute = false;
+  if (o.mpi && o.measure_compute) {
+    return absl::InvalidArgumentError(
+        "--backend mpi measures collectives only (the other processes would share the cores "
+        "while rank 0 measures compute); run `zeroshard calibrate --what compute --out FILE` "
+        "first, then add the mpi collectives");
+  }
+  return o;
+}
+
+void Progress(const std::string& what) {
+  std::fprintf(stderr, "zeroshard calibrate: %s\n", what.c_str());
+  std::fflush(stderr);
+}
+
+// The existing profile at `path`, if there is one that parses.
+absl::StatusOr<MachineProfile> ReadExisting(const std::string& path, bool* exists) {
+  std::ifstream in(path);
+  *exists = static_cast<bool>(in);
+  if (!*exists) return MachineProfile{};
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseMachineProfile(text.str(), path);
+}
+
+absl::Status MeasureCompute(const Options& o, MachineProfile* p) {
+  const MeasureShapes& s = o.shapes;
+  p->threads_per_rank = s.blas_threads;
+  p->calibrated_hidden = s.hidden;
+  p->calibrated_micro_batch = s.micro_batch;
+  Progress(absl::StrFormat("[compute 1/4] sgemm, hidden %d, micro-batch %d, %d blocks, %d thread%s",
+                           s.hidden, s.micro_batch, s.blocks, s.blas_threads,
+                           s.blas_threads == 1 ? "" : "s"));
+  p->sgemm_flops_per_s = MeasureSgemmFlopsPerS(s);
+  Progress(absl::StrFormat("  %.1f GFLOP/s", p->sgemm_flops_per_s / 1e9));
+  Progress("[compute 2/4] GELU and its derivative");
+  double gelu[2];
+  MeasureGelu(s, gelu);
+  p->gelu_s_per_element = gelu[0];
+  p->gelu_grad_s_per_element = gelu[1];
+  Progress(absl::StrFormat("  %.2f ns, %.2f ns per element", gelu[0] * 1e9, gelu[1] * 1e9));
+  Progress("[compute 3/4] memcpy of one block's params");
+  p->copy_bytes_per_s = MeasureCopyBytesPerS(s);
+  Progress(absl::StrFormat("  %.1f GB/s", p->copy_bytes_per_s / 1e9));
+  Progress("[compute 4/4] optimizer: Engine::Step() on 1 rank, fp32 AdamW + clipping");
+  ZS_ASSIGN_OR_RETURN(p->optimizer_s_per_param, MeasureOptimizerSPerParam(s));
+  Progress(absl::StrFormat("  %.3f ns per param", p->optimizer_s_per_param * 1e9));
+  return absl::OkStatus();
+}
+
+void PrintFit(const CollectiveProfile& c) {
+  const std::pair<const char*, const CollectiveFit*> ops[] = {{"all-reduce", &c.all_reduce},
+                                                              {"reduce-scatter", &c.reduce_scatter},
+                                                              {"all-gather", &c.all_gather}};
+  for (const auto& [name, fit] : ops) {
+    Progress(absl::StrFormat("  %-15s alpha %8.1f us  beta %7.2f GB/s", name, fit->alpha_s * 1e6,
+                             fit->beta_bytes_per_s / 1e9));
+  }
+}
+
+absl::Status MeasureLocalCollectives(const Options& o, MachineProfile* p) {
+  for (size_t k = 0; k < o.ranks.size(); ++k) {
+    const int n = o.ranks[k];
+    Progress(absl::StrFormat("[collectives %d/%d] local backend, %d ranks, sizes %s bytes", k + 1,
+                             o.ranks.size(), n, absl::StrJoin(o.sizes, ",")));
+    CollectiveProfile result;
+    ZS_RETURN_IF_ERROR(RunLocalRanks(n, [&](int rank, Communicator& comm) -> absl::Status {
+      ZS_ASSIGN_OR_RETURN(CollectiveProfile c,
+                          MeasureCollectives(comm, o.sizes, o.shapes.min_seconds / 3));
+      if (rank == 0) result = c;
+      return absl::OkStatus();
+    }));
+    PrintFit(result);
+    p->collectives["local"][n] = result;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteProfile(const std::string& path, const MachineProfile& p) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << MachineProfileJson(p);
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "--out %s: cannot write the file; check the directory exists and is writable", path));
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& s, int code) {
+  std::fprintf(stderr, "zeroshard calibrate: %s\n", std::string(s.message()).c_str());
+  return code;
+}
+
+int RunLocal(const Options& o, MachineProfile p) {
+  DescribeMachine(&p);
+  Progress(absl::StrFormat("%s, %s, %d cores, %s", p.machine, p.cpu, p.cores, p.blas));
+  if (o.measure_compute) {
+    const absl::Status s = MeasureCompute(o, &p);
+    if (!s.ok()) return Fail(s, kExitFailed);
+  }
+  if (o.measure_collectives) {
+    const absl::Status s = MeasureLocalCollectives(o, &p);
+    if (!s.ok()) return Fail(s, kExitFailed);
+  }
+  const absl::Status s = WriteProfile(o.out, p);
+  if (!s.ok()) return Fail(s, kExitBadInput);
+  Progress(absl::StrCat("wrote ", o.out));
+  return kExitOk;
+}
+
+int RunMpi(const Options& o, MachineProfile p) {
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
+  if (!comm.ok()) return Fail(comm.status(), kExitFailed);
+  const int n = (*comm)->size();
+  if (n < 2) {
+    FinalizeMpi();
+    return Fail(absl::InvalidArgumentError(
+                    "--backend mpi needs at least 2 processes; run it under mpirun -np N"),
+                kExitBadInput);
+  }
+  const bool root = (*comm)->rank() == 0;
+  if (root) {
+    Progress(absl::StrFormat("[collectives] mpi backend, %d processes, sizes %s bytes", n,
+                             absl::StrJoin(o.sizes, ",")));
+  }
+  absl::StatusOr<CollectiveProfile> c =
+      MeasureCollectives(**comm, o.sizes, o.shapes.min_seconds / 3);
+  if (!c.ok()) {
+    Fail(c.status(), kExitFailed);
+    AbortJob(kExitFailed);
+  }
+  int code = kExitOk;
+  if (root) {
+    PrintFit(*c);
+    DescribeMachine(&p);  // the date becomes this measurement's
+    p.collectives["mpi"][n] = *c;
+    const absl::Status s = WriteProfile(o.out, p);
+    code = s.ok() ? kExitOk : Fail(s, kExitBadInput);
+    if (s.ok()) Progress(absl::StrCat("added mpi collectives for ", n, " ranks to ", o.out));
+  }
+  comm->reset();
+  FinalizeMpi();
+  return code;
+}
+
+int Main(const std::vector<std::string>& args) {
+  bool help = false;
+  absl::StatusOr<Options> o = ParseArgs(args, &help);
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (!o.ok()) return Fail(o.status(), kExitBadInput);
+  bool exists = false;
+  absl::StatusOr<MachineProfile> existing = ReadExisting(o->out, &exists);
+  if (!o->measure_compute) {
+    // Collectives alone are added to a profile that holds the rest.
+    if (!exists) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat(
+                      "--out %s does not exist; measuring collectives alone adds them to an "
+                      "existing profile: run `zeroshard calibrate --out %s` first",
+                      o->out, o->out)),
+                  kExitBadInput);
+    }
+    if (!existing.ok()) return Fail(existing.status(), kExitBadInput);
+  }
+  // A profile that does not parse is replaced when everything is measured.
+  MachineProfile base = existing.ok() ? *existing : MachineProfile{};
+  return o->mpi ? RunMpi(*o, base) : RunLocal(*o, base);
+}
+
+}  // namespace
+}  // namespace zeroshard::tools
+
+int main(int argc, char** argv) {
+  return zeroshard::tools::Main(std::vector<std::string>(argv + 1, argv + argc));
+}
