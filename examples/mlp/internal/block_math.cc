@@ -11,9 +11,7 @@ extern "C" void openblas_set_num_threads(int);
 namespace zeroshard {
 namespace mlp {
 namespace internal {
-namespace {
 
-// Adds bias[j] to every row of m [rows, cols].
 void AddBias(const float* bias, int64_t rows, int64_t cols, float* m) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = m + r * cols;
@@ -31,7 +29,17 @@ void SumRows(const float* m, int64_t rows, int64_t cols, float* grad) {
   }
 }
 
-}  // namespace
+void GeluForward(const float* pre, int64_t n, float* act) {
+  for (int64_t i = 0; i < n; ++i) act[i] = Gelu(pre[i]);
+}
+
+void MulGeluGrad(const float* pre, int64_t n, float* dpre) {
+  for (int64_t i = 0; i < n; ++i) dpre[i] *= GeluGrad(pre[i]);
+}
+
+void AddInPlace(const float* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
 
 void ForwardState::Resize(int blocks, int64_t batch, int64_t hidden, int64_t inner) {
   const size_t io = static_cast<size_t>(batch * hidden);
@@ -60,7 +68,7 @@ void BlockForwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, i
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, inner, hidden, 1.0f, x, hidden, w.w1,
               hidden, 0.0f, pre, inner);
   AddBias(w.b1, batch, inner, pre);
-  for (int64_t i = 0; i < batch * inner; ++i) act[i] = Gelu(pre[i]);
+  GeluForward(pre, batch * inner, act);
   // partial [B,h] = act [B,inner] * W2s^T.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, hidden, inner, 1.0f, act, inner, w.w2,
               inner, 0.0f, partial, hidden);
@@ -69,7 +77,7 @@ void BlockForwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, i
 void BlockForwardFinish(const float* b2, int64_t batch, int64_t hidden, const float* x, float* y) {
   // + b2, then + x (the residual), in this order on every path.
   AddBias(b2, batch, hidden, y);
-  for (int64_t i = 0; i < batch * hidden; ++i) y[i] += x[i];
+  AddInPlace(x, batch * hidden, y);
 }
 
 void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
@@ -89,7 +97,7 @@ void BlockBackwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, 
   float* dpre = scratch;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, inner, hidden, 1.0f, dy, hidden,
               w.w2, inner, 0.0f, dpre, inner);
-  for (int64_t i = 0; i < batch * inner; ++i) dpre[i] *= GeluGrad(pre[i]);
+  MulGeluGrad(pre, batch * inner, dpre);
   // dW1s [inner,h] = dpre^T [inner,B] * x [B,h]; db1s = column sums of dpre.
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, inner, hidden, batch, 1.0f, dpre, inner, x,
               hidden, 0.0f, grads.w1, hidden);
@@ -102,7 +110,7 @@ void BlockBackwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, 
 
 void BlockBackwardFinish(const float* dy, int64_t batch, int64_t hidden, float* dx) {
   // dx = dx_partial + dy (the residual path).
-  for (int64_t i = 0; i < batch * hidden; ++i) dx[i] += dy[i];
+  AddInPlace(dy, batch * hidden, dx);
 }
 
 void BlockBackward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x,

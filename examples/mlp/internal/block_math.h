@@ -63,6 +63,20 @@ float Gelu(float x);
 // d gelu(x) / dx.
 float GeluGrad(float x);
 
+// The element-wise parts of a block, exposed for the benchmark
+// (perf/examples/mlp_block_bench) and the tests.
+// Adds bias[c] to every row of m [rows, cols].
+void AddBias(const float* bias, int64_t rows, int64_t cols, float* m);
+// sum[c] = sum over rows of m[r, c], rows summed in order (fixed, so the
+// result does not depend on who computes it).
+void SumRows(const float* m, int64_t rows, int64_t cols, float* sum);
+// act[i] = Gelu(pre[i]).
+void GeluForward(const float* pre, int64_t n, float* act);
+// dpre[i] *= GeluGrad(pre[i]).
+void MulGeluGrad(const float* pre, int64_t n, float* dpre);
+// dst[i] += src[i].
+void AddInPlace(const float* src, int64_t n, float* dst);
+
 // One block forward: reads x, writes pre, act and y (y must not alias x).
 void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
                   float* act, float* y);
