@@ -80,9 +80,9 @@ double Median(std::vector<double> v) {
 // One timed part: its name, and, for a product, its shape and FLOPs per call.
 struct Part {
   std::string name;
-  std::string shape;    // "M x N x K layout" for an sgemm, else empty
-  double flops = 0.0;   // per micro-batch (all blocks)
-  bool in_sum = true;   // informational lines are not part of the micro-batch
+  std::string shape;   // "M x N x K layout" for an sgemm, else empty
+  double flops = 0.0;  // per micro-batch (all blocks)
+  bool in_sum = true;  // informational lines are not part of the micro-batch
   std::vector<double> ms_per_round;
 };
 
@@ -169,8 +169,8 @@ Network MakeNetwork(const mlp::MlpConfig& cfg) {
   }
   for (int u = 0; u < cfg.blocks; ++u) {
     const auto* p = &net.params[static_cast<size_t>(u) * mlp::kNumBlockParams];
-    net.blocks.push_back({p[mlp::kW1].data(), p[mlp::kB1].data(), p[mlp::kW2].data(),
-                          p[mlp::kB2].data()});
+    net.blocks.push_back(
+        {p[mlp::kW1].data(), p[mlp::kB1].data(), p[mlp::kW2].data(), p[mlp::kB2].data()});
   }
   const int64_t io = cfg.micro_batch * cfg.hidden;
   const int64_t inner = mlp::internal::InnerSize(cfg.hidden);
@@ -215,21 +215,18 @@ void PartsRound(const mlp::MlpConfig& cfg, Network& net, Rounds& r) {
     float* act = net.state.act[u].data();
     float* y = net.state.inputs[u + 1].data();
     r.Time(
-        "fwd sgemm pre = x W1^T", [&] { Gemm(false, true, b, inner, h, x, h, w.w1, h, pre, inner); },
+        "fwd sgemm pre = x W1^T",
+        [&] { Gemm(false, true, b, inner, h, x, h, w.w1, h, pre, inner); },
         Shape(b, inner, h, "NT"), gemm_flops);
-    r.Time("fwd bias b1", [&] { mi::AddBias(w.b1, b, inner, pre); });
-    r.Time("fwd gelu (erf)", [&] { mi::GeluForward(pre, b * inner, act); });
+    r.Time("fwd bias b1 + gelu", [&] { mi::BiasGelu(w.b1, b, inner, pre, act); });
     r.Time(
-        "fwd sgemm y = act W2^T", [&] { Gemm(false, true, b, h, inner, act, inner, w.w2, inner, y, h); },
+        "fwd sgemm y = act W2^T",
+        [&] { Gemm(false, true, b, h, inner, act, inner, w.w2, inner, y, h); },
         Shape(b, h, inner, "NT"), gemm_flops);
-    r.Time("fwd bias b2 + residual", [&] {
-      mi::AddBias(w.b2, b, h, y);
-      mi::AddInPlace(x, b * h, y);
-    });
+    r.Time("fwd bias b2 + residual", [&] { mi::BiasResidual(w.b2, x, b, h, y); });
   }
-  r.Time("loss (mse)", [&] {
-    mi::MseLoss(net.state.output().data(), net.target.data(), b * h, net.dy.data());
-  });
+  r.Time("loss (mse)",
+         [&] { mi::MseLoss(net.state.output().data(), net.target.data(), b * h, net.dy.data()); });
   BlockGradients g;
   g.w1 = net.grads.data();
   g.b1 = g.w1 + sizes[0];
@@ -251,28 +248,29 @@ void PartsRound(const mlp::MlpConfig& cfg, Network& net, Rounds& r) {
         Shape(h, inner, b, "TN"), gemm_flops);
     r.Time("bwd db2 (column sums)", [&] { mi::SumRows(dy, b, h, g.b2); });
     r.Time(
-        "bwd sgemm dact = dy W2", [&] { Gemm(false, false, b, inner, h, dy, h, w.w2, inner, dpre, inner); },
+        "bwd sgemm dact = dy W2",
+        [&] { Gemm(false, false, b, inner, h, dy, h, w.w2, inner, dpre, inner); },
         Shape(b, inner, h, "NN"), gemm_flops);
-    r.Time("bwd gelu' (erf, exp)", [&] { mi::MulGeluGrad(pre, b * inner, dpre); });
+    r.Time("bwd gelu' + db1", [&] { mi::GeluBackwardBiasGrad(pre, b, inner, dpre, g.b1); });
     r.Time(
-        "bwd sgemm dW1 = dpre^T x", [&] { Gemm(true, false, inner, h, b, dpre, inner, x, h, g.w1, h); },
+        "bwd sgemm dW1 = dpre^T x",
+        [&] { Gemm(true, false, inner, h, b, dpre, inner, x, h, g.w1, h); },
         Shape(inner, h, b, "TN"), gemm_flops);
-    r.Time("bwd db1 (column sums)", [&] { mi::SumRows(dpre, b, inner, g.b1); });
     if (u > 0) {
       r.Time(
-          "bwd sgemm dx = dpre W1", [&] { Gemm(false, false, b, h, inner, dpre, inner, w.w1, h, dx, h); },
+          "bwd sgemm dx = dpre W1",
+          [&] { Gemm(false, false, b, h, inner, dpre, inner, w.w1, h, dx, h); },
           Shape(b, h, inner, "NN"), 2.0 * b * h * inner);
       r.Time("bwd residual dx += dy", [&] { mi::AddInPlace(dy, b * h, dx); });
     }
-    r.Time("grad write (fp32 view)", [&] {
-      (void)mi::WriteUnitFromFp32(net.grads.data(), fp32_view, u, sizes, "bench");
-    });
+    r.Time("grad write (fp32 view)",
+           [&] { (void)mi::WriteUnitFromFp32(net.grads.data(), fp32_view, u, sizes, "bench"); });
     // Informational: what bf16 views add (rounding the gradients, widening
     // the weights, twice: forward and backward).
     r.Time(
         "[bf16] grad write (round)",
-        [&] { (void)mi::WriteUnitFromFp32(net.grads.data(), bf16_view, u, sizes, "bench"); }, "", 0.0,
-        false);
+        [&] { (void)mi::WriteUnitFromFp32(net.grads.data(), bf16_view, u, sizes, "bench"); }, "",
+        0.0, false);
     r.Time(
         "[bf16] weights to fp32 (x2)",
         [&] {
@@ -337,8 +335,7 @@ absl::StatusOr<double> TrainerComputeMs(const BenchOptions& opts) {
     train.optimizer.kind = OptimizerKind::kAdamW;
     train.optimizer.lr = 3e-3;
     std::unique_ptr<Device> device = CreateCpuDevice();
-    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                        Engine::Create(spec, train, *device, comm));
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
     ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, opts.model));
     ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(opts.model)));
     mlp::MlpTrainer trainer(opts.model, *engine, comm);
@@ -447,9 +444,10 @@ int Run(const BenchOptions& opts) {
                    trainer.status().ToString().c_str());
       return 1;
     }
-    std::printf("\ntrainer StepTimes::compute per step (1 rank, stage 0, accum 1, median of %d): "
-                "%.3f ms; sum of parts / trainer = %.3f\n",
-                opts.trainer_steps, *trainer, sum / *trainer);
+    std::printf(
+        "\ntrainer StepTimes::compute per step (1 rank, stage 0, accum 1, median of %d): "
+        "%.3f ms; sum of parts / trainer = %.3f\n",
+        opts.trainer_steps, *trainer, sum / *trainer);
   }
   return 0;
 }
