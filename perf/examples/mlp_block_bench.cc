@@ -18,6 +18,7 @@
 // views (weight widening, gradient rounding), and what a fresh allocation of
 // the activations per micro-batch would cost (the trainer allocates them once).
 #include <cblas.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,6 +45,9 @@
 #include "zeroshard/engine.h"
 #include "zeroshard/status.h"
 #include "zeroshard/train_spec.h"
+
+extern "C" char* openblas_get_corename(void);
+extern "C" char* openblas_get_config(void);
 
 namespace zeroshard {
 namespace {
@@ -68,6 +73,14 @@ double NowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// This thread's CPU time: on a shared machine, the time other processes
+// take from us is not ours (wall time is printed beside it for the whole).
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 double Median(std::vector<double> v) {
@@ -99,9 +112,9 @@ class Rounds {
       current_.push_back(0.0);
       flops_this_round_.push_back(0.0);
     }
-    const double start = NowMs();
+    const double start = ThreadCpuMs();
     fn();
-    current_[it->second] += NowMs() - start;
+    current_[it->second] += ThreadCpuMs() - start;
     flops_this_round_[it->second] += flops;
   }
   void EndRound(bool keep) {
@@ -143,9 +156,9 @@ double PeakGflops(int64_t n) {
   for (float& e : b) e = normal(rng);
   double best = 1e30;
   for (int rep = 0; rep < 4; ++rep) {
-    const double start = NowMs();
+    const double start = ThreadCpuMs();
     Gemm(false, false, n, n, n, a.data(), n, b.data(), n, c.data(), n);
-    if (rep > 0) best = std::min(best, NowMs() - start);
+    if (rep > 0) best = std::min(best, ThreadCpuMs() - start);
   }
   return 2.0 * n * n * n / (best * 1e6);
 }
@@ -298,8 +311,9 @@ void PartsRound(const mlp::MlpConfig& cfg, Network& net, Rounds& r) {
       "", 0.0, false);
 }
 
-// The same micro-batch through the real functions, timed as a whole.
-double WholeRound(const mlp::MlpConfig& cfg, Network& net) {
+// The same micro-batch through the real functions, timed as a whole:
+// {thread CPU ms, wall ms}.
+std::pair<double, double> WholeRound(const mlp::MlpConfig& cfg, Network& net) {
   namespace mi = mlp::internal;
   const int64_t b = cfg.micro_batch, h = cfg.hidden, inner = mi::InnerSize(h);
   const std::vector<int64_t> sizes = {inner * h, inner, h * inner, h};
@@ -309,7 +323,8 @@ double WholeRound(const mlp::MlpConfig& cfg, Network& net) {
   g.b1 = g.w1 + sizes[0];
   g.w2 = g.b1 + sizes[1];
   g.b2 = g.w2 + sizes[2];
-  const double start = NowMs();
+  const double start = ThreadCpuMs();
+  const double wall_start = NowMs();
   mi::NetworkForward(net.blocks, b, h, net.x.data(), &net.state);
   mi::MseLoss(net.state.output().data(), net.target.data(), b * h, net.dy.data());
   for (int u = cfg.blocks - 1; u >= 0; --u) {
@@ -319,7 +334,7 @@ double WholeRound(const mlp::MlpConfig& cfg, Network& net) {
     (void)mi::WriteUnitFromFp32(net.grads.data(), fp32_view, u, sizes, "bench");
     std::swap(net.dy, net.dx);
   }
-  return NowMs() - start;
+  return {ThreadCpuMs() - start, NowMs() - wall_start};
 }
 
 // StepTimes::compute per step of the real trainer (one rank, stage 0, fp32,
@@ -396,20 +411,26 @@ int Run(const BenchOptions& opts) {
   const double peak = PeakGflops(opts.peak_n);
   Network net = MakeNetwork(cfg);
   Rounds rounds;
-  std::vector<double> whole;
+  std::vector<double> whole, whole_wall;
   for (int i = 0; i < opts.warmup + opts.rounds; ++i) {
     const bool keep = i >= opts.warmup;
     PartsRound(cfg, net, rounds);
     rounds.EndRound(keep);
-    const double ms = WholeRound(cfg, net);
-    if (keep) whole.push_back(ms);
+    const std::pair<double, double> ms = WholeRound(cfg, net);
+    if (keep) {
+      whole.push_back(ms.first);
+      whole_wall.push_back(ms.second);
+    }
   }
   std::printf(
-      "mlp_block_bench: %d blocks x hidden %lld, micro-batch %d, 1 BLAS thread; ms per "
-      "micro-batch (all blocks), median of %d rounds\n",
+      "mlp_block_bench: %d blocks x hidden %lld, micro-batch %d, 1 BLAS thread; thread CPU ms "
+      "per micro-batch (all blocks), median of %d rounds\n",
       cfg.blocks, static_cast<long long>(cfg.hidden), cfg.micro_batch, opts.rounds);
-  std::printf("sgemm peak (%lld^3 NN, 1 thread): %.1f GFLOP/s\n\n",
-              static_cast<long long>(opts.peak_n), peak);
+  // OPENBLAS_CORETYPE (e.g. SkylakeX on an AVX-512 machine that this
+  // OpenBLAS does not recognise) chooses the kernels at load time.
+  std::printf("BLAS: %s, core %s; sgemm peak (%lld^3 NN, 1 thread): %.1f GFLOP/s\n\n",
+              openblas_get_config(), openblas_get_corename(), static_cast<long long>(opts.peak_n),
+              peak);
   std::printf("%-30s %-18s %9s %7s %9s %8s\n", "part", "M x N x K", "ms", "share", "GFLOP/s",
               "of peak");
   double sum = 0.0, gemm_ms = 0.0, gemm_flops = 0.0;
@@ -432,7 +453,8 @@ int Run(const BenchOptions& opts) {
               100.0 * gemm_ms / sum, gemm_flops / (gemm_ms * 1e6),
               100.0 * gemm_flops / (gemm_ms * 1e6) / peak);
   std::printf("%-30s %-18s %9.3f\n", "sum of parts", "", sum);
-  std::printf("%-30s %-18s %9.3f\n", "whole (real functions)", "", Median(whole));
+  std::printf("%-30s %-18s %9.3f   (wall %.3f)\n", "whole (real functions)", "", Median(whole),
+              Median(whole_wall));
   std::printf("\nnot in the sum (what the trainer does not do at fp32):\n");
   for (const Part& p : rounds.parts()) {
     if (!p.in_sum) std::printf("%-30s %-18s %9.3f\n", p.name.c_str(), "", Median(p.ms_per_round));
