@@ -3,7 +3,7 @@
 //
 // One block on a row-major micro-batch x [batch, hidden]:
 //   pre = x W1^T + b1          [batch, 4*hidden]
-//   act = gelu(pre)            exact GELU: 0.5 * pre * (1 + erf(pre / sqrt(2)))
+//   act = gelu(pre)            exact GELU: pre * Phi(pre) = 0.5 pre (1 + erf(pre / sqrt(2)))
 //   y   = x + act W2^T + b2    [batch, hidden]
 // with W1 [4*hidden, hidden], b1 [4*hidden], W2 [hidden, 4*hidden], b2 [hidden].
 //
@@ -59,9 +59,35 @@ struct ForwardState {
 // ranks-as-threads on few cores.
 void UseSingleThreadedBlas();
 
+// Exact (erf-based) GELU, x * Phi(x) with Phi the standard normal CDF, and
+// its derivative Phi(x) + x * phi(x), in fp32 arithmetic that the compiler
+// vectorizes (no libm calls): Phi from erfc's Chebyshev fit (Numerical
+// Recipes' erfcc, relative error < 1.2e-7) on |x| / sqrt(2), which is
+// accurate in relative terms in the negative tail where 1 + erf(x / sqrt(2))
+// cancels; exp by Cody-Waite reduction and a degree-6 polynomial. Against a
+// double reference: |Gelu error| <= 4e-7 (1 + |gelu(x)|), see mlp_test.
+// The loops of BiasGelu / GeluBackwardBiasGrad compute exactly these bits.
 float Gelu(float x);
 // d gelu(x) / dx.
 float GeluGrad(float x);
+
+// The element-wise parts of a block, exposed for the benchmark
+// (perf/examples/mlp_block_bench) and the tests. Each is one pass over its
+// arrays, fusing what would otherwise be separate sweeps over memory.
+//
+// pre[r, c] += b1[c], then act[r, c] = Gelu(pre[r, c]); pre, act [rows, cols].
+void BiasGelu(const float* b1, int64_t rows, int64_t cols, float* pre, float* act);
+// The GELU backward and b1's gradient: dpre[r, c] *= GeluGrad(pre[r, c])
+// (dpre holds dL/dact on entry), and db1[c] = sum over rows of the new
+// dpre[r, c], rows summed in order (as SumRows).
+void GeluBackwardBiasGrad(const float* pre, int64_t rows, int64_t cols, float* dpre, float* db1);
+// y[r, c] = (y[r, c] + b2[c]) + x[r, c]: bias, then residual.
+void BiasResidual(const float* b2, const float* x, int64_t rows, int64_t cols, float* y);
+// sum[c] = sum over rows of m[r, c], rows summed in order (fixed, so the
+// result does not depend on who computes it).
+void SumRows(const float* m, int64_t rows, int64_t cols, float* sum);
+// dst[i] += src[i].
+void AddInPlace(const float* src, int64_t n, float* dst);
 
 // One block forward: reads x, writes pre, act and y (y must not alias x).
 void BlockForward(const BlockWeights& w, int64_t batch, int64_t hidden, const float* x, float* pre,
