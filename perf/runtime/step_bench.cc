@@ -61,6 +61,8 @@ struct BenchOptions {
   int steps = 10;
   int warmup = 2;
   Precision precision = Precision::kFp32;
+  int prefetch_units = 1;  // TrainSpec::prefetch_units (stage 3)
+  int grad_buffers = 2;    // TrainSpec::num_grad_buffers
   double dataset_samples = 1e6;
   double price_per_device_hour = 2.0;  // USD
   std::string json_path;
@@ -87,6 +89,8 @@ void PrintUsage(std::FILE* out) {
       "  --steps N                   timed steps per run (default %d)\n"
       "  --warmup N                  untimed steps first (default %d)\n"
       "  --precision P               fp32, bf16 or fp16 (default fp32)\n"
+      "  --prefetch N                stage 3: units gathered ahead (default %d)\n"
+      "  --grad-buffers N            gradient staging buffers (default %d)\n"
       "  --hidden H                  hidden size (default %lld)\n"
       "  --blocks B                  residual blocks (default %d)\n"
       "  --micro-batch M             samples per rank per step (default %d)\n"
@@ -94,8 +98,8 @@ void PrintUsage(std::FILE* out) {
       "  --price-per-device-hour X   USD per device (rank) hour (default %.2f)\n"
       "  --json FILE                 write the results as JSON\n"
       "  --help                      this text\n",
-      d.steps, d.warmup, static_cast<long long>(d.model.hidden), d.model.blocks,
-      d.model.micro_batch, d.dataset_samples, d.price_per_device_hour);
+      d.steps, d.warmup, d.prefetch_units, d.grad_buffers, static_cast<long long>(d.model.hidden),
+      d.model.blocks, d.model.micro_batch, d.dataset_samples, d.price_per_device_hour);
 }
 
 absl::StatusOr<std::vector<int>> IntList(const std::string& flag, const std::string& value, int min,
@@ -152,6 +156,10 @@ absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
           ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.warmup));
         } else if (name == "precision") {
           ZS_ASSIGN_OR_RETURN(opts.precision, ParsePrecision(value));
+        } else if (name == "prefetch") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 0, &opts.prefetch_units));
+        } else if (name == "grad-buffers") {
+          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.grad_buffers));
         } else if (name == "hidden") {
           ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.hidden));
         } else if (name == "blocks") {
@@ -221,7 +229,8 @@ TrainSpec MakeTrainSpec(const BenchOptions& opts, int stage) {
   TrainSpec train;
   train.zero_stage = stage;
   train.precision = opts.precision;
-  train.prefetch_units = 1;
+  train.prefetch_units = opts.prefetch_units;
+  train.num_grad_buffers = opts.grad_buffers;
   train.optimizer.kind = OptimizerKind::kAdamW;
   train.optimizer.lr = 3e-3;
   train.optimizer.weight_decay = 0.01;

@@ -1,6 +1,7 @@
 // Engine creation, start-up checks, param and gradient views.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -80,6 +81,7 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
   open_grad_slot_.assign(units, kNoGradView);
   unit_reductions_.resize(units);
   param_gathers_.resize(units);
+  unit_norm_done_.assign(units, 0);
   slots_.resize(plan_.grad_staging_slots);
   for (int s = 0; s < plan_.grad_staging_slots; ++s) free_slots_.push_back(s);
   // Where each unit's params live in the params buffer: its full segment,
@@ -100,6 +102,7 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
 }
 
 EngineImpl::~EngineImpl() {
+  if (started_ && std::getenv(kDebugCommWaitsEnvVar) != nullptr) PrintCommWaits();
   // A background checkpoint write owns its snapshot; let it finish (the
   // checkpoint stays incomplete without WaitForCheckpoint's commit).
   if (pending_checkpoint_ != nullptr && pending_checkpoint_->writer.joinable()) {
@@ -166,7 +169,7 @@ absl::Status EngineImpl::StoreConverted(const float* values, int64_t n, DType dt
 absl::Status EngineImpl::HostAllGather(const int64_t* mine, int64_t* all, int64_t count) {
   if (device_.host_accessible()) {
     CommHandle handle = comm_.AllGather(mine, all, count, DType::kInt64);
-    return WaitComm(handle);
+    return WaitComm(handle, WaitSite::kRecordExchange);
   }
   const int64_t bytes = count * static_cast<int64_t>(sizeof(int64_t));
   ZS_ASSIGN_OR_RETURN(int64_t * dev_mine, RecordExchange(count * (world_ + 1)));
@@ -174,7 +177,7 @@ absl::Status EngineImpl::HostAllGather(const int64_t* mine, int64_t* all, int64_
   ZS_RETURN_IF_ERROR(CopyOnCompute(dev_mine, mine, bytes));
   ZS_RETURN_IF_ERROR(SyncCompute());
   CommHandle handle = comm_.AllGather(dev_mine, dev_all, count, DType::kInt64);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_RETURN_IF_ERROR(WaitComm(handle, WaitSite::kRecordExchange));
   ZS_RETURN_IF_ERROR(CopyOnCompute(all, dev_all, bytes * world_));
   return SyncCompute();
 }
@@ -182,14 +185,14 @@ absl::Status EngineImpl::HostAllGather(const int64_t* mine, int64_t* all, int64_
 absl::Status EngineImpl::HostBroadcast(int64_t* words, int64_t count, int root) {
   if (device_.host_accessible()) {
     CommHandle handle = comm_.Broadcast(words, count, DType::kInt64, root);
-    return WaitComm(handle);
+    return WaitComm(handle, WaitSite::kRecordExchange);
   }
   const int64_t bytes = count * static_cast<int64_t>(sizeof(int64_t));
   ZS_ASSIGN_OR_RETURN(int64_t * temp, RecordExchange(count));
   ZS_RETURN_IF_ERROR(CopyOnCompute(temp, words, bytes));
   ZS_RETURN_IF_ERROR(SyncCompute());
   CommHandle handle = comm_.Broadcast(temp, count, DType::kInt64, root);
-  ZS_RETURN_IF_ERROR(WaitComm(handle));
+  ZS_RETURN_IF_ERROR(WaitComm(handle, WaitSite::kRecordExchange));
   ZS_RETURN_IF_ERROR(CopyOnCompute(words, temp, bytes));
   return SyncCompute();
 }
@@ -335,12 +338,17 @@ absl::Status EngineImpl::Poison(absl::Status status) {
   return status;
 }
 
-absl::Status EngineImpl::WaitComm(CommHandle& handle) {
+absl::Status EngineImpl::WaitComm(CommHandle& handle, WaitSite site) {
   if (!handle.valid()) return absl::OkStatus();
   const absl::Duration begin = timeline_.Now();
   absl::Status status = handle.Wait();
   handle = CommHandle();
-  timeline_.AddCommWait(timeline_.Now() - begin);
+  const absl::Duration waited = timeline_.Now() - begin;
+  timeline_.AddCommWait(waited);
+  if (timeline_.running()) {
+    site_wait_[static_cast<int>(site)] += waited;
+    ++site_waits_[static_cast<int>(site)];
+  }
   // The communicator's message already names this rank and the peers.
   if (!status.ok()) return Poison(status);
   return absl::OkStatus();
@@ -418,7 +426,7 @@ absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
   if (!plan_.unit_resident[unit]) return GatherSharded(unit);
   // Stages 1-3: the updated params of the last step arrive asynchronously;
   // waiting here (not in Step) lets them overlap the forward of earlier units.
-  ZS_RETURN_IF_ERROR(WaitComm(param_gathers_[unit]));
+  ZS_RETURN_IF_ERROR(WaitComm(param_gathers_[unit], WaitSite::kParamGather));
   return MakeView(ParamsAt(unit, 0), param_dtype_, unit);
 }
 
@@ -441,13 +449,13 @@ absl::Status EngineImpl::Release(int unit) {
 }
 
 absl::StatusOr<int> EngineImpl::AcquireStagingSlot() {
-  if (free_slots_.empty()) ZS_RETURN_IF_ERROR(RetireOldestSlot());
+  if (free_slots_.empty()) ZS_RETURN_IF_ERROR(RetireOldestSlot(WaitSite::kGradViewSlot));
   const int slot = free_slots_.front();
   free_slots_.pop_front();
   return slot;
 }
 
-absl::Status EngineImpl::RetireOldestSlot() {
+absl::Status EngineImpl::RetireOldestSlot(WaitSite site) {
   if (busy_slots_.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "GradView: all %d gradient staging buffers are held by open GradViews; reduce a unit "
@@ -457,7 +465,7 @@ absl::Status EngineImpl::RetireOldestSlot() {
   const int s = busy_slots_.front();
   busy_slots_.pop_front();
   StagingSlot& slot = slots_[s];
-  ZS_RETURN_IF_ERROR(WaitComm(slot.reduction));
+  ZS_RETURN_IF_ERROR(WaitComm(slot.reduction, site));
   if (slot.micro > 0) {
     // Stage 2, later micro-batch: the reduce-scatter left this rank's summed
     // block in place in the slot; add it to the gradient shard. Slots retire
@@ -469,6 +477,9 @@ absl::Status EngineImpl::RetireOldestSlot() {
                                       static_cast<char*>(StagingSlotData(s)) + shard.begin * elem,
                                       seg.shard_numel));
   }
+  // Slots retire in issue order: the unit's last micro-batch completes its
+  // gradient shard.
+  if (slot.micro == train_.grad_accum_steps - 1) ZS_RETURN_IF_ERROR(EnqueueUnitNorm(slot.unit));
   slot.unit = -1;
   free_slots_.push_back(s);
   return absl::OkStatus();
@@ -537,11 +548,15 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
       // overlaps the backward of the units before it. The communicator reads
       // the buffer the accumulation above writes: it waits for that work
       // itself (an event on the compute stream), not this thread.
+      void* grads = GradsAt(unit, 0);
+      if (NoOpCollective(grads, GradsAt(unit, shard.begin))) {
+        // One rank: the gradient is final once accumulated (same stream).
+        return EnqueueUnitNorm(unit);
+      }
       std::shared_ptr<Event> ready;
       if (open >= 0) {
         ZS_ASSIGN_OR_RETURN(ready, RecordCompute());
       }
-      void* grads = GradsAt(unit, 0);
       if (!plan_.stage.optimizer_sharded) {
         unit_reductions_[unit] =
             comm_.AllReduceAfter(ready, grads, grads, seg.padded_numel, grad_dtype_, UnitTag(unit));
@@ -551,8 +566,9 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
             ready, grads, GradsAt(unit, shard.begin), seg.shard_numel, grad_dtype_, UnitTag(unit));
         NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
       }
+      reduction_order_.push_back(unit);
     }
-    return absl::OkStatus();
+    return RetireCompletedReductions();
   }
 
   // Stage 2: reduce-scatter every micro-batch. The first writes straight into
@@ -568,7 +584,7 @@ absl::Status EngineImpl::ReduceGrads(int unit) {
   slot.reduction = comm_.ReduceScatter(data, recv, seg.shard_numel, grad_dtype_, UnitTag(unit));
   NoteCollective(CollectiveKind::kReduceScatterGrads, unit, seg.shard_numel);
   busy_slots_.push_back(open);
-  return absl::OkStatus();
+  return RetireCompletedReductions();
 }
 
 absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
@@ -580,7 +596,7 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
                                                  model_.units[unit].name, seg.params.size() - 1,
                                                  param));
   }
-  ZS_RETURN_IF_ERROR(WaitParamGathers());
+  ZS_RETURN_IF_ERROR(WaitParamGathers(WaitSite::kGetParam));
   const ParamSlot& slot = seg.params[param];
   std::vector<float> out(slot.numel);
   // The fp32 values live in the master (mixed precision) or the params (fp32).
@@ -614,7 +630,7 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   CommHandle handle =
       comm_.AllGather(mine, gathered_into, seg.shard_numel, DType::kFloat32, UnitTag(unit));
   NoteCollective(CollectiveKind::kGatherForRead, unit, seg.shard_numel);
-  const absl::Status gathered = WaitComm(handle);
+  const absl::Status gathered = WaitComm(handle, WaitSite::kGetParam);
   if (!gathered.ok()) {
     return absl::Status(
         gathered.code(),

@@ -371,7 +371,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   // Resident units of a sharded optimizer hold every rank's part of the
   // params: bring them together, as after a step.
   IssueParamGathers();
-  ZS_RETURN_IF_ERROR(WaitParamGathers());
+  ZS_RETURN_IF_ERROR(WaitParamGathers(WaitSite::kSave));
   step_ = manifest.step;
   applied_steps_ = manifest.applied_steps;
   stats_.skipped_steps = manifest.skipped_steps;

@@ -2,6 +2,7 @@
 // collective-sequence record.
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "engine/src/runtime/engine_impl.h"
@@ -16,6 +17,49 @@ void EngineImpl::NoteCollective(CollectiveKind kind, int unit, int64_t count) {
   const int64_t record[3] = {static_cast<int64_t>(kind), unit, count};
   sequence_hash_ = HashBytes(record, sizeof(record), sequence_hash_ == 0 ? 1 : sequence_hash_);
   ++sequence_count_;
+}
+
+const char* EngineImpl::WaitSiteName(WaitSite site) {
+  switch (site) {
+    case WaitSite::kGradViewSlot:
+      return "GradView: staging slot's reduction";
+    case WaitSite::kStepReductions:
+      return "Step: gradient reductions";
+    case WaitSite::kRecordExchange:
+      return "norm / record exchange";
+    case WaitSite::kParamGather:
+      return "Gather: updated params (stages 1-2)";
+    case WaitSite::kStage3Gather:
+      return "Gather: stage-3 all-gather";
+    case WaitSite::kStage3Evict:
+      return "Gather: stage-3 slot reuse";
+    case WaitSite::kStage3Drop:
+      return "Step: stage-3 gather pool";
+    case WaitSite::kGetParam:
+      return "GetParam";
+    case WaitSite::kSave:
+      return "Save: updated params";
+    case WaitSite::kModelParallel:
+      return "model-parallel norm";
+    case WaitSite::kNumSites:
+      break;
+  }
+  return "?";
+}
+
+void EngineImpl::PrintCommWaits() const {
+  // One block per rank, written at once so that ranks do not interleave.
+  std::string out = absl::StrFormat(
+      "zeroshard: rank %d: collective waits over %d steps (ms per step, blocking waits)\n", rank_,
+      steps_since_start_);
+  const double steps = static_cast<double>(std::max<int64_t>(1, steps_since_start_));
+  for (int s = 0; s < static_cast<int>(WaitSite::kNumSites); ++s) {
+    if (site_waits_[s] == 0) continue;
+    absl::StrAppendFormat(
+        &out, "  %-38s %9.3f ms  (%.1f waits)\n", WaitSiteName(static_cast<WaitSite>(s)),
+        absl::ToDoubleMilliseconds(site_wait_[s]) / steps, site_waits_[s] / steps);
+  }
+  std::fputs(out.c_str(), stderr);
 }
 
 EngineStats EngineImpl::Stats() const {
@@ -89,7 +133,8 @@ absl::StatusOr<int> EngineImpl::AcquireGatherSlot(int protect_from) {
         "stage 3: every gather buffer is held; Release the gathered unit before the next Gather");
   }
   GatherSlot& g = gather_slots_[best];
-  ZS_RETURN_IF_ERROR(WaitComm(g.gather));  // its all-gather may still be writing
+  // Its all-gather may still be writing.
+  ZS_RETURN_IF_ERROR(WaitComm(g.gather, WaitSite::kStage3Evict));
   unit_gather_slot_[g.unit] = -1;
   g.unit = -1;
   return best;
@@ -122,7 +167,7 @@ absl::Status EngineImpl::PrefetchFrom(size_t order_pos) {
 
 absl::Status EngineImpl::DropGatherPool() {
   for (GatherSlot& g : gather_slots_) {
-    ZS_RETURN_IF_ERROR(WaitComm(g.gather));
+    ZS_RETURN_IF_ERROR(WaitComm(g.gather, WaitSite::kStage3Drop));
     if (g.unit >= 0) unit_gather_slot_[g.unit] = -1;
     g.unit = -1;
   }
@@ -154,7 +199,7 @@ absl::StatusOr<UnitView> EngineImpl::GatherSharded(int unit) {
     ZS_ASSIGN_OR_RETURN(slot, AcquireGatherSlot(static_cast<int>(order_pos_)));
     ZS_RETURN_IF_ERROR(IssueUnitGather(unit, slot));
   }
-  ZS_RETURN_IF_ERROR(WaitComm(gather_slots_[slot].gather));
+  ZS_RETURN_IF_ERROR(WaitComm(gather_slots_[slot].gather, WaitSite::kStage3Gather));
   gather_slots_[slot].held = true;
   held_unit_ = unit;
   // Look ahead while the trainer computes with this unit.

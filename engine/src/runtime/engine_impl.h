@@ -40,6 +40,10 @@ struct DecayRun {
   bool decay = true;
 };
 
+// Set in the environment (any value): each engine prints on stderr, when it
+// is destroyed, where its steps waited on collectives (EngineImpl::WaitSite).
+inline constexpr char kDebugCommWaitsEnvVar[] = "ZS_DEBUG_COMM_WAITS";
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device, Communicator& comm,
@@ -117,8 +121,28 @@ class EngineImpl final : public Engine {
   static uint64_t UnitTag(int unit) { return static_cast<uint64_t>(unit) + 1; }
   absl::Status CheckStarted(const char* call) const;
   absl::Status Poison(absl::Status status);
+  // Where the engine waits on a collective: each wait is booked to its
+  // site, and with ZS_DEBUG_COMM_WAITS set in the environment the engine
+  // prints the per-site totals of its steps on stderr when it is destroyed
+  // (a measurement aid: which call exposes communication).
+  enum class WaitSite {
+    kGradViewSlot,    // GradView: every staging slot's reduction in flight
+    kStepReductions,  // Step: the reductions of the last micro-batch
+    kRecordExchange,  // the norm's all-gather (and Start's, Save's exchanges)
+    kParamGather,     // Gather, stages 1-2: the updated params' all-gather
+    kStage3Gather,    // Gather, stage 3: the unit's all-gather (prefetch missed)
+    kStage3Evict,     // Gather, stage 3: a slot's all-gather before reuse
+    kStage3Drop,      // Step, stage 3: the gather pool's all-gathers
+    kGetParam,        // GetParam (and its wait for the param all-gathers)
+    kSave,            // Save: the updated params' all-gathers
+    kModelParallel,   // the model-parallel group's norm all-reduce
+    kNumSites
+  };
+  static const char* WaitSiteName(WaitSite site);
   // Waits on `handle`, counting the time as exposed communication.
-  absl::Status WaitComm(CommHandle& handle);
+  absl::Status WaitComm(CommHandle& handle, WaitSite site);
+  // The ZS_DEBUG_COMM_WAITS report (see WaitSite).
+  void PrintCommWaits() const;
 
   // A stage-3 gather buffer and the unit it holds (or receives).
   struct GatherSlot {
@@ -161,9 +185,25 @@ class EngineImpl final : public Engine {
   absl::StatusOr<int> AcquireStagingSlot();
   // Finishes the oldest in-flight staging slot: waits for its reduction and
   // (stage 2, micro-batch > 0) adds the reduced shard into the gradient shard.
-  absl::Status RetireOldestSlot();
+  absl::Status RetireOldestSlot(WaitSite site);
   absl::Status DrainReductions();
-  absl::Status WaitParamGathers();
+  // Retires, without blocking, the reductions that have completed (in issue
+  // order), so that their units' norm block sums run during the backward.
+  absl::Status RetireCompletedReductions();
+  // True when a unit's norm block sums are computed as soon as its gradient
+  // is final (enqueued into its own part of norm_blocks, summed in Step);
+  // false with model parallelism, whose norm cuts shards into runs.
+  bool EarlyNorm() const { return norm_ranges_.empty(); }
+  // Enqueues the block sums of squares of this rank's shard of unit `u`
+  // (its gradient must be final) into the unit's blocks of norm_blocks.
+  absl::Status EnqueueUnitNorm(int u);
+  // A collective on one rank that reads and writes the same memory moves
+  // nothing: the engine does not issue it (the sum of one rank is its
+  // input, bit for bit).
+  bool NoOpCollective(const void* send, const void* recv) const {
+    return world_ == 1 && send == recv;
+  }
+  absl::Status WaitParamGathers(WaitSite site);
 
   // Enqueues acc += add (n gradient elements) on the compute stream.
   absl::Status AccumulateInto(void* acc, const void* add, int64_t n);
@@ -282,6 +322,8 @@ class EngineImpl final : public Engine {
   std::vector<int> open_grad_slot_;      // per unit: slot of an open GradView, -1 direct, -2 none
   std::vector<CommHandle> unit_reductions_;  // per unit: boundary / first-micro reduction
   std::vector<CommHandle> param_gathers_;    // per unit: all-gather of updated params
+  std::deque<int> reduction_order_;   // stages 0-1: units with a reduction pending, in issue order
+  std::vector<char> unit_norm_done_;  // per unit: its norm block sums are enqueued this step
   std::vector<StagingSlot> slots_;
   std::deque<int> busy_slots_;  // in issue order
   std::deque<int> free_slots_;
@@ -324,6 +366,9 @@ class EngineImpl final : public Engine {
   // StepTimeline::Call on timeline_ first.
   EngineStats stats_;
   StepTimeline timeline_;
+  // Per WaitSite: the time waited during steps, and how many waits blocked.
+  absl::Duration site_wait_[static_cast<int>(WaitSite::kNumSites)] = {};
+  int64_t site_waits_[static_cast<int>(WaitSite::kNumSites)] = {};
 };
 
 }  // namespace zeroshard::internal

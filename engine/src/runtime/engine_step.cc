@@ -22,13 +22,48 @@ absl::Status EngineImpl::AccumulateInto(void* acc, const void* add, int64_t n) {
 }
 
 absl::Status EngineImpl::DrainReductions() {
-  while (!busy_slots_.empty()) ZS_RETURN_IF_ERROR(RetireOldestSlot());
-  for (CommHandle& h : unit_reductions_) ZS_RETURN_IF_ERROR(WaitComm(h));
+  while (!busy_slots_.empty()) ZS_RETURN_IF_ERROR(RetireOldestSlot(WaitSite::kStepReductions));
+  // In issue order, so that each unit's norm runs on the compute stream
+  // while the host waits for the next unit's reduction.
+  while (!reduction_order_.empty()) {
+    const int u = reduction_order_.front();
+    reduction_order_.pop_front();
+    ZS_RETURN_IF_ERROR(WaitComm(unit_reductions_[u], WaitSite::kStepReductions));
+    ZS_RETURN_IF_ERROR(EnqueueUnitNorm(u));
+  }
   return absl::OkStatus();
 }
 
-absl::Status EngineImpl::WaitParamGathers() {
-  for (CommHandle& h : param_gathers_) ZS_RETURN_IF_ERROR(WaitComm(h));
+absl::Status EngineImpl::RetireCompletedReductions() {
+  while (!busy_slots_.empty() && slots_[busy_slots_.front()].reduction.Ready()) {
+    ZS_RETURN_IF_ERROR(RetireOldestSlot(WaitSite::kStepReductions));
+  }
+  while (!reduction_order_.empty() && unit_reductions_[reduction_order_.front()].Ready()) {
+    const int u = reduction_order_.front();
+    reduction_order_.pop_front();
+    ZS_RETURN_IF_ERROR(WaitComm(unit_reductions_[u], WaitSite::kStepReductions));
+    ZS_RETURN_IF_ERROR(EnqueueUnitNorm(u));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::EnqueueUnitNorm(int u) {
+  if (!EarlyNorm() || unit_norm_done_[u]) return absl::OkStatus();
+  // Each unit's shard is a whole number of norm blocks and its blocks have
+  // their own place in norm_blocks (which holds the whole shard's), so the
+  // units' sums can be enqueued at any time and in any order; the exact
+  // accumulator makes their sum independent of that order.
+  const UnitSegment& seg = layout_.unit(u);
+  const ElementRange shard = layout_.ShardRange(u, rank_);
+  ZS_RETURN_IF_ERROR(
+      ops_->BlockSumSquares(GradsAt(u, shard.begin), seg.shard_numel, grad_dtype_,
+                            norm_blocks_.as<double>() + seg.shard_offset / kNormBlockElements));
+  unit_norm_done_[u] = 1;
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::WaitParamGathers(WaitSite site) {
+  for (CommHandle& h : param_gathers_) ZS_RETURN_IF_ERROR(WaitComm(h, site));
   return absl::OkStatus();
 }
 
@@ -104,7 +139,25 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   // The block sums are computed on the device, one unit at a time (the
   // blocks buffer holds the largest shard's), and added exactly on the host.
   kernels::ExactSum sum;
-  for (int u = 0; u < layout_.num_units(); ++u) ZS_RETURN_IF_ERROR(AddShardSquares(u, sum));
+  if (EarlyNorm()) {
+    // Most units' block sums were enqueued as their gradients became final
+    // (ReduceGrads, the reductions' retirement); one wait and one exact sum
+    // over every block.
+    for (int u = 0; u < layout_.num_units(); ++u) ZS_RETURN_IF_ERROR(EnqueueUnitNorm(u));
+    const int64_t blocks = layout_.shard_numel() / kNormBlockElements;
+    const double* host_blocks = norm_blocks_.as<double>();
+    if (!device_.host_accessible()) {
+      ZS_RETURN_IF_ERROR(device_.CopyAsync(host_norm_blocks_.data(), host_blocks,
+                                           blocks * static_cast<int64_t>(sizeof(double)),
+                                           *compute_));
+      host_blocks = host_norm_blocks_.data();
+    }
+    ZS_RETURN_IF_ERROR(SyncCompute());
+    sum.AddBlocks(host_blocks, static_cast<size_t>(blocks));
+    for (int u = 0; u < layout_.num_units(); ++u) unit_norm_done_[u] = 0;
+  } else {
+    for (int u = 0; u < layout_.num_units(); ++u) ZS_RETURN_IF_ERROR(AddShardSquares(u, sum));
+  }
   sum.Normalize();
   // One all-gather carries both the accumulator limbs and this step's
   // collective-sequence record, so the divergence check costs no extra
@@ -150,7 +203,7 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
     total.Normalize();
     CommHandle handle =
         model_parallel_->AllReduce(total.limbs(), total.limbs(), kLimbs, DType::kInt64);
-    ZS_RETURN_IF_ERROR(WaitComm(handle));
+    ZS_RETURN_IF_ERROR(WaitComm(handle, WaitSite::kModelParallel));
   }
   return total.Value();
 }
@@ -311,6 +364,7 @@ void EngineImpl::IssueParamGathers() {
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (!plan_.unit_resident[u]) continue;
     const UnitSegment& seg = layout_.unit(u);
+    if (world_ == 1) continue;  // the shard is the whole unit, updated in place
     param_gathers_[u] = comm_.AllGather(ParamsAt(u, layout_.ShardRange(u, rank_).begin),
                                         ParamsAt(u, 0), seg.shard_numel, param_dtype_, UnitTag(u));
     NoteCollective(CollectiveKind::kAllGatherParams, u, seg.shard_numel);
