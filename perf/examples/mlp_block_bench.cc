@@ -39,6 +39,7 @@
 #include "examples/mlp/internal/block_math.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "examples/mlp/mlp.h"
+#include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
@@ -478,15 +479,7 @@ int Run(const BenchOptions& opts) {
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<zeroshard::BenchOptions> opts = zeroshard::ParseFlags(argc, argv, &help);
-  if (help) {
-    zeroshard::PrintUsage();
-    return 0;
-  }
-  if (!opts.ok()) {
-    std::fprintf(stderr, "mlp_block_bench: %s (see --help)\n", opts.status().ToString().c_str());
-    return 2;
-  }
-  return zeroshard::Run(*opts);
+  return zeroshard::perf::BenchMain<zeroshard::BenchOptions>(
+      "mlp_block_bench", argc, argv, zeroshard::ParseFlags, [] { zeroshard::PrintUsage(); },
+      [](const zeroshard::BenchOptions& opts) { return zeroshard::Run(opts); });
 }

@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "examples/common/flags.h"
 #include "examples/mlp/mlp.h"
+#include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -297,16 +298,9 @@ int RunMpi(const BenchOptions& opts) {
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<zeroshard::BenchOptions> opts = zeroshard::ParseFlags(argc, argv, &help);
-  if (help) {
-    zeroshard::PrintUsage(stdout);
-    return 0;
-  }
-  if (!opts.ok()) {
-    std::fprintf(stderr, "prefetch_bench: %s (see --help)\n",
-                 std::string(opts.status().message()).c_str());
-    return 2;
-  }
-  return opts->backend_mpi ? zeroshard::RunMpi(*opts) : zeroshard::RunLocal(*opts);
+  return zeroshard::perf::BenchMain<zeroshard::BenchOptions>(
+      "prefetch_bench", argc, argv, zeroshard::ParseFlags, [] { zeroshard::PrintUsage(stdout); },
+      [](const zeroshard::BenchOptions& opts) {
+        return opts.backend_mpi ? zeroshard::RunMpi(opts) : zeroshard::RunLocal(opts);
+      });
 }

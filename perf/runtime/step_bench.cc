@@ -44,6 +44,7 @@
 #include "examples/common/flags.h"
 #include "examples/mlp/mlp.h"
 #include "nlohmann/json.hpp"
+#include "perf/bench_main.h"
 #include "zeroshard/buffer_plan.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -469,16 +470,9 @@ int RunMpi(const BenchOptions& opts) {
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<zeroshard::BenchOptions> opts = zeroshard::ParseFlags(argc, argv, &help);
-  if (help) {
-    zeroshard::PrintUsage(stdout);
-    return 0;
-  }
-  if (!opts.ok()) {
-    std::fprintf(stderr, "step_bench: %s (see --help)\n",
-                 std::string(opts.status().message()).c_str());
-    return 2;
-  }
-  return opts->backend_mpi ? zeroshard::RunMpi(*opts) : zeroshard::RunLocal(*opts);
+  return zeroshard::perf::BenchMain<zeroshard::BenchOptions>(
+      "step_bench", argc, argv, zeroshard::ParseFlags, [] { zeroshard::PrintUsage(stdout); },
+      [](const zeroshard::BenchOptions& opts) {
+        return opts.backend_mpi ? zeroshard::RunMpi(opts) : zeroshard::RunLocal(opts);
+      });
 }

@@ -21,15 +21,6 @@ work=$(mktemp -d)
 # shellcheck source=tests/examples/mpi_test_lib.sh
 source "$(dirname "$0")/mpi_test_lib.sh"
 
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out; do
-    echo "---- $f ----"
-    cat "$f"
-  done
-  exit 1
-}
-
 flags=(--steps 20 --hidden 32 --blocks 4 --micro-batch 4 --comm-timeout 30)
 for grid in "2 1" "1 2"; do
   read -r tp pp <<<"$grid"

@@ -18,15 +18,6 @@ work=$(mktemp -d)
 source "$(dirname "$0")/mpi_test_lib.sh"
 ckpt=$work/ckpt
 
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out; do
-    echo "---- $f ----"
-    cat "$f"
-  done
-  exit 1
-}
-
 flags=(--steps "$steps" --save-every 20 --checkpoint-dir "$ckpt" --comm-timeout "$timeout_s")
 
 # 1. The run that loses a rank.

@@ -77,3 +77,13 @@ wait_for_exit() {
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 seconds() { printf "%d.%03d" $(($1 / 1000)) $(($1 % 1000)); }
+
+# Prints the failure and every rank's output ($work/*.out), then exits 1.
+fail() {
+  echo "FAIL: $*"
+  for f in "$work"/*.out; do
+    echo "---- $f ----"
+    cat "$f"
+  done
+  exit 1
+}
