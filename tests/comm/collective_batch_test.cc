@@ -299,7 +299,9 @@ TEST(ProgressLoopBatchTest, EveryCollectiveRunsOnceInIssueOrderWhateverTheBatche
     std::vector<CommHandle> handles;
     for (int i = 0; i < total; ++i) {
       // Every fifth one large (runs alone), the others small and disjoint.
-      const int64_t count = i % 5 == 4 ? (1 << 18) : 16;
+      // The first is large: the progress thread takes it alone and blocks
+      // in it until Release(), so the rest are all queued by then.
+      const int64_t count = i % 5 == 0 ? (1 << 19) : 16;  // 2 MiB: not small
       if (count > 16) buffers[i].resize(count);
       handles.push_back(
           comm.AllReduce(buffers[i].data(), buffers[i].data(), count, DType::kFloat32, 0));
@@ -316,24 +318,30 @@ TEST(ProgressLoopBatchTest, EveryCollectiveRunsOnceInIssueOrderWhateverTheBatche
 }
 
 TEST(ProgressLoopBatchTest, AFailedBatchFailsWhatItWasOfferedAndPoisonsTheRest) {
-  RecordingComm comm({3}, /*fail_at_batch=*/1);
+  RecordingComm comm({3}, /*fail_at_batch=*/2);
+  // #1 is large: it runs alone (batch 0) and holds the progress thread until
+  // Release(), so #2-#13 are all queued when the batches are cut.
+  std::vector<float> gate(1 << 19);  // 2 MiB: not small
   std::vector<std::vector<float>> buffers(12, std::vector<float>(16));
   std::vector<CommHandle> handles;
+  handles.push_back(comm.AllReduce(gate.data(), gate.data(), 1 << 19, DType::kFloat32, 0));
   for (auto& b : buffers) {
     handles.push_back(comm.AllReduce(b.data(), b.data(), 16, DType::kFloat32, 0));
   }
   comm.Release();
-  // Batch 0 ran #1-#3; batch 1 was offered the rest (#4..#12) and failed.
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(handles[i].Wait().ok()) << i;
-  for (int i = 3; i < 12; ++i) {
+  // Batch 1 ran #2-#4; batch 2 was offered the rest (#5..#13) and failed.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(handles[i].Wait().ok()) << i;
+  for (int i = 4; i < 13; ++i) {
     const absl::Status s = handles[i].Wait();
     EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << i << ": " << s;
-    EXPECT_THAT(s.message(), HasSubstr("batch 1 failed")) << i;
+    EXPECT_THAT(s.message(), HasSubstr("batch 2 failed")) << i;
   }
   const absl::Status later =
       comm.AllReduce(buffers[0].data(), buffers[0].data(), 16, DType::kFloat32, 0).Wait();
   EXPECT_THAT(later.message(), HasSubstr("an earlier collective failed"));
-  EXPECT_EQ(comm.ran().size(), 3u);
+  EXPECT_EQ(comm.ran().size(), 4u);
+  EXPECT_EQ(comm.batches(), (std::vector<int>{1, 3, 3}))
+      << ::testing::PrintToString(comm.batches());
 }
 
 }  // namespace
