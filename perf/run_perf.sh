@@ -84,9 +84,11 @@ else
   kernel_args=(--pairs 11)
   coll_args=()
   coll_ranks=(2 3 4)
-  step_args=(--steps 50 --warmup 3 --price-per-device-hour "${price}")
+  step_args=(--steps 20 --warmup 3 --price-per-device-hour "${price}")
   step_ranks=(1 2 4)
-  model_args=(--hidden 256 --blocks 5 --micro-batch 16)  # step_bench's defaults
+  # The model of issue 12's acceptance: 8 blocks x hidden 512 (16.8M
+  # params), micro-batch 32 per rank.
+  model_args=(--hidden 512 --blocks 8 --micro-batch 32)
   calib_args=()
   calib_ranks=(2 4)
 fi
@@ -124,11 +126,11 @@ fi
 
 stamp "engine step, local backend (step_bench)"
 ranks_list=$(IFS=,; echo "${step_ranks[*]}")
-"${step_bench}" --ranks "${ranks_list}" "${step_args[@]}" --json "${out}/step_local.json"
+"${step_bench}" --ranks "${ranks_list}" "${step_args[@]}" "${model_args[@]}" --json "${out}/step_local.json"
 if [[ ${mpi} -eq 1 && ${smoke} -eq 0 ]]; then
   for n in "${step_ranks[@]}"; do
     stamp "engine step, mpi backend, ${n} processes"
-    "${mpirun_cmd[@]}" -np "${n}" "${step_bench}" --backend mpi "${step_args[@]}" \
+    "${mpirun_cmd[@]}" -np "${n}" "${step_bench}" --backend mpi "${step_args[@]}" "${model_args[@]}" \
       --json "${out}/step_mpi_np${n}.json"
   done
 fi
