@@ -150,8 +150,14 @@ for ((k = 1; k <= repeats; k++)); do
       for stage in 0 1; do
         optim="${optim_of_stage[$stage]}"
         echo "perf/peers: repeat $k/$repeats: $n rank(s), zeroshard stage $stage, then PyTorch $optim"
+        # --sync-data: PyTorch's data are made before its timed loop, so
+        # zeroshard makes each micro-batch on the trainer's thread, booked as
+        # input wait, which the comparison subtracts. (The background loader
+        # would hide it, but under mpirun's one-core-per-rank binding its
+        # teacher forward shares the rank's core with the trainer.)
         run_logged "$raw/z_r${n}_s${stage}_$k.txt" \
-          mpirun "${mpirun_flags[@]}" -np "$n" "$mlp_demo" --backend mpi --stage "$stage" "${model[@]}"
+          mpirun "${mpirun_flags[@]}" -np "$n" "$mlp_demo" --backend mpi --stage "$stage" \
+          --sync-data "${model[@]}"
         run_torch "$raw/t_r${n}_${optim}_$k" \
           "$venv/bin/torchrun" --standalone --nproc-per-node "$n" "$root/perf/peers/torch_mlp.py" \
           "${model[@]}" --warmup "$warmup" --optim "$optim" --threads 1 \
