@@ -71,26 +71,10 @@ TEST(EngineCudaTest, ThreadRanksOnOneGpuTrainTheCpuRunsModelBitForBit) {
 // uninterrupted CPU run.
 TEST(EngineCudaTest, ACheckpointMovesBetweenGpuAndCpuBitForBit) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << CreateCudaDevice(0).status();
-  char pattern[] = "/tmp/zs_cuda_ckpt_XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
-  for (Precision precision : {Precision::kFp32, Precision::kFp16Mixed}) {
-    const std::string what = absl::StrFormat("%s, %s", PrecisionName(precision), SeedTrace());
-    const TrainSpec train = SyntheticTrain(2, precision);
-    auto whole = RunOn(false, 2, train, 6);
-    ASSERT_TRUE(whole.ok()) << whole.status() << " " << what;
-    const std::string a = dir + "/" + PrecisionName(precision) + "_from_gpu";
-    const std::string b = dir + "/" + PrecisionName(precision) + "_from_cpu";
-    ASSERT_TRUE(RunOn(true, 2, train, 3, "", a).ok()) << what;
-    auto cpu_rest = RunOn(false, 2, train, 3, a);
-    ASSERT_TRUE(cpu_rest.ok()) << cpu_rest.status() << " " << what;
-    ASSERT_TRUE(RunOn(false, 2, train, 3, "", b).ok()) << what;
-    auto gpu_rest = RunOn(true, 2, train, 3, b);
-    ASSERT_TRUE(gpu_rest.ok()) << gpu_rest.status() << " " << what;
-    EXPECT_EQ(cpu_rest->params, whole->params) << "GPU -> CPU: " << what;
-    EXPECT_EQ(gpu_rest->params, whole->params) << "CPU -> GPU: " << what;
-  }
-  std::system(("rm -rf '" + dir + "'").c_str());
+  ExpectCheckpointsMoveBitForBit(
+      [](bool gpu, int world, const TrainSpec& train, int steps, const std::string& load,
+         const std::string& save) { return RunOn(gpu, world, train, steps, load, save); },
+      "GPU");
 }
 
 TEST(EngineCudaTest, AHostCommunicatorIsRefusedForAGpuDevice) {

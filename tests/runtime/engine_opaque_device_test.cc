@@ -99,29 +99,10 @@ TEST(EngineOpaqueDeviceTest, TheDeviceCopyPathsTrainTheHostRunsModelBitForBit) {
 }
 
 TEST(EngineOpaqueDeviceTest, ACheckpointMovesBetweenHostAndDeviceMemoryBitForBit) {
-  char pattern[] = "/tmp/zs_opaque_ckpt_XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
-  for (Precision precision : {Precision::kFp32, Precision::kFp16Mixed}) {
-    const std::string what = absl::StrFormat("%s, %s", PrecisionName(precision), SeedTrace());
-    const TrainSpec train = SyntheticTrain(2, precision);
-    // Uninterrupted: 6 steps on the host.
-    auto whole = RunOn(false, 2, train, 6);
-    ASSERT_TRUE(whole.ok()) << whole.status();
-    // 3 on the opaque device, saved; 3 more on the host from it; and the
-    // reverse.
-    const std::string a = dir + "/" + PrecisionName(precision) + "_a";
-    const std::string b = dir + "/" + PrecisionName(precision) + "_b";
-    ASSERT_TRUE(RunOn(true, 2, train, 3, "", a).ok()) << what;
-    auto host_rest = RunOn(false, 2, train, 3, a);
-    ASSERT_TRUE(host_rest.ok()) << host_rest.status() << " " << what;
-    ASSERT_TRUE(RunOn(false, 2, train, 3, "", b).ok()) << what;
-    auto opaque_rest = RunOn(true, 2, train, 3, b);
-    ASSERT_TRUE(opaque_rest.ok()) << opaque_rest.status() << " " << what;
-    EXPECT_EQ(host_rest->params, whole->params) << "device -> host: " << what;
-    EXPECT_EQ(opaque_rest->params, whole->params) << "host -> device: " << what;
-  }
-  std::system(("rm -rf '" + dir + "'").c_str());
+  ExpectCheckpointsMoveBitForBit(
+      [](bool opaque, int world, const TrainSpec& train, int steps, const std::string& load,
+         const std::string& save) { return RunOn(opaque, world, train, steps, load, save); },
+      "opaque device");
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "tests/runtime/synthetic_trainer.h"
 
+#include <stdlib.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -10,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "examples/common/rng.h"
+#include "gtest/gtest.h"
 #include "tests/test_seed.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
@@ -247,6 +251,29 @@ std::string FirstDifference(const SyntheticRunResult& a, const SyntheticRunResul
     }
   }
   return "";
+}
+
+void ExpectCheckpointsMoveBitForBit(const RunOnDevice& run, const std::string& other_name) {
+  char pattern[] = "/tmp/zs_ckpt_move_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  for (Precision precision : {Precision::kFp32, Precision::kFp16Mixed}) {
+    const std::string what = absl::StrFormat("%s, %s", PrecisionName(precision), SeedTrace());
+    const TrainSpec train = SyntheticTrain(2, precision);
+    auto whole = run(false, 2, train, 6, "", "");
+    ASSERT_TRUE(whole.ok()) << whole.status() << " " << what;
+    const std::string from_other = dir + "/" + PrecisionName(precision) + "_from_other";
+    const std::string from_host = dir + "/" + PrecisionName(precision) + "_from_host";
+    ASSERT_TRUE(run(true, 2, train, 3, "", from_other).ok()) << what;
+    auto host_rest = run(false, 2, train, 3, from_other, "");
+    ASSERT_TRUE(host_rest.ok()) << host_rest.status() << " " << what;
+    ASSERT_TRUE(run(false, 2, train, 3, "", from_host).ok()) << what;
+    auto other_rest = run(true, 2, train, 3, from_host, "");
+    ASSERT_TRUE(other_rest.ok()) << other_rest.status() << " " << what;
+    EXPECT_EQ(host_rest->params, whole->params) << other_name << " -> host: " << what;
+    EXPECT_EQ(other_rest->params, whole->params) << "host -> " << other_name << ": " << what;
+  }
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 }  // namespace zeroshard::testing

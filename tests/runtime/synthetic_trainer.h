@@ -73,6 +73,20 @@ absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& spe
 // skips), else where they first differ.
 std::string FirstDifference(const SyntheticRunResult& a, const SyntheticRunResult& b);
 
+// Runs `steps` steps of `train` on `world` ranks, on the host (`other`
+// false) or on the device kind under test (`other` true), loading the
+// checkpoint in `load_dir` first and saving one to `save_dir` last when they
+// are not empty.
+using RunOnDevice = std::function<absl::StatusOr<SyntheticRunResult>(
+    bool other, int world, const TrainSpec& train, int steps, const std::string& load_dir,
+    const std::string& save_dir)>;
+
+// A checkpoint written on one kind of device continues on the other bit for
+// bit like the uninterrupted host run (2 ranks, 3 + 3 steps, fp32 and
+// fp16-mixed, both directions); `other_name` ("GPU") names the device kind
+// under test in failures. gtest assertions.
+void ExpectCheckpointsMoveBitForBit(const RunOnDevice& run, const std::string& other_name);
+
 }  // namespace zeroshard::testing
 
 #endif  // ZEROSHARD_TESTS_RUNTIME_SYNTHETIC_TRAINER_H_
