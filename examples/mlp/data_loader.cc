@@ -1,20 +1,13 @@
 #include "examples/mlp/data_loader.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
+
+#include "examples/mlp/internal/steady_clock.h"
 
 namespace zeroshard {
 namespace mlp {
-namespace {
-
-// The engine's step clock is monotonic too: a wait reported from a wall
-// clock that stepped could be negative or huge.
-absl::Duration SteadyNow() {
-  return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
-}
-
-}  // namespace
+using internal::SteadyNow;
 
 MicroBatchLoader::MicroBatchLoader(const MlpConfig& cfg, int world, int rank, int accum, int depth,
                                    int64_t first_step)

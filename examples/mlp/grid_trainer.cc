@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "examples/mlp/internal/steady_clock.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "zeroshard/status.h"
 
@@ -222,9 +222,9 @@ absl::StatusOr<std::unique_ptr<GridMlpTrainer>> GridMlpTrainer::Create(const Mlp
 
 absl::Status GridMlpTrainer::WaitPipeline(CommHandle& handle) {
   if (!handle.valid()) return absl::OkStatus();
-  const absl::Time start = absl::Now();
+  const absl::Duration start = internal::SteadyNow();
   absl::Status status = handle.Wait();
-  engine_.RecordPipelineWait(absl::Now() - start);
+  engine_.RecordPipelineWait(internal::SteadyNow() - start);
   handle = CommHandle();
   return status;
 }

@@ -212,12 +212,14 @@ absl::StatusOr<int> AsyncCommunicator::RunBatch(absl::Span<const CollectiveArgs>
 }
 
 void AsyncCommunicator::ProgressLoop() {
+  // Reused across iterations: no allocation per collective. Empty between
+  // iterations.
+  std::vector<PendingOp> ops;
   while (true) {
     // The front of the queue, and with batching the batchable collectives
     // queued behind it (plain collectives that need no device wait and have
     // no argument error; never point-to-point work); what the batch does not
     // take goes back to the front.
-    std::vector<PendingOp> ops;
     absl::Status poisoned;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -310,6 +312,10 @@ void AsyncCommunicator::ProgressLoop() {
     for (PendingOp& o : ops) {
       if (o.state != nullptr) o.state->Complete(result);
     }
+    // Release the finished operations now (their events and callbacks may
+    // refer to a device the caller frees once the handle completes); the
+    // vector keeps its capacity.
+    ops.clear();
   }
 }
 
