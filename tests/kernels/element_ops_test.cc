@@ -289,10 +289,17 @@ TEST(NormBlockTest, WithinBoundsOfReference) {
       std::vector<uint16_t> xh(n);
       std::vector<double> xd(n);
       for (size_t i = 0; i < n; ++i) {
-        xh[i] = ToHalf(xf[i], half);
-        xd[i] = half == Half::kNone   ? xf[i]
-                : half == Half::kBf16 ? reference::Bf16ValueReference(xh[i])
-                                      : reference::Fp16ValueReference(xh[i]);
+        // A value that rounds to zero in the 16-bit type is drawn again: a
+        // block of zeros has no relative error to bound (a one-element
+        // block of 1e-6 is zero in fp16).
+        while (true) {
+          xh[i] = ToHalf(xf[i], half);
+          xd[i] = half == Half::kNone   ? xf[i]
+                  : half == Half::kBf16 ? reference::Bf16ValueReference(xh[i])
+                                        : reference::Fp16ValueReference(xh[i]);
+          if (xd[i] != 0.0) break;
+          xf[i] = RandomValues(rng, 1, 1.0f, false)[0];
+        }
       }
       const void* x = half == Half::kNone ? static_cast<const void*>(xf.data()) : xh.data();
       const std::vector<double> got = SharedBlockSums(x, n, half);
