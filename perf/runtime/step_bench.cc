@@ -246,8 +246,8 @@ absl::StatusOr<RunResult> RunStage(const BenchOptions& opts, int stage, Communic
   std::unique_ptr<Device> device = CreateCpuDevice();
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
   ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, opts.model));
+  mlp::MlpTrainer trainer(opts.model, *engine, comm);  // before Start(), as mlp_demo
   ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(opts.model)));
-  mlp::MlpTrainer trainer(opts.model, *engine, comm);
   for (int s = 0; s < opts.warmup; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
 
   const EngineStats before = engine->Stats();
