@@ -21,6 +21,14 @@
 //    the roofline of an in-place optimizer: a kernel near it is bound by
 //    memory, not by its arithmetic. (For the norms, which only read, both
 //    baselines move half their bytes as writes: a norm above 1.0 is normal.)
+//  - the streams baseline, for the AdamW variants only: the kernel's own
+//    streams with trivial arithmetic, on buffers of their own: read the
+//    gradient (the variant's type), update the master params and both
+//    moments in place (x = 0.5 x + 0.25 g; v from g^2), write the 16-bit
+//    params where the variant does. It moves exactly the update's bytes in
+//    the update's pattern (for fp32: 4 read streams, 3 of them written back),
+//    so it is the roofline of the same traffic; the one-buffer RMW has a
+//    different read/write mix (half and half, one stream).
 //  - GB/s = B / wall time (1e9 bytes per GB; Google Benchmark's own
 //    bytes_per_second column is in 2^30). With T threads the range (of the
 //    update, and of the copy) is split into T equal contiguous parts, one per
@@ -115,6 +123,7 @@ struct Buffers {
   double* block_sums;         // the norms' per-block sums
   char *copy_src, *copy_dst;  // 30/2 B per element: enough for any copy
   float* rmw;                 // 30/2 B per element, as floats: the RMW baseline
+  float *sp, *sm, *sv;        // the streams baseline's params and moments
 };
 
 Buffers& GetBuffers() {
@@ -133,6 +142,9 @@ Buffers& GetBuffers() {
     b.widened = AllocateBuffer<float>(b.n);
     b.block_sums = AllocateBuffer<double>(b.n / kNormBlock + 1);
     b.rmw = AllocateBuffer<float>(b.n * 15 / 4 + 1);
+    b.sp = AllocateBuffer<float>(b.n);
+    b.sm = AllocateBuffer<float>(b.n);
+    b.sv = AllocateBuffer<float>(b.n);
     // Realistic normal magnitudes (no subnormals, which would slow sqrt and
     // div on some CPUs); first touch in the same split as the 2-thread runs.
     RunSplit(2, b.n, [&b](size_t begin, size_t end) {
@@ -144,6 +156,9 @@ Buffers& GetBuffers() {
         b.g[i] = 1e-3f * r + 1e-6f;
         b.m[i] = 1e-4f * r;
         b.v[i] = 1e-8f * (r * r + 0.01f);
+        b.sp[i] = b.p[i];
+        b.sm[i] = b.m[i];
+        b.sv[i] = b.v[i];
         uint32_t g_bits;
         std::memcpy(&g_bits, &b.g[i], sizeof(g_bits));
         b.g16[i] = static_cast<uint16_t>(g_bits >> 16);
@@ -213,6 +228,7 @@ struct Variant {
   const char* name;
   int bytes_per_elem;
   std::function<void(size_t, size_t)> work;
+  std::function<void(size_t, size_t)> streams;  // the streams baseline; empty: none
 };
 
 // The copy baseline of a kernel moving bytes_per_elem bytes per element:
@@ -238,30 +254,70 @@ std::function<void(size_t, size_t)> RmwWork(int bytes_per_elem) {
   };
 }
 
+// The streams baseline of an AdamW variant (see the definitions at the top):
+// its gradient of type G read, params and moments updated in place, the
+// 16-bit params written when `out` is set. Converges to fixed points, so the
+// values stay normal whatever the pass count.
+template <class G>
+std::function<void(size_t, size_t)> StreamsWork(const G* grad, uint16_t* out) {
+  Buffers& b = GetBuffers();
+  return [&b, grad, out](size_t i, size_t e) {
+    float* __restrict p = b.sp;
+    float* __restrict m = b.sm;
+    float* __restrict v = b.sv;
+    for (size_t k = i; k < e; ++k) {
+      float g;
+      if constexpr (sizeof(G) == sizeof(float)) {
+        g = grad[k];
+      } else {
+        g = static_cast<float>(grad[k]) * (1.0f / 65536.0f);  // any cheap widening
+      }
+      p[k] = 0.5f * p[k] + 0.25f * g;
+      m[k] = 0.5f * m[k] + 0.25f * g;
+      v[k] = 0.5f * v[k] + 0.25f * g * g;
+      if (out != nullptr) out[k] = static_cast<uint16_t>(k);
+    }
+  };
+}
+
 // Casts and norms: the other kernels of an optimizer step.
 std::vector<Variant> OtherKernels() {
   Buffers& b = GetBuffers();
   return {
-      {"cast fp32->bf16", 6,
-       [&b](size_t i, size_t e) { CastFp32ToBf16(b.g + i, b.out + i, e - i); }},
-      {"cast bf16->fp32", 6,
-       [&b](size_t i, size_t e) { CastBf16ToFp32(b.g16 + i, b.widened + i, e - i); }},
-      {"cast fp32->fp16", 6,
-       [&b](size_t i, size_t e) { CastFp32ToFp16(b.g + i, b.out + i, e - i); }},
-      {"cast fp16->fp32", 6,
-       [&b](size_t i, size_t e) { CastFp16ToFp32(b.gh + i, b.widened + i, e - i); }},
-      {"norm fp32", 4,
+      {"cast fp32->bf16",
+       6,
+       [&b](size_t i, size_t e) { CastFp32ToBf16(b.g + i, b.out + i, e - i); },
+       {}},
+      {"cast bf16->fp32",
+       6,
+       [&b](size_t i, size_t e) { CastBf16ToFp32(b.g16 + i, b.widened + i, e - i); },
+       {}},
+      {"cast fp32->fp16",
+       6,
+       [&b](size_t i, size_t e) { CastFp32ToFp16(b.g + i, b.out + i, e - i); },
+       {}},
+      {"cast fp16->fp32",
+       6,
+       [&b](size_t i, size_t e) { CastFp16ToFp32(b.gh + i, b.widened + i, e - i); },
+       {}},
+      {"norm fp32",
+       4,
        [&b](size_t i, size_t e) {
          BlockSumSquaresFp32(b.g + i, e - i, b.block_sums + i / kNormBlock);
-       }},
-      {"norm bf16", 2,
+       },
+       {}},
+      {"norm bf16",
+       2,
        [&b](size_t i, size_t e) {
          BlockSumSquaresBf16(b.g16 + i, e - i, b.block_sums + i / kNormBlock);
-       }},
-      {"norm fp16", 2,
+       },
+       {}},
+      {"norm fp16",
+       2,
        [&b](size_t i, size_t e) {
          BlockSumSquaresFp16(b.gh + i, e - i, b.block_sums + i / kNormBlock);
-       }},
+       },
+       {}},
   };
 }
 
@@ -270,23 +326,28 @@ std::vector<Variant> Variants() {
   static const AdamConstants c = BenchConstants();
   return {
       {"adamw fp32", 28,
-       [&b](size_t i, size_t e) { AdamFp32(b.p + i, b.g + i, b.m + i, b.v + i, e - i, c); }},
+       [&b](size_t i, size_t e) { AdamFp32(b.p + i, b.g + i, b.m + i, b.v + i, e - i, c); },
+       StreamsWork<float>(b.g, nullptr)},
       {"adamw bf16-mixed fp32-grad", 30,
        [&b](size_t i, size_t e) {
          AdamMixedBf16(b.p + i, b.out + i, b.g + i, b.m + i, b.v + i, e - i, c);
-       }},
+       },
+       StreamsWork<float>(b.g, b.out)},
       {"adamw bf16-mixed bf16-grad", 28,
        [&b](size_t i, size_t e) {
          AdamMixedBf16GradBf16(b.p + i, b.out + i, b.g16 + i, b.m + i, b.v + i, e - i, c);
-       }},
+       },
+       StreamsWork<uint16_t>(b.g16, b.out)},
       {"adamw fp16-mixed fp32-grad", 30,
        [&b](size_t i, size_t e) {
          AdamMixedFp16(b.p + i, b.out + i, b.g + i, b.m + i, b.v + i, e - i, c);
-       }},
+       },
+       StreamsWork<float>(b.g, b.out)},
       {"adamw fp16-mixed fp16-grad", 28,
        [&b](size_t i, size_t e) {
          AdamMixedFp16GradFp16(b.p + i, b.out + i, b.gh + i, b.m + i, b.v + i, e - i, c);
-       }},
+       },
+       StreamsWork<uint16_t>(b.gh, b.out)},
   };
 }
 
@@ -330,7 +391,9 @@ struct PairedRow {
   int bytes_per_elem = 0;
   int threads = 0;
   Spread gbps, copy_gbps, rmw_gbps;
-  Spread vs_copy, vs_rmw;  // t_copy / t_kernel, t_rmw / t_kernel per round
+  Spread vs_copy, vs_rmw;    // t_copy / t_kernel, t_rmw / t_kernel per round
+  bool has_streams = false;  // the AdamW variants: the streams baseline too
+  Spread streams_gbps, vs_streams;
 };
 
 std::vector<PairedRow> MeasurePaired(int pairs) {
@@ -339,29 +402,37 @@ std::vector<PairedRow> MeasurePaired(int pairs) {
   for (Variant& v : OtherKernels()) kernels.push_back(std::move(v));
   std::vector<PairedRow> rows;
   std::printf(
-      "\nPaired (copy, RMW and kernel alternating, %d rounds, N = %zu, ISA path %s):\n"
-      "kernel GB/s / copy GB/s and / RMW GB/s of the same bytes (median [min, max])\n",
+      "\nPaired (copy, RMW, streams and kernel alternating, %d rounds, N = %zu, ISA path %s):\n"
+      "kernel GB/s / copy GB/s, / RMW GB/s and / streams GB/s of the same bytes (median [min, "
+      "max]);\nstreams: the update's own streams with trivial arithmetic (AdamW only)\n",
       pairs, b.n, IsaName(ActiveIsa()));
-  std::printf("%-28s %-9s %3s %8s %8s %8s %22s %22s\n", "kernel", "threads", "B/e", "GB/s", "copy",
-              "RMW", "vs copy", "vs RMW");
+  std::printf("%-28s %-9s %3s %8s %8s %8s %8s %22s %22s %22s\n", "kernel", "threads", "B/e", "GB/s",
+              "copy", "RMW", "streams", "vs copy", "vs RMW", "vs streams");
   for (const Variant& v : kernels) {
     const auto copy = CopyWork(v.bytes_per_elem);
     const auto rmw = RmwWork(v.bytes_per_elem);
+    const bool has_streams = static_cast<bool>(v.streams);
     const double bytes = static_cast<double>(v.bytes_per_elem) * static_cast<double>(b.n);
     for (int threads : {1, 2}) {
-      Seconds(threads, b.n, copy);  // warm all three
+      Seconds(threads, b.n, copy);  // warm them all
       Seconds(threads, b.n, rmw);
+      if (has_streams) Seconds(threads, b.n, v.streams);
       Seconds(threads, b.n, v.work);
-      std::vector<double> gbps, copy_gbps, rmw_gbps, vs_copy, vs_rmw;
+      std::vector<double> gbps, copy_gbps, rmw_gbps, streams_gbps, vs_copy, vs_rmw, vs_streams;
       for (int k = 0; k < pairs; ++k) {
         const double t_copy = Seconds(threads, b.n, copy);
         const double t_rmw = Seconds(threads, b.n, rmw);
+        const double t_streams = has_streams ? Seconds(threads, b.n, v.streams) : 0.0;
         const double t_kernel = Seconds(threads, b.n, v.work);
         gbps.push_back(bytes / t_kernel / 1e9);
         copy_gbps.push_back(bytes / t_copy / 1e9);
         rmw_gbps.push_back(bytes / t_rmw / 1e9);
         vs_copy.push_back(t_copy / t_kernel);  // same bytes: the bandwidth ratio
         vs_rmw.push_back(t_rmw / t_kernel);
+        if (has_streams) {
+          streams_gbps.push_back(bytes / t_streams / 1e9);
+          vs_streams.push_back(t_streams / t_kernel);
+        }
       }
       PairedRow row{v.name,
                     v.bytes_per_elem,
@@ -370,12 +441,27 @@ std::vector<PairedRow> MeasurePaired(int pairs) {
                     SpreadOf(copy_gbps),
                     SpreadOf(rmw_gbps),
                     SpreadOf(vs_copy),
-                    SpreadOf(vs_rmw)};
+                    SpreadOf(vs_rmw),
+                    false,
+                    {},
+                    {}};
+      char streams_cells[64];
+      std::snprintf(streams_cells, sizeof(streams_cells), "%8s %22s", "-", "-");
+      if (has_streams) {
+        row.has_streams = true;
+        row.streams_gbps = SpreadOf(streams_gbps);
+        row.vs_streams = SpreadOf(vs_streams);
+        std::snprintf(streams_cells, sizeof(streams_cells), "%8.2f %6.3f [%5.3f, %5.3f]",
+                      row.streams_gbps.median, row.vs_streams.median, row.vs_streams.min,
+                      row.vs_streams.max);
+      }
+      // The streams cells go last so the columns before them keep their
+      // places for the norms and casts.
       std::printf(
-          "%-28s %d thread%s %3d %8.2f %8.2f %8.2f %6.3f [%5.3f, %5.3f] %6.3f [%5.3f, %5.3f]\n",
+          "%-28s %d thread%s %3d %8.2f %8.2f %8.2f %6.3f [%5.3f, %5.3f] %6.3f [%5.3f, %5.3f] %s\n",
           v.name, threads, threads == 1 ? " " : "s", v.bytes_per_elem, row.gbps.median,
           row.copy_gbps.median, row.rmw_gbps.median, row.vs_copy.median, row.vs_copy.min,
-          row.vs_copy.max, row.vs_rmw.median, row.vs_rmw.min, row.vs_rmw.max);
+          row.vs_copy.max, row.vs_rmw.median, row.vs_rmw.min, row.vs_rmw.max, streams_cells);
       rows.push_back(row);
     }
   }
@@ -398,6 +484,11 @@ bool WriteJson(const std::string& path, int pairs, const std::vector<PairedRow>&
       {"rmw", "in-place x = 0.5x + 0.25 over bytes_per_elem/2 per element of floats"},
       {"vs_copy", "t_copy / t_kernel per round (copy, rmw, kernel alternating)"},
       {"vs_rmw", "t_rmw / t_kernel per round"},
+      {"streams",
+       "AdamW only: the update's own streams (gradient read; params, moments updated "
+       "in place; 16-bit params written) with trivial arithmetic: the roofline of the "
+       "same traffic"},
+      {"vs_streams", "t_streams / t_kernel per round"},
   };
   nlohmann::json out_rows = nlohmann::json::array();
   for (const PairedRow& r : rows) {
@@ -410,6 +501,10 @@ bool WriteJson(const std::string& path, int pairs, const std::vector<PairedRow>&
                         {"rmw_gbps", spread(r.rmw_gbps)},
                         {"vs_copy", spread(r.vs_copy)},
                         {"vs_rmw", spread(r.vs_rmw)}});
+    if (r.has_streams) {
+      out_rows.back()["streams_gbps"] = spread(r.streams_gbps);
+      out_rows.back()["vs_streams"] = spread(r.vs_streams);
+    }
   }
   j["results"] = out_rows;
   std::ofstream out(path);
