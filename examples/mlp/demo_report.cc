@@ -304,6 +304,8 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                static_cast<int>(r.baseline.clipped_steps),
                static_cast<int>(r.distributed.skipped_steps),
                static_cast<int>(r.baseline.skipped_steps));
+  std::fprintf(out, "  BLAS (the CPU's products, 1 thread per rank): %s\n",
+               BlasDescription().c_str());
   if (opts.precision == Precision::kFp16Mixed) {
     std::fprintf(out,
                  "  fp16 dynamic loss scaling: final loss scale %g vs %g, skipped steps %d vs %d "

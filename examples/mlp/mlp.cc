@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "examples/common/rng.h"
 #include "zeroshard/status.h"
+
+// OpenBLAS's own queries (not in every cblas.h).
+extern "C" char* openblas_get_config(void);
+extern "C" char* openblas_get_corename(void);
 
 namespace zeroshard {
 namespace mlp {
@@ -155,6 +160,17 @@ void DistributedSampler::Fill(int64_t step, int micro, float* x, float* y) const
   internal::NetworkForward(teacher_, cfg_.micro_batch, h, x, &teacher_state_);
   const std::vector<float>& out = teacher_state_.output();
   std::copy(out.begin(), out.end(), y);
+}
+
+std::string BlasDescription() {
+  std::string out = absl::StrCat(openblas_get_config(), ", core ", openblas_get_corename());
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if (forced != nullptr && *forced != '\0') {
+    absl::StrAppend(&out, " (OPENBLAS_CORETYPE=", forced, " in the environment)");
+  } else {
+    absl::StrAppend(&out, " (detected)");
+  }
+  return out;
 }
 
 }  // namespace mlp

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,6 +61,13 @@ std::vector<float> RandomParam(const MlpConfig& cfg, uint64_t seed, int unit, in
 // teacher and data seeds. Pass them to Engine::Start so that a rank started
 // with another --micro-batch or seed is refused by name.
 std::vector<TrainerSetting> TrainerSettings(const MlpConfig& cfg);
+
+// The BLAS the CPU trainer's products run on, for reports: OpenBLAS's build
+// string and core ("..., core Haswell"), and whether the environment chose
+// the core ("(OPENBLAS_CORETYPE=Haswell in the environment)") or OpenBLAS
+// detected the CPU ("(detected)"). The core picks the sgemm kernels: the
+// compute time and, within a process, the bits.
+std::string BlasDescription();
 
 // SetParam for every param of every unit with InitialParam. Call before
 // engine.Start(). Errors: the engine's (e.g. a ModelSpec that is not

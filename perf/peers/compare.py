@@ -58,10 +58,17 @@ def zeroshard_step(path):
     inputs, so the figure is never flattered by a slow producer elsewhere.
     """
     rows = parse_demo_times(path)
+    blas = None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"\s*BLAS \(.*?\): (.*)$", line)
+            if m:
+                blas = m.group(1).strip()
     return {
         "total_ms": max(r["total"] for r in rows),
         "less_input_ms": max(r["total"] - r["input_wait"] for r in rows),
         "per_rank": rows,
+        "blas": blas,  # None: an mlp_demo from before it printed its BLAS
     }
 
 
@@ -146,6 +153,7 @@ def compare_steps(raw):
             [max(p.get("cpu_per_wall", 0) for p in r["per_rank"]) or None for r in t])
         zl, tm = row["zeroshard_less_input_ms"], row["pytorch_median_ms"]
         row["ratio"] = zl / tm if zl and tm else None
+        row["blas"] = next((r["blas"] for r in z if r.get("blas")), None)
         if t:
             row["torch"] = t[0]["torch"]
             row["fused_adamw"] = t[0]["fused_adamw"]
@@ -227,6 +235,9 @@ def print_tables(steps, adam, meta):
                 r["ranks"], label, fmt(r["zeroshard_total_ms"]), fmt(r["zeroshard_less_input_ms"]),
                 fmt(r["pytorch_median_ms"]), fmt(r["pytorch_mean_all_ms"]),
                 fmt(r["pytorch_cpu_per_wall"]), fmt(r["ratio"], "%.3fx")))
+        blas = sorted({r["blas"] for r in steps if r.get("blas")})
+        if blas:
+            print("  zeroshard's BLAS: %s" % "; ".join(blas))
         print("  ratio = zs -input / pt step (the issue's bar: <= 0.8x against DDP); pt mean: "
               "PyTorch's mean over all steps,\n  warm-up included, like zeroshard's; pt cpu/w: "
               "PyTorch's process CPU time / wall time in the loop\n  (about 1: one busy thread "

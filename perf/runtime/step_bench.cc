@@ -341,6 +341,7 @@ void PrintTable(const BenchOptions& opts, const std::string& backend,
       opts.model.blocks, static_cast<int>(opts.model.hidden), static_cast<long long>(params),
       opts.model.micro_batch, PrecisionName(opts.precision), backend.c_str(), opts.warmup,
       opts.steps);
+  std::printf("BLAS: %s\n", mlp::BlasDescription().c_str());
   std::printf("%5s %5s %8s %8s %8s %8s %8s %8s %8s | %8s %9s %6s %10s | %9s %9s\n", "ranks",
               "stage", "compute", "exp.comm", "optim", "input", "eng.oth", "total", "hid.comm",
               "wall", "samples/s", "eff", "USD/epoch", "plan MiB", "peak MiB");
@@ -371,6 +372,7 @@ bool WriteJson(const BenchOptions& opts, const std::string& backend,
                 {"micro_batch", opts.model.micro_batch},
                 {"params", mlp::BuildModelSpec(opts.model).NumParams()}};
   j["precision"] = PrecisionName(opts.precision);
+  j["blas"] = mlp::BlasDescription();
   j["warmup"] = opts.warmup;
   j["steps"] = opts.steps;
   j["dataset_samples"] = opts.dataset_samples;
