@@ -427,8 +427,8 @@ int Run(const BenchOptions& opts) {
       "mlp_block_bench: %d blocks x hidden %lld, micro-batch %d, 1 BLAS thread; thread CPU ms "
       "per micro-batch (all blocks), median of %d rounds\n",
       cfg.blocks, static_cast<long long>(cfg.hidden), cfg.micro_batch, opts.rounds);
-  // OPENBLAS_CORETYPE (e.g. SkylakeX on an AVX-512 machine that this
-  // OpenBLAS does not recognise) chooses the kernels at load time.
+  // OPENBLAS_CORETYPE, when set (e.g. Haswell on an AVX-512 machine), chooses
+  // the kernels at load time instead of OpenBLAS's detection.
   std::printf("BLAS: %s, core %s; sgemm peak (%lld^3 NN, 1 thread): %.1f GFLOP/s\n\n",
               openblas_get_config(), openblas_get_corename(), static_cast<long long>(opts.peak_n),
               peak);
