@@ -122,6 +122,8 @@ TEST(EngineStepModelTest, RanksBoundToCpusUseOnlyThoseCores) {
   EXPECT_NEAR(one_cpu->cpu_work * 1e6, work_us, 1e-6);
   EXPECT_NEAR(one_cpu->total * 1e6, work_us, 1e-6);
   EXPECT_NEAR(one_cpu->contention * 1e6, kLoaderUs, 1e-6);
+  EXPECT_EQ(one_cpu->usable_cores, 1);
+  EXPECT_EQ(unbound->usable_cores, 2);
   // Bound to both cores (or more than the machine has) is not bound.
   auto two_cpus = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, 2);
   auto many_cpus = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, 64);
@@ -135,6 +137,7 @@ TEST(EngineStepModelTest, RanksBoundToCpusUseOnlyThoseCores) {
   ASSERT_TRUE(pair_unbound.ok() && pair_bound.ok());
   EXPECT_DOUBLE_EQ(pair_bound->total, pair_unbound->total);
   EXPECT_DOUBLE_EQ(pair_bound->contention, pair_unbound->contention);
+  EXPECT_EQ(pair_bound->usable_cores, 2);
 
   auto negative = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, -1);
   ASSERT_FALSE(negative.ok());

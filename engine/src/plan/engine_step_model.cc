@@ -171,9 +171,11 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
   // Ranks bound to CPUs can only use the cores they are bound to: one rank
   // bound to one core runs its loader and progress threads on the
   // trainer's core however many cores stand idle.
-  const double usable =
-      cpus_per_rank == 0 ? cores : std::min(cores, n * static_cast<double>(cpus_per_rank));
-  out.total = std::max(out.critical_path, n * out.cpu_work / usable);
+  out.usable_cores =
+      cpus_per_rank == 0
+          ? p.cores
+          : static_cast<int>(std::min<int64_t>(p.cores, int64_t{ranks} * int64_t{cpus_per_rank}));
+  out.total = std::max(out.critical_path, n * out.cpu_work / out.usable_cores);
   out.contention = out.total - out.critical_path;
   return out;
 }
