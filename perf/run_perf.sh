@@ -9,7 +9,9 @@
 #   machine.json              zeroshard calibrate: this machine's profile (sgemm,
 #                             GELU, copy, optimizer; local and mpi collectives)
 #   predicted_B_npN.json      zeroshard estimate --machine: the calibrated model's
-#                             step time for every stage, backend B, N ranks
+#                             step time for every stage, backend B, N ranks, given
+#                             the CPUs per rank the step run measured
+#                             (--cpus-per-rank; 0 when not bound)
 # then report.md, report.html and the SVG charts (perf/report/make_report.py)
 # and, when chromium is installed, a PNG of each chart (perf/report/screenshot.sh).
 #
@@ -140,8 +142,13 @@ backends=(local)
 [[ ${mpi} -eq 1 && ${smoke} -eq 0 ]] && backends+=(mpi)
 for backend in "${backends[@]}"; do
   for n in "${step_ranks[@]}"; do
+    # mpirun binds each rank to one core at np <= 2: the model gets the
+    # binding the step run measured (0 when its ranks could use every core).
+    cpus=$(python3 "${root}/perf/report/make_report.py" --dir "${out}" \
+      --cpus-per-rank "${backend}" "${n}")
     "${zeroshard}" estimate --machine "${out}/machine.json" --model mlp "${model_args[@]}" \
-      --gpus "${n}" --backend "${backend}" --json >"${out}/predicted_${backend}_np${n}.json"
+      --gpus "${n}" --backend "${backend}" --cpus-per-rank "${cpus}" --json \
+      >"${out}/predicted_${backend}_np${n}.json"
   done
 done
 

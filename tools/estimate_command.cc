@@ -57,7 +57,8 @@ const std::set<std::string>& ValueFlags() {
                                                                         "--model",
                                                                         "--hidden",
                                                                         "--blocks",
-                                                                        "--backend"};
+                                                                        "--backend",
+                                                                        "--cpus-per-rank"};
   return *flags;
 }
 
@@ -308,9 +309,11 @@ OUTPUT:
   --all                  list every candidate, not only the relevant ones
 CALIBRATED STEP TIME (an engine run on this machine; `zeroshard calibrate` writes PROFILE):
   --machine PROFILE --model mlp [--hidden H] [--blocks B] [--micro-batch M] [--gpus RANKS]
-                         [--stage S] [--backend local|mpi] [--json]
+                         [--stage S] [--backend local|mpi] [--cpus-per-rank K] [--json]
                          predicted ms per step of the example residual MLP (default 256 x 5,
                          micro-batch 16), by part, for each stage (or --stage S)
+  --cpus-per-rank K      CPUs each rank's threads may run on: 0 (default) not bound, all cores
+                         shared; mpirun binds a rank to 1 core at np <= 2 (--bind-to none: 0)
 
 Exit codes: 0 a configuration fits, 1 none fits, 2 bad input.
 )";

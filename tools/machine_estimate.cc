@@ -23,6 +23,7 @@ struct MachineRequest {
   int ranks = 1;
   std::vector<int> stages = {0, 1, 2, 3};
   std::string backend = "local";
+  int cpus_per_rank = 0;  // 0: not bound
   bool json = false;
 };
 
@@ -37,13 +38,14 @@ absl::StatusOr<int64_t> Int(const std::string& flag, const std::string& v, int64
 
 absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& flags) {
   static const std::set<std::string> kAllowed = {
-      "--machine",     "--model", "--hidden", "--blocks", "--backend",
-      "--micro-batch", "--gpus",  "--stage",  "--json",   "--precision"};
+      "--machine", "--model", "--hidden", "--blocks",        "--backend",  "--micro-batch",
+      "--gpus",    "--stage", "--json",   "--cpus-per-rank", "--precision"};
   for (const auto& [name, value] : flags) {
     if (!kAllowed.count(name)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s does not apply with --machine (the calibrated model of an engine run takes "
-          "--model mlp, --hidden, --blocks, --micro-batch, --gpus, --stage, --backend, --json)",
+          "--model mlp, --hidden, --blocks, --micro-batch, --gpus, --stage, --backend, "
+          "--cpus-per-rank, --json)",
           name));
     }
   }
@@ -90,6 +92,16 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
     }
     r.backend = *v;
   }
+  if (auto* v = get("--cpus-per-rank")) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(*v, &n) || n < 0 || n > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--cpus-per-rank: '%s' is not an integer in [0, %d] (0: the ranks are not bound to "
+          "CPUs; K: each rank's threads may run on K CPUs)",
+          *v, 1 << 20));
+    }
+    r.cpus_per_rank = static_cast<int>(n);
+  }
   r.json = get("--json") != nullptr;
   const std::string& path = flags.at("--machine");
   ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
@@ -126,8 +138,8 @@ int RunMachineEstimate(const std::map<std::string, std::string>& flags, std::ost
   }
   std::vector<EngineStepPrediction> predictions;
   for (int stage : r->stages) {
-    absl::StatusOr<EngineStepPrediction> p =
-        PredictMlpEngineStep(r->workload, stage, r->ranks, r->backend, r->profile);
+    absl::StatusOr<EngineStepPrediction> p = PredictMlpEngineStep(
+        r->workload, stage, r->ranks, r->backend, r->profile, r->cpus_per_rank);
     if (!p.ok()) {
       err << "zeroshard estimate: --machine " << flags.at("--machine") << ": "
           << p.status().message() << "\n";
@@ -142,10 +154,16 @@ int RunMachineEstimate(const std::map<std::string, std::string>& flags, std::ost
     j["schema"] = "zeroshard.step_prediction.v1";
     j["units"] = {{"time", "milliseconds per optimizer step"}};
     j["machine"] = {{"name", m.machine}, {"cpu", m.cpu}, {"cores", m.cores}, {"date", m.date}};
-    j["workload"] = {{"model", "mlp"},         {"hidden", w.hidden},
-                     {"blocks", w.blocks},     {"micro_batch", w.micro_batch},
-                     {"params", MlpParams(w)}, {"ranks", r->ranks},
-                     {"backend", r->backend},  {"precision", "fp32"}};
+    j["workload"] = {{"model", "mlp"},
+                     {"hidden", w.hidden},
+                     {"blocks", w.blocks},
+                     {"micro_batch", w.micro_batch},
+                     {"params", MlpParams(w)},
+                     {"ranks", r->ranks},
+                     {"backend", r->backend},
+                     {"cpus_per_rank", r->cpus_per_rank},
+                     {"usable_cores", predictions[0].usable_cores},
+                     {"precision", "fp32"}};
     nlohmann::json rows = nlohmann::json::array();
     for (size_t k = 0; k < predictions.size(); ++k) {
       rows.push_back({{"stage", r->stages[k]},
@@ -170,6 +188,11 @@ int RunMachineEstimate(const std::map<std::string, std::string>& flags, std::ost
       "AdamW, %d rank%s, backend %s\n",
       w.blocks, w.hidden, MlpParams(w), w.micro_batch, r->ranks, r->ranks == 1 ? "" : "s",
       r->backend);
+  out << (r->cpus_per_rank == 0
+              ? absl::StrFormat("cpus      not bound: the ranks' threads share all %d cores\n",
+                                m.cores)
+              : absl::StrFormat("cpus      %d per rank (bound): %d of %d cores usable\n",
+                                r->cpus_per_rank, predictions[0].usable_cores, m.cores));
   if (w.hidden != m.calibrated_hidden || w.micro_batch != m.calibrated_micro_batch) {
     out << absl::StrFormat(
         "note:     sgemm was calibrated at hidden %d, micro-batch %d; other shapes run at "
@@ -187,7 +210,7 @@ int RunMachineEstimate(const std::map<std::string, std::string>& flags, std::ost
                            p.loader * 1e3, p.contention * 1e3, p.total * 1e3);
   }
   out << "total = max(compute + optimizer + exposed, ranks x (compute + loader + optimizer + comm"
-         " x min(1, cores/ranks)) / cores); docs/estimator.md\n";
+         " x min(1, cores/ranks)) / usable cores); docs/estimator.md\n";
   return kExitOk;
 }
 

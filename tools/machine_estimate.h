@@ -10,12 +10,13 @@
 namespace zeroshard::tools {
 
 // The flags RunMachineEstimate reads besides estimate's own.
-inline constexpr const char* kMachineFlags[] = {"--machine", "--model", "--hidden", "--blocks",
-                                                "--backend"};
+inline constexpr const char* kMachineFlags[] = {"--machine", "--model",   "--hidden",
+                                                "--blocks",  "--backend", "--cpus-per-rank"};
 
 // Runs the estimate with parsed flags (name -> value; switches "1"):
 // --machine FILE --model mlp [--hidden H] [--blocks B] [--micro-batch M]
-// [--gpus N (ranks)] [--stage S|auto] [--backend local|mpi] [--json].
+// [--gpus N (ranks)] [--stage S|auto] [--backend local|mpi]
+// [--cpus-per-rank K (0: not bound)] [--json].
 // Returns the exit code: 0, or 2 with one line on `err` naming the flag or
 // the profile field.
 int RunMachineEstimate(const std::map<std::string, std::string>& flags, std::ostream& out,

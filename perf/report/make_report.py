@@ -2,6 +2,7 @@
 """Writes the `make perf` report: report.md, report.html and SVG charts.
 
 usage: make_report.py [--dir build/perf] [--check] [--expect LAYERS]
+       make_report.py [--dir build/perf] --cpus-per-rank BACKEND RANKS
 
 Reads what the perf layers wrote into DIR (each optional; a missing layer is
 named in the report):
@@ -16,6 +17,12 @@ screenshot check), step_split.svg, scaling.svg, collectives_<backend>.svg,
 kernels.svg. --check: exit 1 unless every SVG parses as XML and every layer
 of --expect (comma separated: step,collectives,kernels,model; default: at least
 one) was found and reported (the ctest smoke run uses it).
+
+--cpus-per-rank BACKEND RANKS prints, instead of writing the report, what
+run_perf.sh passes to `zeroshard estimate --cpus-per-rank` for that backend
+and rank count: the fewest CPUs a rank of its step run could use (step_bench's
+`cpus`), or 0 when every rank could use all machine.json's cores (not bound)
+or the step run did not record it.
 
 Python 3 standard library only.
 """
@@ -206,6 +213,17 @@ def step_runs(step_files):
     return sorted(runs, key=lambda r: (r["backend"], r["ranks"], r["stage"]))
 
 
+def measured_cpus_per_rank(step_files, backend, ranks, cores):
+    """The binding step_bench measured for (backend, ranks): the fewest CPUs a
+    rank could run on over its runs, as `estimate --cpus-per-rank` takes it
+    (0: not bound, every rank could use all `cores`, or not recorded)."""
+    cpus = [run["cpus"] for data in step_files if data.get("backend") == backend
+            for run in data["runs"] if run["ranks"] == ranks and run.get("cpus")]
+    if not cpus or not cores or min(cpus) >= cores:
+        return 0
+    return min(cpus)
+
+
 def chart_step_split(runs, parts, path):
     groups = []  # (backend, ranks) -> runs
     for r in runs:
@@ -291,7 +309,7 @@ def step_section(runs, parts, data0, out_dir, md):
         f"{data0['price_per_device_hour_usd']:.2f} USD per device-hour (a rank counts as a device).\n")
     md.append("![step split](step_split.svg)\n")
     md.append("![scaling efficiency](scaling.svg)\n")
-    head = ["backend", "ranks", "stage"] + [PART_LABELS.get(p, p) for p in parts] + [
+    head = ["backend", "ranks", "stage", "cpus"] + [PART_LABELS.get(p, p) for p in parts] + [
         "total", "hidden comm", "samples/s", "scaling eff.", "USD/epoch", "plan MiB", "peak MiB",
         "peak/plan"]
     md.append("| " + " | ".join(head) + " |")
@@ -299,15 +317,17 @@ def step_section(runs, parts, data0, out_dir, md):
     for r in runs:
         mem = r["memory"]
         eff = r.get("scaling_efficiency")
-        cells = [r["backend"], r["ranks"], r["stage"]]
+        cells = [r["backend"], r["ranks"], r["stage"], r.get("cpus", "-")]
         cells += [f"{r['parts_ms'].get(p, 0.0):.2f}" for p in parts]
         cells += [f"{r['total_ms']:.2f}", f"{r['hidden_comm_ms']:.2f}", f"{r['samples_per_s']:.0f}",
                   "-" if eff is None else f"{eff:.3f}", f"{r['cost_per_epoch_usd']:.4f}",
                   f"{mem['plan_bytes'] / 2**20:.2f}", f"{mem['ledger_peak_bytes'] / 2**20:.2f}",
                   f"{mem['ledger_peak_bytes'] / mem['plan_bytes']:.3f}" if mem["plan_bytes"] else "-"]
         md.append("| " + " | ".join(str(c) for c in cells) + " |")
-    md.append("\nTimes in ms per step. Memory per rank: the device ledger's peak (max over ranks) "
-              "against `PlanEngineBuffers`; the trainer's activations are in neither.\n")
+    md.append("\nTimes in ms per step. *cpus*: the fewest CPUs a rank could run on "
+              "(`sched_getaffinity`; mpirun binds a rank to one core at np <= 2). Memory per rank: "
+              "the device ledger's peak (max over ranks) against `PlanEngineBuffers`; the trainer's "
+              "activations are in neither.\n")
 
 
 
@@ -318,13 +338,14 @@ MODEL_LIMIT = 0.20  # the acceptance bound on |predicted - measured| / measured
 
 
 def model_rows(runs, predicted_files):
-    """(run, prediction ms dict) for every measured run with a prediction."""
+    """(run, prediction ms dict, the cpus per rank the model was given) for
+    every measured run with a prediction."""
     pred = {}
     for data in predicted_files:
         w = data["workload"]
         for p in data["predictions"]:
-            pred[(w["backend"], w["ranks"], p["stage"])] = p["ms"]
-    return [(r, pred[(r["backend"], r["ranks"], r["stage"])]) for r in runs
+            pred[(w["backend"], w["ranks"], p["stage"])] = (p["ms"], w.get("cpus_per_rank", 0))
+    return [(r,) + pred[(r["backend"], r["ranks"], r["stage"])] for r in runs
             if (r["backend"], r["ranks"], r["stage"]) in pred]
 
 
@@ -346,15 +367,17 @@ def model_section(rows, machine, out_dir, md):
         "*error* = (predicted - measured) / measured total; rows beyond "
         f"{MODEL_LIMIT:.0%} are flagged **over**. Measured parts: compute, exposed comm, "
         "optimizer, and the rest (input wait + engine other) beside the model's contention "
-        "(waiting for a core). Benchmarks on a shared machine are noisy: read the error "
+        "(waiting for a core). *cpus/rank*: the fewest CPUs a rank of the step run could use / "
+        "what the model was given (`--cpus-per-rank`; *all*: not bound, the ranks share every "
+        "core). Benchmarks on a shared machine are noisy: read the error "
         "with the neighbours' load in mind.\n")
-    head = ["backend", "ranks", "stage", "compute meas / pred", "exposed comm meas / pred",
+    head = ["backend", "ranks", "stage", "cpus/rank meas / model", "compute meas / pred", "exposed comm meas / pred",
             "optimizer meas / pred", "input+other meas / contention pred", "total meas",
             "total pred", "error", ""]
     md.append("| " + " | ".join(head) + " |")
     md.append("|" + "---|" * len(head))
     over = []
-    for r, p in rows:
+    for r, p, cpus in rows:
         parts = r["parts_ms"]
         rest = parts.get("input_wait", 0.0) + parts.get("engine_other", 0.0)
         err = (p["total"] - r["total_ms"]) / r["total_ms"] if r["total_ms"] > 0 else float("nan")
@@ -362,6 +385,7 @@ def model_section(rows, machine, out_dir, md):
         if flag:
             over.append(f"{r['backend']} {r['ranks']} ranks stage {r['stage']} ({err:+.0%})")
         cells = [r["backend"], r["ranks"], r["stage"],
+                 f"{r.get('cpus', '-')} / {cpus or 'all'}",
                  f"{parts.get('compute', 0.0):.2f} / {p['compute']:.2f}",
                  f"{parts.get('exposed_comm', 0.0):.2f} / {p['exposed_comm']:.2f}",
                  f"{parts.get('optimizer', 0.0):.2f} / {p['optimizer']:.2f}",
@@ -377,9 +401,10 @@ def model_section(rows, machine, out_dir, md):
 def write_model_json(rows, summary, out_dir):
     data = {"limit": MODEL_LIMIT, "summary": summary, "rows": [
         {"backend": r["backend"], "ranks": r["ranks"], "stage": r["stage"],
+         "measured_cpus": r.get("cpus"), "model_cpus_per_rank": cpus,
          "measured_ms": dict(r["parts_ms"], total=r["total_ms"]), "predicted_ms": p,
          "error": (p["total"] - r["total_ms"]) / r["total_ms"] if r["total_ms"] > 0 else None}
-        for r, p in rows]}
+        for r, p, cpus in rows]}
     with open(os.path.join(out_dir, "model_vs_measured.json"), "w") as f:
         json.dump(data, f, indent=1)
 
@@ -591,8 +616,19 @@ def main():
     parser.add_argument("--dir", default="build/perf", help="where the JSON files are and the report goes")
     parser.add_argument("--check", action="store_true", help="validate what was written")
     parser.add_argument("--expect", default="", help="layers --check requires: step,collectives,kernels")
+    parser.add_argument("--cpus-per-rank", nargs=2, metavar=("BACKEND", "RANKS"),
+                        help="print the binding the step run measured for `estimate --cpus-per-rank` "
+                             "(0: not bound) and write nothing")
     args = parser.parse_args()
     out_dir = args.dir
+    if args.cpus_per_rank:
+        backend, ranks = args.cpus_per_rank[0], int(args.cpus_per_rank[1])
+        machine_path = os.path.join(out_dir, "machine.json")
+        machine = load(machine_path) if os.path.exists(machine_path) else None
+        step_files = [d for d in (load(p) for p in sorted(
+            glob.glob(os.path.join(out_dir, "step_*.json")))) if d]
+        print(measured_cpus_per_rank(step_files, backend, ranks, (machine or {}).get("cores", 0)))
+        return 0
     md = ["# zeroshard performance report\n",
           "Written by `make perf` (docs/perf.md says how to read it). Ratios come from one run; "
           "on a shared machine absolute speeds vary from run to run, ratios measured in the same "

@@ -17,13 +17,18 @@
 //  - memory: the device ledger's peak (MemoryLedger::peak_total) against
 //    PlanEngineBuffers' total for the same model, TrainSpec and world (what
 //    the engine promises to allocate; the trainer's activations are its own
-//    and in neither).
+//    and in neither);
+//  - the CPUs it may run on (sched_getaffinity): mpirun binds each rank to
+//    one core at np <= 2, and the rank's loader and progress threads share
+//    it (`zeroshard estimate --cpus-per-rank` takes the fewest over ranks).
 // Reported: parts as the mean over ranks; samples/s = samples per step
 // (ranks x micro-batch: weak scaling, a fixed batch per rank) x steps / the
 // slowest rank's wall time; scaling efficiency = samples/s on N ranks /
 // (N x samples/s on 1 rank) of the same stage (needs 1 in --ranks; with mpi
 // the report pairs files of different worlds); cost per epoch = epoch hours
 // (--dataset-samples / samples/s) x N devices x --price-per-device-hour.
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -217,6 +222,7 @@ enum Extra : int {
   kLedgerCurrent,
   kPlanBytes,
   kFinalLoss,
+  kCpus,  // CPUs this rank may run on
   kRowSize
 };
 
@@ -225,6 +231,14 @@ struct RunResult {
   int stage = 0;
   std::vector<std::vector<double>> per_rank;  // [rank][column]
 };
+
+// The CPUs the calling thread may run on (a thread rank's are its
+// process's unless someone pinned it); 0 when the call fails.
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+}
 
 TrainSpec MakeTrainSpec(const BenchOptions& opts, int stage) {
   TrainSpec train;
@@ -272,6 +286,7 @@ absl::StatusOr<RunResult> RunStage(const BenchOptions& opts, int stage, Communic
   row[kLedgerCurrent] = static_cast<double>(engine->ledger().current_total());
   row[kPlanBytes] = static_cast<double>(plan.total_bytes());
   row[kFinalLoss] = loss;
+  row[kCpus] = AffinityCpus();
   std::vector<double> all(static_cast<size_t>(kRowSize) * comm.size());
   ZS_RETURN_IF_ERROR(comm.AllGatherSync(row.data(), all.data(), kRowSize, DType::kFloat64));
   RunResult result;
@@ -312,6 +327,12 @@ double Max(const RunResult& r, int column) {
   return m;
 }
 
+double Min(const RunResult& r, int column) {
+  double m = r.per_rank.empty() ? 0 : r.per_rank[0][column];
+  for (const auto& row : r.per_rank) m = std::min(m, row[column]);
+  return m;
+}
+
 // The derived figures of one run.
 struct Derived {
   double samples_per_step = 0, samples_per_s = 0, efficiency = -1, epoch_hours = 0, cost = 0;
@@ -342,22 +363,23 @@ void PrintTable(const BenchOptions& opts, const std::string& backend,
       opts.model.micro_batch, PrecisionName(opts.precision), backend.c_str(), opts.warmup,
       opts.steps);
   std::printf("BLAS: %s\n", mlp::BlasDescription().c_str());
-  std::printf("%5s %5s %8s %8s %8s %8s %8s %8s %8s | %8s %9s %6s %10s | %9s %9s\n", "ranks",
-              "stage", "compute", "exp.comm", "optim", "input", "eng.oth", "total", "hid.comm",
-              "wall", "samples/s", "eff", "USD/epoch", "plan MiB", "peak MiB");
+  std::printf("%5s %5s %4s %8s %8s %8s %8s %8s %8s %8s | %8s %9s %6s %10s | %9s %9s\n", "ranks",
+              "stage", "cpus", "compute", "exp.comm", "optim", "input", "eng.oth", "total",
+              "hid.comm", "wall", "samples/s", "eff", "USD/epoch", "plan MiB", "peak MiB");
   for (const RunResult& r : results) {
     const Derived d = Derive(opts, r, results);
     std::printf(
-        "%5d %5d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %8.2f %9.1f %6s %10.4f | %9.2f "
+        "%5d %5d %4d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %8.2f %9.1f %6s %10.4f | %9.2f "
         "%9.2f\n",
-        r.ranks, r.stage, Mean(r, 0), Mean(r, 1), Mean(r, 2), Mean(r, 3), Mean(r, 4),
-        Mean(r, kTotalColumn), Mean(r, kHiddenColumn), Max(r, kWallMs), d.samples_per_s,
-        d.efficiency < 0 ? "-" : absl::StrFormat("%.3f", d.efficiency).c_str(), d.cost,
-        Max(r, kPlanBytes) / 1048576.0, Max(r, kLedgerPeak) / 1048576.0);
+        r.ranks, r.stage, static_cast<int>(Min(r, kCpus)), Mean(r, 0), Mean(r, 1), Mean(r, 2),
+        Mean(r, 3), Mean(r, 4), Mean(r, kTotalColumn), Mean(r, kHiddenColumn), Max(r, kWallMs),
+        d.samples_per_s, d.efficiency < 0 ? "-" : absl::StrFormat("%.3f", d.efficiency).c_str(),
+        d.cost, Max(r, kPlanBytes) / 1048576.0, Max(r, kLedgerPeak) / 1048576.0);
   }
   std::printf(
-      "eff: samples/s / (ranks x samples/s of 1 rank, same stage); cost: %.0f samples per epoch "
-      "at %.2f USD per device-hour\n",
+      "cpus: the fewest CPUs a rank may run on (sched_getaffinity); eff: samples/s / (ranks x "
+      "samples/s of 1 rank, same stage); cost: %.0f samples per epoch at %.2f USD per "
+      "device-hour\n",
       opts.dataset_samples, opts.price_per_device_hour);
 }
 
@@ -388,6 +410,9 @@ bool WriteJson(const BenchOptions& opts, const std::string& backend,
       {"scaling_efficiency", "samples_per_s / (ranks x samples_per_s of 1 rank, same stage)"},
       {"cost_per_epoch_usd", "dataset_samples / samples_per_s / 3600 x ranks x price"},
       {"memory", "ledger peak_total per rank (max over ranks) vs PlanEngineBuffers total"},
+      {"cpus",
+       "CPUs a rank may run on (sched_getaffinity: CPU_COUNT), per rank; the run's is the "
+       "fewest over ranks"},
   };
   nlohmann::json runs = nlohmann::json::array();
   for (const RunResult& r : results) {
@@ -400,11 +425,13 @@ bool WriteJson(const BenchOptions& opts, const std::string& backend,
       for (int c = 0; c < kNumStepColumns; ++c) one[kPartNames[c]] = row[c];
       one["wall_ms"] = row[kWallMs];
       one["ledger_peak_bytes"] = row[kLedgerPeak];
+      one["cpus"] = static_cast<int>(row[kCpus]);
       per_rank.push_back(one);
     }
     runs.push_back(
         {{"ranks", r.ranks},
          {"stage", r.stage},
+         {"cpus", static_cast<int>(Min(r, kCpus))},
          {"parts_ms", parts},
          {"total_ms", Mean(r, kTotalColumn)},
          {"hidden_comm_ms", Mean(r, kHiddenColumn)},

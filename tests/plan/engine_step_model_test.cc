@@ -107,6 +107,46 @@ TEST(EngineStepModelTest, MoreRanksThanCoresShareThem) {
   EXPECT_NEAR(p->total, 4 * work / 2, 1e-12);
 }
 
+// mpirun binds each rank to one core at np <= 2: one rank's loader then
+// shares the trainer's core though the machine has two.
+TEST(EngineStepModelTest, RanksBoundToCpusUseOnlyThoseCores) {
+  const MachineProfile m = RoundProfile();  // 2 cores
+  const double critical_us = kComputeUs + 66.304;
+  const double work_us = critical_us + kLoaderUs;  // 2871.808: above the path, below twice it
+  auto unbound = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, 0);
+  ASSERT_TRUE(unbound.ok()) << unbound.status();
+  EXPECT_NEAR(unbound->total * 1e6, critical_us, 1e-6);
+  auto one_cpu = PredictMlpEngineStep(kWorkload, 0, 1, "mpi", m, 1);
+  ASSERT_TRUE(one_cpu.ok()) << one_cpu.status();
+  EXPECT_NEAR(one_cpu->critical_path * 1e6, critical_us, 1e-6);
+  EXPECT_NEAR(one_cpu->cpu_work * 1e6, work_us, 1e-6);
+  EXPECT_NEAR(one_cpu->total * 1e6, work_us, 1e-6);
+  EXPECT_NEAR(one_cpu->contention * 1e6, kLoaderUs, 1e-6);
+  EXPECT_EQ(one_cpu->usable_cores, 1);
+  EXPECT_EQ(unbound->usable_cores, 2);
+  // Bound to both cores (or more than the machine has) is not bound.
+  auto two_cpus = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, 2);
+  auto many_cpus = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, 64);
+  ASSERT_TRUE(two_cpus.ok() && many_cpus.ok());
+  EXPECT_DOUBLE_EQ(two_cpus->total, unbound->total);
+  EXPECT_DOUBLE_EQ(many_cpus->total, unbound->total);
+
+  // Two ranks, one core each, on two cores: the same cores as unbound.
+  auto pair_unbound = PredictMlpEngineStep(kWorkload, 3, 2, "local", m, 0);
+  auto pair_bound = PredictMlpEngineStep(kWorkload, 3, 2, "local", m, 1);
+  ASSERT_TRUE(pair_unbound.ok() && pair_bound.ok());
+  EXPECT_DOUBLE_EQ(pair_bound->total, pair_unbound->total);
+  EXPECT_DOUBLE_EQ(pair_bound->contention, pair_unbound->contention);
+  EXPECT_EQ(pair_bound->usable_cores, 2);
+
+  auto negative = PredictMlpEngineStep(kWorkload, 0, 1, "local", m, -1);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(negative.status().message(), "cpus per rank -1 outside [0, 2^20]"))
+      << negative.status();
+  EXPECT_FALSE(PredictMlpEngineStep(kWorkload, 0, 1, "local", m, (1 << 20) + 1).ok());
+}
+
 TEST(EngineStepModelTest, MissingCollectivesNameTheCalibrateCommand) {
   auto p = PredictMlpEngineStep(kWorkload, 1, 4, "mpi", RoundProfile());
   ASSERT_FALSE(p.ok());

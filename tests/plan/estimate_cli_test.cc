@@ -351,6 +351,44 @@ TEST(CalibrateCliTest, WritesAProfileThatEstimateMachineReads) {
       << b.err;
 }
 
+// --cpus-per-rank: a rank bound to one of the 2 cores runs its loader on
+// the trainer's core. testdata/machine-2-cores.json is engine_step_model_test's
+// round profile, so the figures are its hand-computed ones (hidden 64, 2
+// blocks, micro-batch 4, stage 0, one rank): critical path 2.332928 ms, CPU
+// work 2.871808 ms.
+TEST(CalibrateCliTest, CpusPerRankBindsTheModelsRanks) {
+  const std::string base = "estimate --machine " + TestData("machine-2-cores.json") +
+                           " --model mlp --hidden 64 --blocks 2 --micro-batch 4 --stage 0 --json";
+  const Result unbound = RunCli(base);
+  ASSERT_EQ(unbound.exit_code, 0) << unbound.err;
+  const nlohmann::json u = nlohmann::json::parse(unbound.out);
+  EXPECT_EQ(u["workload"]["cpus_per_rank"], 0);
+  EXPECT_EQ(u["workload"]["usable_cores"], 2);
+  EXPECT_NEAR(u["predictions"][0]["ms"]["total"].get<double>(), 2.332928, 1e-9);
+
+  const Result bound = RunCli(base + " --cpus-per-rank 1");
+  ASSERT_EQ(bound.exit_code, 0) << bound.err;
+  const nlohmann::json b = nlohmann::json::parse(bound.out);
+  EXPECT_EQ(b["workload"]["cpus_per_rank"], 1);
+  EXPECT_EQ(b["workload"]["usable_cores"], 1);
+  EXPECT_NEAR(b["predictions"][0]["ms"]["total"].get<double>(), 2.871808, 1e-9);
+
+  const Result table = RunCli("estimate --machine " + TestData("machine-2-cores.json") +
+                              " --model mlp --gpus 2 --cpus-per-rank=1");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(absl::StrContains(table.out, "cpus      1 per rank (bound): 2 of 2 cores usable"))
+      << table.out;
+
+  const Result negative = RunCli(base + " --cpus-per-rank -1");
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(negative.err, "--cpus-per-rank: '-1' is not an integer in [0, "))
+      << negative.err;
+  const Result no_machine = RunCli("estimate --preset gpt2 --cpus-per-rank 1");
+  EXPECT_EQ(no_machine.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(no_machine.err, "--cpus-per-rank needs --machine"))
+      << no_machine.err;
+}
+
 TEST(CalibrateCliTest, BadArgumentsAreOneLine) {
   const Result r = RunCli("calibrate --backend carrier-pigeon");
   EXPECT_EQ(r.exit_code, 2);

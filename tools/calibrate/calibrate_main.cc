@@ -294,7 +294,12 @@ int RunMpi(const Options& o, MachineProfile p) {
   int code = kExitOk;
   if (root) {
     PrintFit(*c);
-    DescribeMachine(&p);  // the date becomes this measurement's
+    // The date becomes this measurement's; the cores stay the compute
+    // calibration's: under mpirun this rank's affinity is mpirun's binding
+    // (one core at np <= 2), not the machine's.
+    const int cores = p.cores;
+    DescribeMachine(&p);
+    p.cores = cores;
     p.collectives["mpi"][n] = *c;
     const absl::Status s = WriteProfile(o.out, p);
     code = s.ok() ? kExitOk : Fail(s, kExitBadInput);

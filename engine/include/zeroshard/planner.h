@@ -307,7 +307,8 @@ struct EngineStepPrediction {
   double critical_path = 0;  // compute + optimizer + exposed_comm
   double cpu_work = 0;       // CPU seconds one rank's threads need per step
   double contention = 0;     // total - critical_path: waiting for a core
-  double total = 0;          // max(critical_path, ranks x cpu_work / cores)
+  double total = 0;          // max(critical_path, ranks x cpu_work / usable_cores)
+  int usable_cores = 0;      // the cores the ranks' threads share (see below)
   double flops = 0;          // the trainer's matrix-product FLOPs per step
   int collectives = 0;       // collectives per step (the two small ones included)
   double comm_bytes = 0;     // nccl-tests bytes of those collectives per step
@@ -328,13 +329,20 @@ struct EngineStepPrediction {
 //                max(0, the rest - compute)
 //   total      = max(compute + optimizer + exposed,
 //                    ranks x (compute + loader + optimizer
-//                             + comm x min(1, cores / ranks)) / cores)
-// InvalidArgument for a workload, stage or rank count out of range, and
-// NotFound when the profile has no collectives for (backend, ranks),
-// naming the calibrate command that adds them.
+//                             + comm x min(1, cores / ranks)) / usable)
+// where `usable` (EngineStepPrediction::usable_cores) is the CPUs the
+// ranks' threads may run on: profile.cores when `cpus_per_rank` is 0 (not
+// bound: every rank's trainer, loader and progress threads share all the
+// cores), else min(profile.cores, ranks x cpus_per_rank) (each rank bound
+// to that many CPUs, as mpirun binds a rank to one core at np <= 2).
+// InvalidArgument for a workload, stage, rank
+// count or cpus_per_rank (below 0 or above 2^20) out of range, and NotFound
+// when the profile has no collectives for (backend, ranks), naming the
+// calibrate command that adds them.
 absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& workload, int stage,
                                                           int ranks, absl::string_view backend,
-                                                          const MachineProfile& profile);
+                                                          const MachineProfile& profile,
+                                                          int cpus_per_rank = 0);
 
 }  // namespace zeroshard
 

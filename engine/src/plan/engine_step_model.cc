@@ -71,7 +71,8 @@ double Seconds(const TrainerWork& t, const MachineProfile& p) {
 
 absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, int stage,
                                                           int ranks, absl::string_view backend,
-                                                          const MachineProfile& p) {
+                                                          const MachineProfile& p,
+                                                          int cpus_per_rank) {
   if (w.hidden < 1 || w.hidden > (1 << 16) || w.blocks < 1 || w.blocks > kMaxUnits ||
       w.micro_batch < 1 || w.micro_batch > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -83,6 +84,12 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
   }
   if (ranks < 1 || ranks > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat("ranks %d outside [1, 2^20]", ranks));
+  }
+  if (cpus_per_rank < 0 || cpus_per_rank > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cpus per rank %d outside [0, 2^20]; give 0 when the ranks are not bound to CPUs, or "
+        "the CPUs each rank may run on (mpirun binds a rank to 1 core at np <= 2)",
+        cpus_per_rank));
   }
   if (p.cores < 1 || !(p.sgemm_flops_per_s > 0) || !(p.copy_bytes_per_s > 0) ||
       !(p.gelu_s_per_element > 0) || !(p.gelu_grad_s_per_element > 0) ||
@@ -161,7 +168,14 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
   const double n = static_cast<double>(ranks);
   out.cpu_work =
       out.compute + out.loader + out.optimizer + out.comm_total * std::min(1.0, cores / n);
-  out.total = std::max(out.critical_path, n * out.cpu_work / cores);
+  // Ranks bound to CPUs can only use the cores they are bound to: one rank
+  // bound to one core runs its loader and progress threads on the
+  // trainer's core however many cores stand idle.
+  out.usable_cores =
+      cpus_per_rank == 0
+          ? p.cores
+          : static_cast<int>(std::min<int64_t>(p.cores, int64_t{ranks} * int64_t{cpus_per_rank}));
+  out.total = std::max(out.critical_path, n * out.cpu_work / out.usable_cores);
   out.contention = out.total - out.critical_path;
   return out;
 }
