@@ -4,7 +4,9 @@
 // their rank, and every rank exits non-zero when any rank failed.
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -60,6 +62,41 @@ std::unique_ptr<TestWorld> MakeWorld(const WorldParam& param) {
 uint64_t BaseSeed() { return g_seed; }
 
 INSTANTIATE_TEST_SUITE_P(Mpi, CommSuite, ::testing::Values(WorldParam{"mpi", 0}), WorldName);
+
+#ifdef OPEN_MPI
+// The value Open MPI runs with for one of its control variables (MPI_T).
+uint64_t OpenMpiControlVariable(const char* name) {
+  int provided = 0;
+  // MULTIPLE: Open MPI 4.1 takes MPI_T's level as MPI_Query_thread's answer.
+  EXPECT_EQ(MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided), MPI_SUCCESS);
+  int index = -1;
+  EXPECT_EQ(MPI_T_cvar_get_index(name, &index), MPI_SUCCESS) << name;
+  MPI_T_cvar_handle handle;
+  int count = 0;
+  EXPECT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS) << name;
+  EXPECT_EQ(count, 1) << name;
+  uint64_t value = 0;  // wide enough for Open MPI's int and size_t variables
+  EXPECT_EQ(MPI_T_cvar_read(handle, &value), MPI_SUCCESS) << name;
+  MPI_T_cvar_handle_free(&handle);
+  MPI_T_finalize();
+  return value;
+}
+
+// CreateMpiCommunicator initialised MPI (main below) with the engine's
+// transport defaults: 256 KiB fragments, 64 in flight. ctest sets none of
+// these variables itself, so each must be the engine's value.
+TEST(MpiTransportDefaults, OpenMpiRunsWithTheEnginesFragmentSizes) {
+  for (const char* name :
+       {"OMPI_MCA_btl_vader_max_send_size", "OMPI_MCA_pml_ob1_send_pipeline_depth"}) {
+    ASSERT_NE(std::getenv(name), nullptr) << name << " was not set before MPI_Init";
+  }
+  EXPECT_EQ(OpenMpiControlVariable("pml_ob1_send_pipeline_depth") & 0xffffffffu, 64u);
+  EXPECT_EQ(OpenMpiControlVariable("pml_ob1_recv_pipeline_depth") & 0xffffffffu, 64u);
+  const uint64_t send = OpenMpiControlVariable("btl_vader_max_send_size");
+  // size_t (8 bytes) or a 4-byte integer type: either way 262144 in the low bits.
+  EXPECT_TRUE(send == 262144u || (send & 0xffffffffu) == 262144u) << send;
+}
+#endif
 
 }  // namespace testing_comm
 }  // namespace zeroshard

@@ -111,6 +111,46 @@ absl::Status MpiError(const std::string& where, const char* call, int code) {
       absl::StrFormat("%s: %s failed: %s (MPI error %d)", where, call, MpiErrorString(code), code));
 }
 
+namespace {
+
+// Open MPI's shared-memory transport (vader) and point-to-point layer (ob1)
+// as this engine uses them: one progress thread per rank that makes MPI
+// progress only inside its own MPI_Testsome, and that shares its core with
+// the trainer (mpirun binds a rank to one core at np <= 2). Open MPI's
+// defaults move a large message as 32 KiB fragments, at most 3 in flight per
+// send, each step needing a poll on both sides: under a busy trainer a poll
+// comes once per scheduler slice, so an 8 MiB reduction took many slices.
+// 256 KiB fragments (in a 16 MiB segment per peer) and 64 in flight let a
+// message move in a few polls: on 2 bound processes of the example MLP
+// (hidden 512, 8 blocks; step_bench, 3 alternating runs) the exposed
+// communication of stages 0, 1 and 2 fell from 11.7 / 9.0 / 13.6% of the
+// step to 10.0 / 7.1 / 10.7% (docs/perf.md). Applied only where unset: mpirun's --mca flags and
+// OMPI_MCA_* in the environment win; ZS_MPI_TRANSPORT_DEFAULTS=0 leaves
+// Open MPI's own defaults.
+struct TransportDefault {
+  const char* name;
+  const char* value;
+};
+constexpr TransportDefault kOpenMpiTransportDefaults[] = {
+    {"OMPI_MCA_btl_vader_max_send_size", "262144"},
+    {"OMPI_MCA_btl_vader_segment_size", "16777216"},
+    {"OMPI_MCA_pml_ob1_send_pipeline_depth", "64"},
+    {"OMPI_MCA_pml_ob1_recv_pipeline_depth", "64"},
+};
+
+// Before MPI_Init, which reads OMPI_MCA_* from the environment.
+void ApplyOpenMpiTransportDefaults() {
+#ifdef OPEN_MPI
+  const char* off = std::getenv("ZS_MPI_TRANSPORT_DEFAULTS");
+  if (off != nullptr && std::string(off) == "0") return;
+  for (const TransportDefault& d : kOpenMpiTransportDefaults) {
+    setenv(d.name, d.value, /*overwrite=*/0);
+  }
+#endif
+}
+
+}  // namespace
+
 absl::Status EnsureMpiInitialized() {
   std::lock_guard<std::mutex> lock(MpiInitMutex());
   int initialized = 0;
@@ -124,6 +164,7 @@ absl::Status EnsureMpiInitialized() {
   }
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
+    ApplyOpenMpiTransportDefaults();
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return MpiError("CreateMpiCommunicator", "MPI_Init_thread", rc);
     g_we_initialized = true;
