@@ -258,26 +258,42 @@ std::function<void(size_t, size_t)> RmwWork(int bytes_per_elem) {
 // its gradient of type G read, params and moments updated in place, the
 // 16-bit params written when `out` is set. Converges to fixed points, so the
 // values stay normal whatever the pass count.
-template <class G>
-std::function<void(size_t, size_t)> StreamsWork(const G* grad, uint16_t* out) {
+// One pass of the streams baseline over [i, e). Built for AVX-512 and AVX2
+// as well as the baseline ISA (picked at load time), so that, like the
+// kernels, it is not held back by 4-wide SSE arithmetic: it must be bound by
+// memory to be a roofline. out == nullptr: no 16-bit params (fp32 AdamW).
+#define ZS_STREAMS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+ZS_STREAMS_CLONES void StreamsPassF32(const float* __restrict grad, float* __restrict p,
+                                      float* __restrict m, float* __restrict v,
+                                      uint16_t* __restrict out, size_t i, size_t e) {
+  for (size_t k = i; k < e; ++k) {
+    const float g = grad[k];
+    p[k] = 0.5f * p[k] + 0.25f * g;
+    m[k] = 0.5f * m[k] + 0.25f * g;
+    v[k] = 0.5f * v[k] + 0.25f * g * g;
+    if (out != nullptr) out[k] = static_cast<uint16_t>(k);
+  }
+}
+ZS_STREAMS_CLONES void StreamsPassU16(const uint16_t* __restrict grad, float* __restrict p,
+                                      float* __restrict m, float* __restrict v,
+                                      uint16_t* __restrict out, size_t i, size_t e) {
+  for (size_t k = i; k < e; ++k) {
+    const float g = static_cast<float>(grad[k]) * (1.0f / 65536.0f);  // any cheap widening
+    p[k] = 0.5f * p[k] + 0.25f * g;
+    m[k] = 0.5f * m[k] + 0.25f * g;
+    v[k] = 0.5f * v[k] + 0.25f * g * g;
+    out[k] = static_cast<uint16_t>(k);
+  }
+}
+#undef ZS_STREAMS_CLONES
+
+std::function<void(size_t, size_t)> StreamsWork(const float* grad, uint16_t* out) {
   Buffers& b = GetBuffers();
-  return [&b, grad, out](size_t i, size_t e) {
-    float* __restrict p = b.sp;
-    float* __restrict m = b.sm;
-    float* __restrict v = b.sv;
-    for (size_t k = i; k < e; ++k) {
-      float g;
-      if constexpr (sizeof(G) == sizeof(float)) {
-        g = grad[k];
-      } else {
-        g = static_cast<float>(grad[k]) * (1.0f / 65536.0f);  // any cheap widening
-      }
-      p[k] = 0.5f * p[k] + 0.25f * g;
-      m[k] = 0.5f * m[k] + 0.25f * g;
-      v[k] = 0.5f * v[k] + 0.25f * g * g;
-      if (out != nullptr) out[k] = static_cast<uint16_t>(k);
-    }
-  };
+  return [&b, grad, out](size_t i, size_t e) { StreamsPassF32(grad, b.sp, b.sm, b.sv, out, i, e); };
+}
+std::function<void(size_t, size_t)> StreamsWork(const uint16_t* grad, uint16_t* out) {
+  Buffers& b = GetBuffers();
+  return [&b, grad, out](size_t i, size_t e) { StreamsPassU16(grad, b.sp, b.sm, b.sv, out, i, e); };
 }
 
 // Casts and norms: the other kernels of an optimizer step.
@@ -327,27 +343,27 @@ std::vector<Variant> Variants() {
   return {
       {"adamw fp32", 28,
        [&b](size_t i, size_t e) { AdamFp32(b.p + i, b.g + i, b.m + i, b.v + i, e - i, c); },
-       StreamsWork<float>(b.g, nullptr)},
+       StreamsWork(b.g, nullptr)},
       {"adamw bf16-mixed fp32-grad", 30,
        [&b](size_t i, size_t e) {
          AdamMixedBf16(b.p + i, b.out + i, b.g + i, b.m + i, b.v + i, e - i, c);
        },
-       StreamsWork<float>(b.g, b.out)},
+       StreamsWork(b.g, b.out)},
       {"adamw bf16-mixed bf16-grad", 28,
        [&b](size_t i, size_t e) {
          AdamMixedBf16GradBf16(b.p + i, b.out + i, b.g16 + i, b.m + i, b.v + i, e - i, c);
        },
-       StreamsWork<uint16_t>(b.g16, b.out)},
+       StreamsWork(b.g16, b.out)},
       {"adamw fp16-mixed fp32-grad", 30,
        [&b](size_t i, size_t e) {
          AdamMixedFp16(b.p + i, b.out + i, b.g + i, b.m + i, b.v + i, e - i, c);
        },
-       StreamsWork<float>(b.g, b.out)},
+       StreamsWork(b.g, b.out)},
       {"adamw fp16-mixed fp16-grad", 28,
        [&b](size_t i, size_t e) {
          AdamMixedFp16GradFp16(b.p + i, b.out + i, b.gh + i, b.m + i, b.v + i, e - i, c);
        },
-       StreamsWork<uint16_t>(b.gh, b.out)},
+       StreamsWork(b.gh, b.out)},
   };
 }
 

@@ -500,12 +500,13 @@ def chart_kernels(data, path):
     row_h, panel_w = 30, 330
     height = 110 + len(kernels) * row_h + 40
     svg = Svg(230 + len(threads) * (panel_w + 40), height,
-              "Kernels: GB/s against a copy and an in-place RMW of the same bytes (median)")
-    x_max = max(max(r["gbps"]["median"], r["copy_gbps"]["median"], r["rmw_gbps"]["median"])
-                for r in rows) * 1.05
-    ticks = nice_ticks(x_max)
+              "Kernels: GB/s against a copy, an in-place RMW and (AdamW) its own streams, "
+              "same bytes (median)")
     series = [("kernel", "gbps", "#0072B2"), ("copy", "copy_gbps", "#999999"),
-              ("RMW in place", "rmw_gbps", "#E69F00")]
+              ("RMW in place", "rmw_gbps", "#E69F00"),
+              ("streams (AdamW)", "streams_gbps", "#009E73")]
+    x_max = max(r[key]["median"] for r in rows for _, key, _ in series if key in r) * 1.05
+    ticks = nice_ticks(x_max)
     for i, t in enumerate(threads):
         left = 220 + i * (panel_w + 40)
         top = 60
@@ -525,10 +526,11 @@ def chart_kernels(data, path):
             if r is None:
                 continue
             for s, (_, key, colour) in enumerate(series):
-                svg.rect(left, y + s * 8, panel_w * r[key]["median"] / ticks[-1], 7, colour)
+                if key in r:  # streams: the AdamW variants only
+                    svg.rect(left, y + s * 6, panel_w * r[key]["median"] / ticks[-1], 5, colour)
         svg.line(left, top, left, top + len(kernels) * row_h)
     svg.legend(220, height - 12, [(label, colour, "box") for label, _, colour in series],
-               columns=3, col_width=160)
+               columns=4, col_width=175)
     svg.save(path)
 
 
