@@ -186,6 +186,19 @@ void PrintTimes(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
     total += r.distributed.step_ms[i][kTotalMs];
   }
   if (!r.baseline.step_ms.empty()) print_row("baseline", r.baseline.step_ms[0]);
+  // The slowest rank's medians (perf/peers sets the second against PyTorch's
+  // median step, whose data are made outside its timed step).
+  double median_total = 0.0, median_less_input = 0.0;
+  for (const std::vector<double>& ms : r.distributed.step_ms) {
+    if (ms.size() < kNumTimeColumns) continue;
+    median_total = std::max(median_total, ms[kMedianTotalMs]);
+    median_less_input = std::max(median_less_input, ms[kMedianLessInputMs]);
+  }
+  std::fprintf(
+      out,
+      "  distributed run, median step after %d warm-up steps, slowest rank: total %.2f ms, "
+      "less input wait %.2f ms\n",
+      kTimingWarmupSteps, median_total, median_less_input);
   if (r.grid.pp > 1 && total > 0) {
     // 1F1B with equal stages idles (p - 1) / (m + p - 1) of a step.
     const int m = r.grid.tp * r.grid.pp * opts.accum;

@@ -28,8 +28,16 @@ enum TimeColumn : int {
   kPipelineBubbleMs,  // waiting for a neighbouring pipeline stage (--pp)
   kTotalMs,
   kHiddenCommMs,  // not part of the split: collectives' run time not waited for
+  // Not means: the median over the steps after kTimingWarmupSteps of the
+  // step's total and of total - input wait (how perf/peers times PyTorch).
+  kMedianTotalMs,
+  kMedianLessInputMs,
   kNumTimeColumns
 };
+
+// Steps left out of the medians above (the first step allocates and
+// touches the optimizer state; perf/peers' PyTorch runs skip as many).
+inline constexpr int kTimingWarmupSteps = 3;
 
 // One rank's ledger: current bytes per MemoryCategory, then the ledger's
 // current_model_states().

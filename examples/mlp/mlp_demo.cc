@@ -129,9 +129,28 @@ absl::Status GatherLedger(Communicator& comm, Device& device, RunResult* out) {
   return absl::OkStatus();
 }
 
+// Each step's total and total - input wait, ms, as Engine::Stats().last
+// gives them after the step.
+struct StepSeries {
+  std::vector<double> total, less_input;
+  void Add(const StepTimes& t) {
+    total.push_back(absl::ToDoubleMilliseconds(t.total));
+    less_input.push_back(absl::ToDoubleMilliseconds(t.total - t.input_wait));
+  }
+  // The median after the warm-up steps (of all steps when there are no more).
+  static double Median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    if (static_cast<int>(v.size()) > kTimingWarmupSteps)
+      v.erase(v.begin(), v.begin() + kTimingWarmupSteps);
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
+};
+
 // Collects every rank's time split (ms per step, TimeColumn order) on rank 0.
 absl::Status GatherTimes(Communicator& comm, Device& device, const EngineStats& stats,
-                         RunResult* out) {
+                         const StepSeries& series, RunResult* out) {
   const double steps = std::max<int64_t>(1, stats.steps);
   const double row[kNumTimeColumns] = {
       absl::ToDoubleMilliseconds(stats.totals.compute) / steps,
@@ -141,7 +160,9 @@ absl::Status GatherTimes(Communicator& comm, Device& device, const EngineStats& 
       absl::ToDoubleMilliseconds(stats.totals.engine_other) / steps,
       absl::ToDoubleMilliseconds(stats.totals.pipeline_bubble) / steps,
       absl::ToDoubleMilliseconds(stats.totals.total) / steps,
-      absl::ToDoubleMilliseconds(stats.totals.hidden_comm) / steps};
+      absl::ToDoubleMilliseconds(stats.totals.hidden_comm) / steps,
+      StepSeries::Median(series.total),
+      StepSeries::Median(series.less_input)};
   std::vector<double> all(static_cast<size_t>(kNumTimeColumns) * comm.size());
   ZS_RETURN_IF_ERROR(
       AllGatherHost(comm, device, row, all.data(), kNumTimeColumns, DType::kFloat64));
@@ -235,11 +256,13 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   }
   ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(opts.model)));
   const int64_t first = engine->steps();
+  StepSeries series;
   ProgressBar bar(label, opts.steps);
   CheckpointOptions save_options;
   save_options.keep_last = opts.keep_last;
   for (int64_t s = first; s < opts.steps; ++s) {
     ZS_ASSIGN_OR_RETURN(const double loss, trainer.train_step());
+    series.Add(engine->Stats().last);
     if (checkpointed && opts.save_every > 0 && engine->steps() % opts.save_every == 0) {
       ZS_RETURN_IF_ERROR(engine->Save(opts.checkpoint_dir,
                                       TrainerState(opts.model, engine->steps()), save_options));
@@ -268,7 +291,7 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
     out->final_loss_scale = stats.loss_scale;
     out->prefetch_active = stats.prefetch_active;
   }
-  return GatherTimes(comm, *device, stats, out);
+  return GatherTimes(comm, *device, stats, series, out);
 }
 
 // One rank of a dp x tp x pp run (GridMlpTrainer); world rank 0 fills
@@ -290,9 +313,11 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridMlpTrainer> trainer,
                       GridMlpTrainer::Create(opts.model, *engine, *grid));
   ZS_RETURN_IF_ERROR(engine->Start(TrainerSettings(opts.model)));
+  StepSeries series;
   ProgressBar bar(label, opts.steps);
   for (int64_t s = 0; s < opts.steps; ++s) {
     ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
+    series.Add(engine->Stats().last);
     if (!lead) continue;
     out->losses.push_back(loss);
     if (trainer->last_step().clip_coef < 1.0) ++out->clipped_steps;
@@ -309,7 +334,7 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
     out->final_loss_scale = stats.loss_scale;
     out->prefetch_active = stats.prefetch_active;
   }
-  return GatherTimes(world, *device, stats, out);
+  return GatherTimes(world, *device, stats, series, out);
 }
 
 // A stage-0 engine on the same ranks, created only to read what it allocates.

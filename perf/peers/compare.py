@@ -59,16 +59,24 @@ def zeroshard_step(path):
     """
     rows = parse_demo_times(path)
     blas = None
+    median_less_input = None  # an mlp_demo from before it printed medians
     with open(path) as f:
         for line in f:
             m = re.match(r"\s*BLAS \(.*?\): (.*)$", line)
             if m:
                 blas = m.group(1).strip()
+            m = re.match(r"\s*distributed run, median step after \d+ warm-up steps, slowest "
+                         r"rank: total ([0-9.]+) ms, less input wait ([0-9.]+) ms", line)
+            if m:
+                median_less_input = float(m.group(2))
     return {
         "total_ms": max(r["total"] for r in rows),
         "less_input_ms": max(r["total"] - r["input_wait"] for r in rows),
         "per_rank": rows,
         "blas": blas,  # None: an mlp_demo from before it printed its BLAS
+        # The median step less input wait after the warm-up steps, slowest
+        # rank: timed as PyTorch's side is.
+        "median_less_input_ms": median_less_input,
     }
 
 
@@ -153,6 +161,9 @@ def compare_steps(raw):
             [max(p.get("cpu_per_wall", 0) for p in r["per_rank"]) or None for r in t])
         zl, tm = row["zeroshard_less_input_ms"], row["pytorch_median_ms"]
         row["ratio"] = zl / tm if zl and tm else None
+        row["zeroshard_median_less_input_ms"] = median([r["median_less_input_ms"] for r in z])
+        zm = row["zeroshard_median_less_input_ms"]
+        row["ratio_median"] = zm / tm if zm and tm else None
         row["blas"] = next((r["blas"] for r in z if r.get("blas")), None)
         if t:
             row["torch"] = t[0]["torch"]
@@ -226,18 +237,22 @@ def print_tables(steps, adam, meta):
               "slowest rank; data made\noutside PyTorch's timed step, so it is set against "
               "zeroshard's step less input wait)"
               % (meta.get("repeats", "?"), meta.get("warmup", "?")))
-        print("  %-5s %-38s %9s %10s %9s %9s %8s %8s" % (
-            "ranks", "zeroshard vs PyTorch", "zs total", "zs -input", "pt step", "pt mean",
-            "pt cpu/w", "ratio"))
+        print("  %-5s %-38s %9s %10s %9s %9s %9s %8s %8s %9s" % (
+            "ranks", "zeroshard vs PyTorch", "zs total", "zs -input", "zs med", "pt step",
+            "pt mean", "pt cpu/w", "ratio", "ratio med"))
         for r in steps:
             label = "stage %d vs %s" % (r["zeroshard_stage"], LABEL_OF_OPTIM[r["pytorch"]])
-            print("  %-5d %-38s %9s %10s %9s %9s %8s %8s" % (
+            print("  %-5d %-38s %9s %10s %9s %9s %9s %8s %8s %9s" % (
                 r["ranks"], label, fmt(r["zeroshard_total_ms"]), fmt(r["zeroshard_less_input_ms"]),
-                fmt(r["pytorch_median_ms"]), fmt(r["pytorch_mean_all_ms"]),
-                fmt(r["pytorch_cpu_per_wall"]), fmt(r["ratio"], "%.3fx")))
+                fmt(r.get("zeroshard_median_less_input_ms")), fmt(r["pytorch_median_ms"]),
+                fmt(r["pytorch_mean_all_ms"]), fmt(r["pytorch_cpu_per_wall"]),
+                fmt(r["ratio"], "%.3fx"), fmt(r.get("ratio_median"), "%.3fx")))
         blas = sorted({r["blas"] for r in steps if r.get("blas")})
         if blas:
             print("  zeroshard's BLAS: %s" % "; ".join(blas))
+        print("  zs med: zeroshard's median step less input wait after the warm-up steps, "
+              "slowest rank (timed as PyTorch's pt step);\n  ratio med = zs med / pt step, "
+              "like for like; ratio uses zeroshard's mean over all steps, warm-up included")
         print("  ratio = zs -input / pt step (the issue's bar: <= 0.8x against DDP); pt mean: "
               "PyTorch's mean over all steps,\n  warm-up included, like zeroshard's; pt cpu/w: "
               "PyTorch's process CPU time / wall time in the loop\n  (about 1: one busy thread "
