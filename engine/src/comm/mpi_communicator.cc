@@ -1,16 +1,6 @@
-// The `mpi` backend: one rank per process over a dup of MPI_COMM_WORLD.
-//
-// Every collective is built from nonblocking point-to-point messages polled
-// against the deadline, so a timeout can say which peers' messages never
-// came. Each collective starts with a small all-to-all of descriptors (kind,
-// count, dtype, root, sequence number): it checks that all ranks issued the
-// same collective and doubles as the barrier. All MPI calls are made from the
-// progress thread (or before it starts / after it stops), so MPI needs only
-// MPI_THREAD_SERIALIZED; with less than MULTIPLE a process-wide mutex keeps
-// several communicators from calling MPI at the same time. Creation, MPI
-// initialisation and AbortJob live in mpi_runtime.cc; Send and Recv, which
-// run beside the collectives on a communicator and thread of their own, in
-// mpi_point_to_point.cc.
+// The `mpi` backend's collectives (mpi_communicator.h says how they work).
+#include "engine/src/comm/mpi_communicator.h"
+
 #include <mpi.h>
 #include <sched.h>
 
@@ -43,7 +33,6 @@
 namespace zeroshard {
 namespace internal {
 namespace {
-
 // Reduce-scatter moves at most this many bytes per peer per round, which
 // bounds the scratch memory to (size() - 1) * kChunkBytes.
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
@@ -51,134 +40,48 @@ constexpr int64_t kChunkBytes = int64_t{4} << 20;
 // tag, which MPI delivers in order.
 constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 
-using Descriptor = CollectiveDescriptor;
-
 // How often a rank that waits checks whether the peers it waits for still
 // exist. OpenMPI's launcher ends the job 1 s after a process dies (SIGCONT,
 // then SIGTERM a second later); 20 ms leaves the survivors ample time to say
 // which rank died first.
 constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
 
-// Which part of a collective a set of requests belongs to (for errors).
-enum class Phase { kDescriptors, kData };
+}  // namespace
 
-class MpiCommunicator final : public AsyncCommunicator {
- public:
-  MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int size, int64_t tag_space,
-                  uint64_t instance, std::vector<ProcessIdentity> processes, CommOptions options,
-                  std::string group_name)
-      : AsyncCommunicator(rank, size, options),
-        comm_(comm),
-        instance_(instance),
-        processes_(std::move(processes)) {
-    int tag_bits = 0;
-    while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
-    seq_bits_ = std::min(tag_bits, 20);
-    instance_bits_ = tag_bits - seq_bits_;
-    SetGroupName(std::move(group_name));
-    p2p_ = std::make_unique<MpiPointToPoint>(p2p_comm, rank, processes_, options.timeout,
-                                             ErrorPrefix(),
-                                             [this](CommOpState& op, absl::Status result) {
-                                               FinishPointToPoint(op, std::move(result));
-                                             });
-    StartProgressThread();
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int size,
+                                 int64_t tag_space, uint64_t instance,
+                                 std::vector<ProcessIdentity> processes, CommOptions options,
+                                 std::string group_name)
+    : AsyncCommunicator(rank, size, options),
+      comm_(comm),
+      instance_(instance),
+      processes_(std::move(processes)) {
+  int tag_bits = 0;
+  while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
+  seq_bits_ = std::min(tag_bits, 20);
+  instance_bits_ = tag_bits - seq_bits_;
+  SetGroupName(std::move(group_name));
+  p2p_ = std::make_unique<MpiPointToPoint>(
+      p2p_comm, rank, processes_, options.timeout, ErrorPrefix(),
+      [this](CommOpState& op, absl::Status result) { FinishPointToPoint(op, std::move(result)); });
+  StartProgressThread();
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  Shutdown();
+  p2p_.reset();
+  if (receives_in_limbo_) {
+    // MPI may still write into them: keep them for the life of the process
+    // (which, after a communicator failure, should end soon: AbortJob).
+    static auto* graveyard = new std::vector<std::vector<char>>();
+    static auto* descriptor_graveyard = new std::vector<std::vector<Descriptor>>();
+    std::lock_guard<std::mutex> lock(MpiInitMutex());
+    graveyard->push_back(std::move(scratch_));
+    descriptor_graveyard->push_back(std::move(peer_descriptors_));
   }
-
-  ~MpiCommunicator() override {
-    Shutdown();
-    p2p_.reset();
-    if (receives_in_limbo_) {
-      // MPI may still write into them: keep them for the life of the process
-      // (which, after a communicator failure, should end soon: AbortJob).
-      static auto* graveyard = new std::vector<std::vector<char>>();
-      static auto* descriptor_graveyard = new std::vector<std::vector<Descriptor>>();
-      std::lock_guard<std::mutex> lock(MpiInitMutex());
-      graveyard->push_back(std::move(scratch_));
-      descriptor_graveyard->push_back(std::move(peer_descriptors_));
-    }
-    MpiCallLock lock;
-    MPI_Comm_free(&comm_);
-  }
-
-  std::string backend() const override { return "mpi"; }
-  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
-
- protected:
-  void StartPointToPoint(const PointToPointArgs& args,
-                         std::shared_ptr<CommOpState> state) override {
-    p2p_->Post(args, std::move(state));
-  }
-  absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
-  void RequestAbort() override { abort_.store(true); }
-
- private:
-  // Outstanding nonblocking requests of one step, with their peer.
-  struct Requests {
-    std::vector<MPI_Request> handles;
-    std::vector<int> peers;
-    std::vector<bool> is_recv;
-  };
-
-  // The low bits of a tag are the collective's sequence number, the high bits
-  // (when MPI allows tags that large) the communicator instance. After a
-  // timeout, messages of the abandoned communicator may still arrive and MPI
-  // may give its context id to the next communicator; distinct tags keep them
-  // from ever matching that communicator's receives.
-  int Tag(const CollectiveArgs& args) const {
-    const uint64_t seq_part = args.seq & ((uint64_t{1} << seq_bits_) - 1);
-    const uint64_t instance_part = instance_ & ((uint64_t{1} << instance_bits_) - 1);
-    return static_cast<int>((instance_part << seq_bits_) | seq_part);
-  }
-  std::string Where(const CollectiveArgs& args) const {
-    return absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));
-  }
-
-  absl::Status PostSend(Requests& requests, const void* data, int64_t bytes, int peer, int tag,
-                        const CollectiveArgs& args);
-  absl::Status PostRecv(Requests& requests, void* data, int64_t bytes, int peer, int tag,
-                        const CollectiveArgs& args);
-  absl::Status Post(Requests& requests, void* data, int64_t bytes, int peer, int tag,
-                    const CollectiveArgs& args, bool is_recv);
-  // Polls until every request completed, the deadline passed or the
-  // communicator is being destroyed. On failure cancels what is left.
-  absl::Status Complete(Requests& requests, const CollectiveArgs& args, absl::Time deadline,
-                        Phase phase);
-  // Gives up on the requests still open without blocking (see the body).
-  void Abandon(Requests& requests);
-
-  absl::Status ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline);
-  // Reduce-scatter over blocks: block p is [offset(p), offset(p)+length(p))
-  // elements of `send`; the sum of block rank() goes to `out`.
-  absl::Status ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
-                                   const std::vector<int64_t>& offsets,
-                                   const std::vector<int64_t>& lengths, char* out,
-                                   absl::Time deadline);
-  // All-gather over blocks: `mine` (length(rank()) elements) goes to block
-  // rank() of `recv` on every rank.
-  absl::Status AllGatherBlocks(const CollectiveArgs& args, const char* mine, char* recv,
-                               const std::vector<int64_t>& offsets,
-                               const std::vector<int64_t>& lengths, absl::Time deadline);
-
-  // "rank 2 (pid 4242 on node7)".
-  std::string DescribeRank(int peer) const;
-  // The first of `peers` whose process is gone, or -1.
-  int FindDeadPeer(const std::set<int>& peers) const;
-
-  MPI_Comm comm_;
-  const uint64_t instance_;
-  // Every rank's process, in rank order (exchanged at creation).
-  const std::vector<ProcessIdentity> processes_;
-  int seq_bits_ = 0;
-  int instance_bits_ = 0;
-  std::atomic<bool> abort_{false};
-  std::vector<char> scratch_;                 // reduce-scatter chunks from peers
-  std::vector<Descriptor> peer_descriptors_;  // the descriptor exchange's receive buffer
-  // A receive could not be cancelled (a transfer from a stopped or dead peer
-  // was under way): MPI may still write into its buffer, so the buffers this
-  // communicator owns must outlive it.
-  bool receives_in_limbo_ = false;
-  std::unique_ptr<MpiPointToPoint> p2p_;
-};
+  MpiCallLock lock;
+  MPI_Comm_free(&comm_);
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Split(int color, int key) {
   // The agreement is one of this communicator's collectives (timeouts name
@@ -555,8 +458,6 @@ absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Ti
   }
   return absl::InternalError(absl::StrFormat("%s: unknown collective kind", Where(args)));
 }
-
-}  // namespace
 
 std::unique_ptr<Communicator> NewMpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank,
                                                  int size, int64_t tag_space, uint64_t instance,
