@@ -166,6 +166,7 @@ absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes
     requests.handles.push_back(request);
     requests.peers.push_back(peer);
     requests.is_recv.push_back(is_recv);
+    requests.ops.push_back(&args);
     done += n;
   } while (done < bytes);
   return absl::OkStatus();
@@ -205,6 +206,14 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       (requests.is_recv[i] ? missing_from : not_taken_by)->insert(requests.peers[i]);
     }
   };
+  // The collective the first open request belongs to: in a batch, the one
+  // whose peer is late (the rank that never issued it, for descriptors).
+  auto open_op = [&]() -> const CollectiveArgs& {
+    for (int i = 0; i < n; ++i) {
+      if (requests.handles[i] != MPI_REQUEST_NULL) return *requests.ops[i];
+    }
+    return args;
+  };
   while (remaining > 0) {
     int completed = 0;
     int rc;
@@ -233,22 +242,24 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       pending_peers(&peers, &peers);
       const int dead = FindDeadPeer(peers);
       if (dead >= 0) {
+        const std::string what = DescribeCollective(open_op());
         Abandon(requests);
-        return absl::AbortedError(absl::StrFormat(
-            "%s: %s failed: %s %s; the job cannot continue", ErrorPrefix(),
-            DescribeCollective(args), DescribeRank(dead), DescribeState(ProcessState::kGone)));
+        return absl::AbortedError(absl::StrFormat("%s: %s failed: %s %s; the job cannot continue",
+                                                  ErrorPrefix(), what, DescribeRank(dead),
+                                                  DescribeState(ProcessState::kGone)));
       }
     }
     if (aborted || now >= deadline) {
       std::set<int> missing_from;
       std::set<int> not_taken_by;
       pending_peers(&missing_from, &not_taken_by);
+      const CollectiveArgs& late = open_op();
       Abandon(requests);
       const std::set<int>& waited = missing_from.empty() ? not_taken_by : missing_from;
       const std::string waiting_for = absl::StrJoin(waited, ", ");
       if (aborted) {
         return absl::CancelledError(absl::StrFormat(
-            "%s failed: the communicator was destroyed while waiting for rank(s) %s", Where(args),
+            "%s failed: the communicator was destroyed while waiting for rank(s) %s", Where(late),
             waiting_for));
       }
       std::string why;
@@ -271,7 +282,7 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       return absl::DeadlineExceededError(
           absl::StrFormat("%s: timed out after %s in %s waiting for rank(s) %s; %s: %s",
                           ErrorPrefix(), absl::FormatDuration(options().timeout),
-                          DescribeCollective(args), waiting_for, why, absl::StrJoin(states, "; ")));
+                          DescribeCollective(late), waiting_for, why, absl::StrJoin(states, "; ")));
     }
     // Spin politely first (MPI progresses only inside our Test calls), then
     // back off so a rank that waits for a late peer does not burn a core.
@@ -284,47 +295,49 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
   return absl::OkStatus();
 }
 
-absl::Status MpiCommunicator::ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline) {
+absl::StatusOr<int> MpiCommunicator::ExchangeDescriptors(absl::Span<const CollectiveArgs> offered,
+                                                         absl::Time deadline) {
+  const CollectiveArgs& first = offered[0];
   const int world = size();
-  const Descriptor mine = ToDescriptor(args, instance_);
-  std::vector<Descriptor>& theirs = peer_descriptors_;
-  theirs.assign(world, Descriptor{});
+  // Every rank's offer in one buffer, this rank's included, as AgreeOnBatch
+  // reads them. Sized before any receive is posted: it must not move.
+  std::vector<Descriptor>& all = peer_descriptors_;
+  all.assign(static_cast<size_t>(world) * kBatchSlots, Descriptor{});
+  Descriptor* mine = all.data() + static_cast<size_t>(rank()) * kBatchSlots;
+  PackBatchOffer(offered, mine, instance_);
+  // A rank receives room for a whole offer but sends only its header and
+  // the descriptors it offers (MPI takes a shorter message into a larger
+  // receive); AgreeOnBatch reads no slot beyond a header's count.
+  const int64_t room = sizeof(Descriptor) * kBatchSlots;
+  const int64_t bytes = sizeof(Descriptor) * (1 + std::min<int64_t>(offered.size(), kMaxBatchOps));
   Requests requests;
-  const int tag = Tag(args);
-  for (int p = 0; p < world; ++p) {
+  const int tag = Tag(first);
+  absl::Status posted;
+  for (int p = 0; p < world && posted.ok(); ++p) {
     if (p == rank()) continue;
-    ZS_RETURN_IF_ERROR(PostRecv(requests, &theirs[p], sizeof(Descriptor), p, tag, args));
+    posted =
+        PostRecv(requests, all.data() + static_cast<size_t>(p) * kBatchSlots, room, p, tag, first);
   }
-  for (int p = 0; p < world; ++p) {
+  for (int p = 0; p < world && posted.ok(); ++p) {
     if (p == rank()) continue;
-    absl::Status posted = PostSend(requests, &mine, sizeof(Descriptor), p, tag, args);
-    if (!posted.ok()) {
-      Abandon(requests);
-      return posted;
-    }
+    posted = PostSend(requests, mine, bytes, p, tag, first);
   }
-  ZS_RETURN_IF_ERROR(Complete(requests, args, deadline, Phase::kDescriptors));
+  if (!posted.ok()) {
+    Abandon(requests);
+    return posted;
+  }
+  ZS_RETURN_IF_ERROR(Complete(requests, first, deadline, Phase::kDescriptors));
   for (int p = 0; p < world; ++p) {
     if (p == rank()) continue;
-    if (static_cast<uint64_t>(theirs[p].instance) != instance_) {
+    const int64_t theirs = all[static_cast<size_t>(p) * kBatchSlots].instance;
+    if (static_cast<uint64_t>(theirs) != instance_) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: rank %d answered from its communicator #%d but this is communicator #%d; every "
           "rank must create (and use) its MPI communicators in the same order",
-          Where(args), p, theirs[p].instance, instance_));
-    }
-    const CollectiveArgs other = FromDescriptor(theirs[p]);
-    std::string diff = DescribeMismatch(args, other);
-    if (diff.empty() && other.seq != args.seq) {
-      diff = absl::StrFormat("sequence number %d vs %d", args.seq, other.seq);
-    }
-    if (!diff.empty()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: %s does not match rank %d's collective #%d, %s (%s); every rank must issue the "
-          "same collectives in the same order",
-          ErrorPrefix(), DescribeCollective(args), p, other.seq, DescribeCollective(other), diff));
+          Where(first), p, theirs, instance_));
     }
   }
-  return absl::OkStatus();
+  return AgreeOnBatch(all.data(), world, rank(), offered, ErrorPrefix());
 }
 
 absl::Status MpiCommunicator::ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
@@ -399,7 +412,11 @@ absl::Status MpiCommunicator::AllGatherBlocks(const CollectiveArgs& args, const 
 }
 
 absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Time deadline) {
-  ZS_RETURN_IF_ERROR(ExchangeDescriptors(args, deadline));
+  ZS_RETURN_IF_ERROR(ExchangeDescriptors(absl::MakeConstSpan(&args, 1), deadline).status());
+  return MoveData(args, deadline);
+}
+
+absl::Status MpiCommunicator::MoveData(const CollectiveArgs& args, absl::Time deadline) {
   const int world = size();
   std::vector<int64_t> offsets(world);
   std::vector<int64_t> lengths(world);

@@ -12,6 +12,15 @@
 // run beside the collectives on a communicator and thread of their own, in
 // mpi_point_to_point.cc. Only the backend's own files include this header;
 // everyone else makes one with CreateMpiCommunicator (NewMpiCommunicator).
+//
+// Small collectives issued back to back run as batches (collective_batch.h,
+// mpi_collective_batch.cc): one descriptor exchange for up to kMaxBatchOps
+// of them, then one round of messages for all their reduce-scatter parts,
+// all-gathers and broadcasts, the sums, and one round for the all-gather
+// halves of the all-reduces. So that every rank can take any rank's offer,
+// the descriptor exchange always carries a batch offer (a header, then a
+// descriptor per collective offered; each receive has room for a whole
+// batch), for a collective that runs alone too.
 #ifndef ZEROSHARD_ENGINE_SRC_COMM_MPI_COMMUNICATOR_H_
 #define ZEROSHARD_ENGINE_SRC_COMM_MPI_COMMUNICATOR_H_
 
@@ -28,7 +37,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/src/comm/async_communicator.h"
+#include "engine/src/comm/collective_batch.h"
 #include "engine/src/comm/comm_op.h"
 #include "engine/src/comm/mpi_point_to_point.h"
 #include "engine/src/comm/process_probe.h"
@@ -55,6 +66,11 @@ class MpiCommunicator final : public AsyncCommunicator {
     p2p_->Post(args, std::move(state));
   }
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
+  int max_batch() const override { return kMaxBatchOps; }
+  // One descriptor exchange for the offer, then the agreed collectives'
+  // data in two rounds (MoveBatch); mpi_collective_batch.cc.
+  absl::StatusOr<int> RunBatch(absl::Span<const CollectiveArgs> offered,
+                               absl::Time deadline) override;
   void RequestAbort() override { abort_.store(true); }
 
  private:
@@ -62,11 +78,13 @@ class MpiCommunicator final : public AsyncCommunicator {
   enum class Phase { kDescriptors, kData };
   using Descriptor = CollectiveDescriptor;
 
-  // Outstanding nonblocking requests of one step, with their peer.
+  // Outstanding nonblocking requests of one step, with their peer and the
+  // collective they belong to (a batch's requests belong to several).
   struct Requests {
     std::vector<MPI_Request> handles;
     std::vector<int> peers;
     std::vector<bool> is_recv;
+    std::vector<const CollectiveArgs*> ops;
   };
 
   // The low bits of a tag are the collective's sequence number, the high bits
@@ -87,16 +105,33 @@ class MpiCommunicator final : public AsyncCommunicator {
                         const CollectiveArgs& args);
   absl::Status PostRecv(Requests& requests, void* data, int64_t bytes, int peer, int tag,
                         const CollectiveArgs& args);
+  // `args` must outlive `requests` (errors name it).
   absl::Status Post(Requests& requests, void* data, int64_t bytes, int peer, int tag,
                     const CollectiveArgs& args, bool is_recv);
   // Polls until every request completed, the deadline passed or the
-  // communicator is being destroyed. On failure cancels what is left.
+  // communicator is being destroyed. On failure cancels what is left; a
+  // timeout or a dead peer is reported for the collective of the first
+  // request still open (`args` when none is).
   absl::Status Complete(Requests& requests, const CollectiveArgs& args, absl::Time deadline,
                         Phase phase);
   // Gives up on the requests still open without blocking (see the body).
   void Abandon(Requests& requests);
 
-  absl::Status ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline);
+  // Sends this rank's offer (PackBatchOffer: a header and a descriptor per
+  // collective of `offered`) to every peer and receives theirs, under the tag
+  // of offered[0]; the exchange is also the barrier. Returns how many of
+  // `offered` every rank runs now (AgreeOnBatch), or FailedPrecondition when
+  // a peer answered from another communicator or issued other collectives.
+  absl::StatusOr<int> ExchangeDescriptors(absl::Span<const CollectiveArgs> offered,
+                                          absl::Time deadline);
+  // The data of one collective whose descriptors were exchanged.
+  absl::Status MoveData(const CollectiveArgs& args, absl::Time deadline);
+  // The data of the agreed collectives of a batch (BatchablePrefix: small
+  // data collectives with independent buffers), bitwise as MoveData one by
+  // one: each collective's messages under its own tag, each fitting one
+  // message (kMaxBatchOpBytes), the peers' blocks of the reductions in
+  // scratch_ side by side.
+  absl::Status MoveBatch(absl::Span<const CollectiveArgs> ops, absl::Time deadline);
   // Reduce-scatter over blocks: block p is [offset(p), offset(p)+length(p))
   // elements of `send`; the sum of block rank() goes to `out`.
   absl::Status ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
@@ -121,8 +156,12 @@ class MpiCommunicator final : public AsyncCommunicator {
   int seq_bits_ = 0;
   int instance_bits_ = 0;
   std::atomic<bool> abort_{false};
-  std::vector<char> scratch_;                 // reduce-scatter chunks from peers
-  std::vector<Descriptor> peer_descriptors_;  // the descriptor exchange's receive buffer
+  // Reduce-scatter chunks from peers (a batch: the peers' blocks of all its
+  // reductions).
+  std::vector<char> scratch_;
+  // The descriptor exchange's buffer: every rank's kBatchSlots descriptors,
+  // rank after rank (this rank's are the ones sent).
+  std::vector<Descriptor> peer_descriptors_;
   // A receive could not be cancelled (a transfer from a stopped or dead peer
   // was under way): MPI may still write into its buffer, so the buffers this
   // communicator owns must outlive it.
