@@ -79,6 +79,17 @@ MpiCommunicator::~MpiCommunicator() {
     graveyard->push_back(std::move(scratch_));
     descriptor_graveyard->push_back(std::move(peer_descriptors_));
   }
+  if (requests_abandoned_) {
+    // Messages of this communicator may still be in flight (a freed send, a
+    // peer's send to a cancelled receive). Freed, its context id can go to
+    // a later communicator of the same ranks, and such a message arriving
+    // there late upsets Open MPI's per-peer message order (seen in the
+    // tests: after a timed-out collective, a 2 MB Send on the next
+    // communicator never completed). Kept, the id stays taken on this rank,
+    // which keeps every group with this rank from reusing it; the process
+    // should end soon anyway (AbortJob).
+    return;
+  }
   MpiCallLock lock;
   MPI_Comm_free(&comm_);
 }
@@ -173,6 +184,9 @@ absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes
 }
 
 void MpiCommunicator::Abandon(Requests& requests) {
+  for (MPI_Request request : requests.handles) {
+    if (request != MPI_REQUEST_NULL) requests_abandoned_ = true;
+  }
   MpiCallLock lock;
   // The communicator is poisoned after this, so nothing else uses the tag
   // of a freed send.

@@ -166,6 +166,8 @@ class MpiCommunicator final : public AsyncCommunicator {
   // was under way): MPI may still write into its buffer, so the buffers this
   // communicator owns must outlive it.
   bool receives_in_limbo_ = false;
+  // Requests were given up on (Abandon): the destructor keeps comm_.
+  bool requests_abandoned_ = false;
   std::unique_ptr<MpiPointToPoint> p2p_;
 };
 
