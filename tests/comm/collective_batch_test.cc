@@ -180,6 +180,18 @@ std::vector<CollectiveArgs> Sequence(int n, uint64_t first_seq, int64_t count = 
   return ops;
 }
 
+// The mpi backend numbers its communicators: every slot of an offer, the
+// header and the unused ones included, carries the number.
+TEST(PackBatchOfferTest, EverySlotCarriesTheCommunicatorInstance) {
+  CollectiveDescriptor slots[kBatchSlots];
+  PackBatchOffer(Sequence(3, 5), slots, /*instance=*/42);
+  EXPECT_EQ(slots[0].kind, -1);
+  EXPECT_EQ(slots[0].count, 3);
+  for (int i = 0; i < kBatchSlots; ++i) EXPECT_EQ(slots[i].instance, 42) << "slot " << i;
+  EXPECT_EQ(FromDescriptor(slots[3]).seq, 7u);
+  EXPECT_EQ(slots[4].kind, -1);
+}
+
 TEST(AgreeOnBatchTest, TheBatchIsTheShortestOfferOnEveryRank) {
   std::mt19937_64 rng(Seed());
   for (int trial = 0; trial < 200; ++trial) {
@@ -209,7 +221,8 @@ TEST(AgreeOnBatchTest, AMismatchInsideTheBatchNamesTheRankOutsideItWaits) {
   absl::StatusOr<int> n = AgreeOnBatch(slots.data(), 3, 0, offers[0], "test comm rank 0");
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(n.status().message(), HasSubstr("rank 1 issued AllReduce #8 (count 10"));
+  EXPECT_THAT(n.status().message(),
+              HasSubstr("does not match rank 1's collective #8, AllReduce #8 (count 10"));
   EXPECT_THAT(n.status().message(), HasSubstr("count 9 vs 10"));
 
   // The same difference beyond the shortest offer is not compared yet: the

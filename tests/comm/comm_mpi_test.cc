@@ -8,8 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "engine/src/comm/async_communicator.h"
+#include "engine/src/comm/collective_batch.h"
 #include "gtest/gtest.h"
 #include "tests/comm/comm_suite.h"
 #include "tests/test_seed.h"
@@ -62,6 +66,56 @@ std::unique_ptr<TestWorld> MakeWorld(const WorldParam& param) {
 uint64_t BaseSeed() { return g_seed; }
 
 INSTANTIATE_TEST_SUITE_P(Mpi, CommSuite, ::testing::Values(WorldParam{"mpi", 0}), WorldName);
+
+// The mpi backend runs small collectives queued together as batches: 48
+// all-reduces queued behind a gated one (GateEvent) go as three batches of
+// kMaxBatchOps on every rank (AsyncCommunicator::batched_collectives), and
+// each sum has the bits of the rank-order sum. With batching off (max_batch
+// 1) the count stays 0.
+TEST(MpiBatching, SmallCollectivesQueuedTogetherRunInBatches) {
+  auto created = CreateMpiCommunicator();
+  ASSERT_TRUE(created.ok()) << created.status();
+  Communicator& comm = **created;
+  auto* async = dynamic_cast<internal::AsyncCommunicator*>(&comm);
+  ASSERT_NE(async, nullptr);
+  const int world = comm.size();
+  const int rank = comm.rank();
+  struct Op {
+    TestData data;
+    int64_t count;
+    uint64_t salt;
+    std::vector<uint8_t> buf;
+    CommHandle handle;
+  };
+  constexpr int kOps = 3 * internal::kMaxBatchOps;
+  std::mt19937_64 rng(BaseSeed() + 17);  // the same counts on every rank
+  std::vector<Op> ops;
+  for (int i = 0; i < kOps; ++i) {
+    const TestData data(BaseSeed(), i % 2 == 0 ? DType::kFloat32 : DType::kBFloat16);
+    const int64_t count = 1 + static_cast<int64_t>(rng() % 200);
+    const uint64_t salt = 5000 + i;
+    ops.push_back(Op{data, count, salt, data.Make(salt, rank, count), {}});
+  }
+  std::vector<float> gated(GateEvent::kGatedCount, 1.0f);
+  auto gate = std::make_shared<GateEvent>();
+  CommHandle first = comm.AllReduceAfter(gate, gated.data(), gated.data(), GateEvent::kGatedCount,
+                                         DType::kFloat32, /*tag=*/0);
+  for (Op& op : ops) {
+    op.handle = comm.AllReduce(op.buf.data(), op.buf.data(), op.count, op.data.dtype());
+  }
+  gate->Open();
+  ASSERT_TRUE(first.Wait().ok()) << first.Wait();
+  for (int i = 0; i < kOps; ++i) {
+    Op& op = ops[i];
+    const std::string what = "AllReduce " + std::to_string(i) + " on rank " + std::to_string(rank);
+    const absl::Status status = op.handle.Wait();
+    ASSERT_TRUE(status.ok()) << what << ": " << status;
+    EXPECT_EQ(CheckSum(op.data, op.salt, world, op.buf.data(), op.count, 0, what), 0);
+  }
+  EXPECT_EQ(async->batched_collectives(), static_cast<uint64_t>(kOps))
+      << "rank " << rank << ": the collectives queued together did not run as batches; "
+      << ::zeroshard::testing::SeedTrace();
+}
 
 #ifdef OPEN_MPI
 // The value Open MPI runs with for one of its control variables (MPI_T).

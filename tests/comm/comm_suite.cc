@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -298,6 +299,141 @@ TEST_P(CommSuite, ManyMixedCollectivesInFlight) {
   });
 }
 
+// Small collectives of every kind and several dtypes issued back to back,
+// each in buffers of its own, in place and not, behind a gate that holds the
+// progress thread until all are queued (the mpi backend then runs them in
+// batches: one descriptor exchange and two data rounds for up to 16). Every
+// result must have the bits of one collective at a time: the rank-order sum
+// (and within the double-precision bound), or the root's / each rank's
+// data. A large all-reduce and a barrier in the middle end a batch.
+TEST_P(CommSuite, SmallCollectivesIssuedTogetherMatchOneAtATime) {
+  world().Run(kRelaxed, [&](Communicator& comm) {
+    enum Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+    constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
+                                 DType::kFloat64, DType::kInt64};
+    const int world_size = comm.size();
+    const int rank = comm.rank();
+    struct Op {
+      Kind kind;
+      TestData data;
+      int64_t count;
+      bool in_place;
+      int root;
+      uint64_t salt;
+      std::vector<uint8_t> send, recv;
+      CommHandle handle;
+    };
+    // The same draws on every rank: seed() is.
+    std::mt19937_64 rng(seed());
+    std::vector<Op> ops;
+    for (int j = 0; j < 80; ++j) {
+      Kind kind = static_cast<Kind>(rng() % 4);
+      DType dtype = kDTypes[rng() % 5];
+      // Counts below the group size leave some ranks an empty all-reduce piece.
+      int64_t count = rng() % 4 == 0 ? 1 + rng() % 3 : 1 + rng() % 300;
+      if (j == 40) {  // more than 1 MiB: runs alone
+        kind = kAllReduce;
+        dtype = DType::kFloat32;
+        count = 300'000;
+      }
+      if (j == 60) kind = kBarrier;
+      const bool in_place = rng() % 2 == 0;
+      const int root = static_cast<int>(rng() % world_size);
+      const uint64_t salt = 1000 + j;
+      const TestData data(seed(), dtype);
+      Op op{kind, data, count, in_place, root, salt, {}, {}, {}};
+      const size_t bytes = count * DTypeSize(dtype);
+      switch (kind) {
+        case kAllReduce:
+          op.send = data.Make(salt, rank, count);
+          if (!in_place) op.recv.assign(bytes, 0xab);
+          break;
+        case kReduceScatter:
+          op.send = data.Make(salt, rank, count * world_size);
+          if (!in_place) op.recv.assign(bytes, 0xab);
+          break;
+        case kAllGather:
+          op.send = data.Make(salt, rank, count);
+          op.recv.assign(bytes * world_size, 0xab);
+          if (in_place) std::memcpy(Block(op.recv, dtype, count, rank), op.send.data(), bytes);
+          break;
+        case kBroadcast:
+          op.recv = rank == root ? data.Make(salt, root, count) : std::vector<uint8_t>(bytes, 0xab);
+          break;
+        case kBarrier:
+          break;
+      }
+      ops.push_back(std::move(op));
+    }
+    auto gate = std::make_shared<GateEvent>();
+    std::vector<float> gated(GateEvent::kGatedCount, 1.0f);
+    CommHandle first = comm.AllReduceAfter(gate, gated.data(), gated.data(), GateEvent::kGatedCount,
+                                           DType::kFloat32, /*tag=*/0);
+    for (Op& op : ops) {
+      const DType dtype = op.data.dtype();
+      switch (op.kind) {
+        case kAllReduce:
+          op.handle = comm.AllReduce(op.send.data(), op.in_place ? op.send.data() : op.recv.data(),
+                                     op.count, dtype);
+          break;
+        case kReduceScatter:
+          op.handle = comm.ReduceScatter(
+              op.send.data(), op.in_place ? Block(op.send, dtype, op.count, rank) : op.recv.data(),
+              op.count, dtype);
+          break;
+        case kAllGather:
+          op.handle =
+              comm.AllGather(op.in_place ? Block(op.recv, dtype, op.count, rank) : op.send.data(),
+                             op.recv.data(), op.count, dtype);
+          break;
+        case kBroadcast:
+          op.handle = comm.Broadcast(op.recv.data(), op.count, dtype, op.root);
+          break;
+        case kBarrier:
+          op.handle = comm.Barrier();
+          break;
+      }
+    }
+    gate->Open();
+    ASSERT_TRUE(first.Wait().ok()) << first.Wait();
+    for (size_t j = 0; j < ops.size(); ++j) {
+      Op& op = ops[j];
+      const DType dtype = op.data.dtype();
+      const std::string what =
+          absl::StrFormat("%s rank %d/%d op %d (kind %d, %s, count %d%s, root %d)", comm.backend(),
+                          rank, world_size, j, op.kind, DTypeName(dtype), op.count,
+                          op.in_place ? ", in place" : "", op.root);
+      const absl::Status status = op.handle.Wait();
+      ASSERT_TRUE(status.ok()) << what << ": " << status;
+      switch (op.kind) {
+        case kAllReduce:
+          EXPECT_EQ(CheckSum(op.data, op.salt, world_size,
+                             op.in_place ? op.send.data() : op.recv.data(), op.count, 0, what),
+                    0);
+          break;
+        case kReduceScatter:
+          EXPECT_EQ(CheckSum(op.data, op.salt, world_size,
+                             op.in_place ? Block(op.send, dtype, op.count, rank) : op.recv.data(),
+                             op.count, rank * op.count, what),
+                    0);
+          break;
+        case kAllGather:
+          for (int p = 0; p < world_size; ++p) {
+            EXPECT_EQ(CheckCopy(op.data, op.salt, p, Block(op.recv, dtype, op.count, p), op.count,
+                                0, absl::StrFormat("%s block %d", what, p)),
+                      0);
+          }
+          break;
+        case kBroadcast:
+          EXPECT_EQ(CheckCopy(op.data, op.salt, op.root, op.recv.data(), op.count, 0, what), 0);
+          break;
+        case kBarrier:
+          break;
+      }
+    }
+  });
+}
+
 // Tens of MiB per rank: crosses the MPI backend's 4 MiB chunks and the local
 // backend's piece split with counts that do not divide evenly.
 TEST_P(CommSuite, LargeMessages) {
@@ -485,6 +621,96 @@ TEST_P(CommSuite, MismatchedCollectiveNamesBothRanks) {
     EXPECT_THAT(message, HasSubstr(absl::StrFormat("comm rank %d:", comm.rank())));
     EXPECT_THAT(message, HasSubstr(absl::StrFormat("rank %d's collective #1", other)));
     EXPECT_THAT(message, HasSubstr(comm.rank() == odd_one ? "count 8 vs 7" : "count 7 vs 8"));
+  });
+}
+
+// Ranks that issue different collectives among several queued together
+// (on mpi: inside one batch) fail with FailedPrecondition naming the rank
+// and the collective, without waiting for a timeout. The collectives before
+// the mismatch may have run or have failed with it (a batch fails as a
+// whole); the ones after it fail.
+TEST_P(CommSuite, MismatchAmongCollectivesIssuedTogetherNamesTheRank) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  world().Run(Timeout(absl::Seconds(10)), [&](Communicator& comm) {
+    const int odd_one = comm.size() - 1;
+    const int other = comm.rank() == odd_one ? 0 : odd_one;
+    constexpr int kOps = 10;
+    constexpr int kOdd = 4;  // collective #6: #1 is the gated one
+    std::vector<std::vector<float>> bufs(kOps, std::vector<float>(7 * comm.size(), 1.0f));
+    std::vector<float> gated(GateEvent::kGatedCount, 1.0f);
+    auto gate = std::make_shared<GateEvent>();
+    const absl::Time start = absl::Now();
+    CommHandle first = comm.AllReduceAfter(gate, gated.data(), gated.data(), GateEvent::kGatedCount,
+                                           DType::kFloat32, /*tag=*/0);
+    std::vector<CommHandle> handles;
+    for (int i = 0; i < kOps; ++i) {
+      float* buf = bufs[i].data();
+      handles.push_back(i == kOdd && comm.rank() == odd_one
+                            ? comm.AllGather(buf, buf + 7, 7, DType::kFloat32)
+                            : comm.AllReduce(buf, buf, 7, DType::kFloat32));
+    }
+    gate->Open();
+    EXPECT_TRUE(first.Wait().ok()) << first.Wait();
+    const absl::Status odd = handles[kOdd].Wait();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a mismatch must not wait for a timeout";
+    ASSERT_EQ(odd.code(), absl::StatusCode::kFailedPrecondition) << odd;
+    const std::string message(odd.message());
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("comm rank %d:", comm.rank())));
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("rank %d's collective #6", other)));
+    EXPECT_THAT(message, HasSubstr(comm.rank() == odd_one ? "kind AllGather vs AllReduce"
+                                                          : "kind AllReduce vs AllGather"));
+    for (int i = 0; i < kOps; ++i) {
+      const absl::Status status = handles[i].Wait();
+      if (i > kOdd || !status.ok()) {
+        EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << "#" << i + 2 << status;
+        EXPECT_THAT(std::string(status.message()), HasSubstr("collective #6")) << "#" << i + 2;
+      }
+    }
+  });
+}
+
+// As StuckRankTimesOutAndIsNamed, but the collectives the stuck rank never
+// issues were queued together (on mpi: one batch): the timeout names the
+// first of them and the stuck rank, as for one collective.
+TEST_P(CommSuite, StuckRankTimesOutAmongCollectivesIssuedTogether) {
+  if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  const absl::Duration timeout = absl::Seconds(1);
+  world().Run(Timeout(timeout), [&](Communicator& comm) {
+    const int stuck = comm.size() - 1;
+    std::vector<float> gated(GateEvent::kGatedCount, 1.0f);
+    if (comm.rank() == stuck) {
+      // Takes part in #1, then is busy elsewhere well past the peers'
+      // timeout and gone without issuing #2.
+      ASSERT_TRUE(
+          comm.AllReduceSync(gated.data(), gated.data(), GateEvent::kGatedCount, DType::kFloat32)
+              .ok());
+      absl::SleepFor(timeout + absl::Milliseconds(1500));
+      return;
+    }
+    auto gate = std::make_shared<GateEvent>();
+    CommHandle first = comm.AllReduceAfter(gate, gated.data(), gated.data(), GateEvent::kGatedCount,
+                                           DType::kFloat32, /*tag=*/0);
+    std::vector<std::vector<float>> bufs(8, std::vector<float>(7, 1.0f));
+    std::vector<CommHandle> handles;
+    for (std::vector<float>& buf : bufs) {
+      handles.push_back(comm.AllReduce(buf.data(), buf.data(), 7, DType::kFloat32));
+    }
+    gate->Open();
+    ASSERT_TRUE(first.Wait().ok()) << first.Wait();
+    const absl::Time start = absl::Now();
+    const absl::Status status = handles[0].Wait();
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_FALSE(status.ok()) << "rank " << comm.rank() << " finished without rank " << stuck;
+    EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
+                status.code() == absl::StatusCode::kAborted)
+        << status;
+    const std::string message(status.message());
+    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", stuck)));
+    EXPECT_THAT(message, HasSubstr("timed out after 1s"));
+    EXPECT_THAT(message, HasSubstr("AllReduce #2"));
+    EXPECT_THAT(message, HasSubstr("running"));
+    EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
+    for (CommHandle& handle : handles) EXPECT_FALSE(handle.Wait().ok());
   });
 }
 

@@ -5,15 +5,18 @@
 #ifndef ZEROSHARD_TESTS_COMM_COMM_SUITE_H_
 #define ZEROSHARD_TESTS_COMM_COMM_SUITE_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
 
 namespace zeroshard {
 namespace testing_comm {
@@ -88,6 +91,40 @@ int64_t CheckSum(const TestData& data, uint64_t salt, int world, const void* res
 // elements [first, first + count).
 int64_t CheckCopy(const TestData& data, uint64_t salt, int rank, const void* result, int64_t count,
                   int64_t first, const std::string& what);
+
+// An Event that the test opens by hand: a collective issued after it
+// (AllReduceAfter) holds the communicator's progress thread until Open(),
+// so the collectives issued meanwhile are all queued when the next one
+// starts (a backend that batches then sees them together, on every rank).
+// Give the gated collective kGatedCount fp32 elements: more than a batch
+// takes (1 MiB), it runs alone, and the batches behind it are cut alike on
+// every rank whatever the progress thread saw when it took it.
+class GateEvent : public Event {
+ public:
+  static constexpr int64_t kGatedCount = (int64_t{1} << 18) + 1;
+
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  absl::Status Record(Stream&) override { return absl::UnimplementedError("GateEvent::Record"); }
+  absl::Status Synchronize() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+    return absl::OkStatus();
+  }
+  absl::Status MakeStreamWait(Stream&) override {
+    return absl::UnimplementedError("GateEvent::MakeStreamWait");
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
 
 class CommSuite : public ::testing::TestWithParam<WorldParam> {
  protected:

@@ -105,6 +105,11 @@ uint64_t AsyncCommunicator::issued() const {
   return next_seq_ - 1;
 }
 
+uint64_t AsyncCommunicator::batched_collectives() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batched_;
+}
+
 absl::Status AsyncCommunicator::CheckArguments(const CollectiveArgs& args) const {
   const std::string where = absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));
   if (args.kind == CollectiveKind::kBarrier) return absl::OkStatus();
@@ -283,6 +288,7 @@ void AsyncCommunicator::ProgressLoop() {
       const absl::Duration took = absl::Now() - begin;
       std::lock_guard<std::mutex> lock(mu_);
       busy_ += took;
+      if (result.ok() && ran > 1) batched_ += ran;
     }
     if (result.ok() && ran < static_cast<int>(ops.size())) {
       // Offered but not in the batch: back to the front, in order (or, when

@@ -63,6 +63,10 @@ class AsyncCommunicator : public Communicator {
   // How many collectives this rank has issued so far (the sequence number of
   // the last one).
   uint64_t issued() const;
+  // How many collectives have completed as part of a batch of two or more
+  // (RunBatch) so far; 0 on a backend that does not batch. A diagnostic:
+  // tests and benchmarks read it to see that batching happens.
+  uint64_t batched_collectives() const;
   absl::Duration busy_time() const override;
 
  protected:
@@ -158,7 +162,8 @@ class AsyncCommunicator : public Communicator {
   const CommOptions options_;
 
   mutable std::mutex mu_;
-  absl::Duration busy_;  // summed run time of completed collectives
+  absl::Duration busy_;   // summed run time of completed collectives
+  uint64_t batched_ = 0;  // batched_collectives()
   std::condition_variable cv_;
   std::deque<PendingOp> queue_;
   uint64_t next_seq_ = 1;

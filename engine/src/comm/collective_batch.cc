@@ -93,11 +93,14 @@ int BatchablePrefix(absl::Span<const CollectiveArgs> ops, int size, int max_ops)
   return std::max(n, 1);
 }
 
-void PackBatchOffer(absl::Span<const CollectiveArgs> ops, CollectiveDescriptor* slots) {
+void PackBatchOffer(absl::Span<const CollectiveArgs> ops, CollectiveDescriptor* slots,
+                    uint64_t instance) {
   const int n = std::min<int>(static_cast<int>(ops.size()), kMaxBatchOps);
-  slots[0] = CollectiveDescriptor{-1, n, 0, 0, 0, 0, 0};
+  const auto number = static_cast<int64_t>(instance);
+  slots[0] = CollectiveDescriptor{-1, n, 0, 0, 0, number, 0};
   for (int i = 0; i < kMaxBatchOps; ++i) {
-    slots[1 + i] = i < n ? ToDescriptor(ops[i]) : CollectiveDescriptor{-1, 0, 0, 0, 0, 0, 0};
+    slots[1 + i] =
+        i < n ? ToDescriptor(ops[i], instance) : CollectiveDescriptor{-1, 0, 0, 0, 0, number, 0};
   }
 }
 
@@ -125,9 +128,10 @@ absl::StatusOr<int> AgreeOnBatch(const CollectiveDescriptor* all_slots, int size
       }
       if (!mismatch.empty()) {
         return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: %s: rank %d issued %s instead (%s); every rank must issue the same "
-            "collectives in the same order",
-            where, DescribeCollective(mine[i]), peer, DescribeCollective(theirs), mismatch));
+            "%s: %s does not match rank %d's collective #%d, %s (%s); every rank must issue "
+            "the same collectives in the same order",
+            where, DescribeCollective(mine[i]), peer, theirs.seq, DescribeCollective(theirs),
+            mismatch));
       }
     }
   }

@@ -45,15 +45,18 @@ uint64_t CollectiveBytes(const CollectiveArgs& args, int size);
 int BatchablePrefix(absl::Span<const CollectiveArgs> ops, int size, int max_ops);
 
 // Fills the kBatchSlots descriptors this rank sends for `ops`
-// (ops.size() <= kMaxBatchOps).
-void PackBatchOffer(absl::Span<const CollectiveArgs> ops, CollectiveDescriptor* slots);
+// (ops.size() <= kMaxBatchOps); every slot carries `instance` (the
+// communicator's number where the backend has one: ToDescriptor).
+void PackBatchOffer(absl::Span<const CollectiveArgs> ops, CollectiveDescriptor* slots,
+                    uint64_t instance = 0);
 
 // `all_slots`: every rank's kBatchSlots descriptors, rank after rank;
 // `mine`: what this rank (`self`) offered. Returns the number of collectives
 // every rank runs now (the shortest offer, >= 1), or FailedPrecondition when
 // a rank's collective at a position below that differs from this rank's
 // (kind, count, dtype, root, tag or sequence number), naming the rank, both
-// collectives and `where` (the error prefix, "nccl comm rank 0").
+// collectives and `where` (the error prefix, "nccl comm rank 0"), in the
+// words of the local and mpi backends' check of a single collective.
 absl::StatusOr<int> AgreeOnBatch(const CollectiveDescriptor* all_slots, int size, int self,
                                  absl::Span<const CollectiveArgs> mine, const std::string& where);
 

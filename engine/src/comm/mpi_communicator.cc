@@ -1,16 +1,6 @@
-// The `mpi` backend: one rank per process over a dup of MPI_COMM_WORLD.
-//
-// Every collective is built from nonblocking point-to-point messages polled
-// against the deadline, so a timeout can say which peers' messages never
-// came. Each collective starts with a small all-to-all of descriptors (kind,
-// count, dtype, root, sequence number): it checks that all ranks issued the
-// same collective and doubles as the barrier. All MPI calls are made from the
-// progress thread (or before it starts / after it stops), so MPI needs only
-// MPI_THREAD_SERIALIZED; with less than MULTIPLE a process-wide mutex keeps
-// several communicators from calling MPI at the same time. Creation, MPI
-// initialisation and AbortJob live in mpi_runtime.cc; Send and Recv, which
-// run beside the collectives on a communicator and thread of their own, in
-// mpi_point_to_point.cc.
+// The `mpi` backend's collectives (mpi_communicator.h says how they work).
+#include "engine/src/comm/mpi_communicator.h"
+
 #include <mpi.h>
 #include <sched.h>
 
@@ -43,7 +33,6 @@
 namespace zeroshard {
 namespace internal {
 namespace {
-
 // Reduce-scatter moves at most this many bytes per peer per round, which
 // bounds the scratch memory to (size() - 1) * kChunkBytes.
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
@@ -51,134 +40,59 @@ constexpr int64_t kChunkBytes = int64_t{4} << 20;
 // tag, which MPI delivers in order.
 constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 
-using Descriptor = CollectiveDescriptor;
-
 // How often a rank that waits checks whether the peers it waits for still
 // exist. OpenMPI's launcher ends the job 1 s after a process dies (SIGCONT,
 // then SIGTERM a second later); 20 ms leaves the survivors ample time to say
 // which rank died first.
 constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
 
-// Which part of a collective a set of requests belongs to (for errors).
-enum class Phase { kDescriptors, kData };
+}  // namespace
 
-class MpiCommunicator final : public AsyncCommunicator {
- public:
-  MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int size, int64_t tag_space,
-                  uint64_t instance, std::vector<ProcessIdentity> processes, CommOptions options,
-                  std::string group_name)
-      : AsyncCommunicator(rank, size, options),
-        comm_(comm),
-        instance_(instance),
-        processes_(std::move(processes)) {
-    int tag_bits = 0;
-    while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
-    seq_bits_ = std::min(tag_bits, 20);
-    instance_bits_ = tag_bits - seq_bits_;
-    SetGroupName(std::move(group_name));
-    p2p_ = std::make_unique<MpiPointToPoint>(p2p_comm, rank, processes_, options.timeout,
-                                             ErrorPrefix(),
-                                             [this](CommOpState& op, absl::Status result) {
-                                               FinishPointToPoint(op, std::move(result));
-                                             });
-    StartProgressThread();
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int size,
+                                 int64_t tag_space, uint64_t instance,
+                                 std::vector<ProcessIdentity> processes, CommOptions options,
+                                 std::string group_name)
+    : AsyncCommunicator(rank, size, options),
+      comm_(comm),
+      instance_(instance),
+      processes_(std::move(processes)) {
+  int tag_bits = 0;
+  while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
+  seq_bits_ = std::min(tag_bits, 20);
+  instance_bits_ = tag_bits - seq_bits_;
+  SetGroupName(std::move(group_name));
+  p2p_ = std::make_unique<MpiPointToPoint>(
+      p2p_comm, rank, processes_, options.timeout, ErrorPrefix(),
+      [this](CommOpState& op, absl::Status result) { FinishPointToPoint(op, std::move(result)); });
+  StartProgressThread();
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  Shutdown();
+  p2p_.reset();
+  if (receives_in_limbo_) {
+    // MPI may still write into them: keep them for the life of the process
+    // (which, after a communicator failure, should end soon: AbortJob).
+    static auto* graveyard = new std::vector<std::vector<char>>();
+    static auto* descriptor_graveyard = new std::vector<std::vector<Descriptor>>();
+    std::lock_guard<std::mutex> lock(MpiInitMutex());
+    graveyard->push_back(std::move(scratch_));
+    descriptor_graveyard->push_back(std::move(peer_descriptors_));
   }
-
-  ~MpiCommunicator() override {
-    Shutdown();
-    p2p_.reset();
-    if (receives_in_limbo_) {
-      // MPI may still write into them: keep them for the life of the process
-      // (which, after a communicator failure, should end soon: AbortJob).
-      static auto* graveyard = new std::vector<std::vector<char>>();
-      static auto* descriptor_graveyard = new std::vector<std::vector<Descriptor>>();
-      std::lock_guard<std::mutex> lock(MpiInitMutex());
-      graveyard->push_back(std::move(scratch_));
-      descriptor_graveyard->push_back(std::move(peer_descriptors_));
-    }
-    MpiCallLock lock;
-    MPI_Comm_free(&comm_);
+  if (requests_abandoned_) {
+    // Messages of this communicator may still be in flight (a freed send, a
+    // peer's send to a cancelled receive). Freed, its context id can go to
+    // a later communicator of the same ranks, and such a message arriving
+    // there late upsets Open MPI's per-peer message order (seen in the
+    // tests: after a timed-out collective, a 2 MB Send on the next
+    // communicator never completed). Kept, the id stays taken on this rank,
+    // which keeps every group with this rank from reusing it; the process
+    // should end soon anyway (AbortJob).
+    return;
   }
-
-  std::string backend() const override { return "mpi"; }
-  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
-
- protected:
-  void StartPointToPoint(const PointToPointArgs& args,
-                         std::shared_ptr<CommOpState> state) override {
-    p2p_->Post(args, std::move(state));
-  }
-  absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
-  void RequestAbort() override { abort_.store(true); }
-
- private:
-  // Outstanding nonblocking requests of one step, with their peer.
-  struct Requests {
-    std::vector<MPI_Request> handles;
-    std::vector<int> peers;
-    std::vector<bool> is_recv;
-  };
-
-  // The low bits of a tag are the collective's sequence number, the high bits
-  // (when MPI allows tags that large) the communicator instance. After a
-  // timeout, messages of the abandoned communicator may still arrive and MPI
-  // may give its context id to the next communicator; distinct tags keep them
-  // from ever matching that communicator's receives.
-  int Tag(const CollectiveArgs& args) const {
-    const uint64_t seq_part = args.seq & ((uint64_t{1} << seq_bits_) - 1);
-    const uint64_t instance_part = instance_ & ((uint64_t{1} << instance_bits_) - 1);
-    return static_cast<int>((instance_part << seq_bits_) | seq_part);
-  }
-  std::string Where(const CollectiveArgs& args) const {
-    return absl::StrFormat("%s: %s", ErrorPrefix(), DescribeCollective(args));
-  }
-
-  absl::Status PostSend(Requests& requests, const void* data, int64_t bytes, int peer, int tag,
-                        const CollectiveArgs& args);
-  absl::Status PostRecv(Requests& requests, void* data, int64_t bytes, int peer, int tag,
-                        const CollectiveArgs& args);
-  absl::Status Post(Requests& requests, void* data, int64_t bytes, int peer, int tag,
-                    const CollectiveArgs& args, bool is_recv);
-  // Polls until every request completed, the deadline passed or the
-  // communicator is being destroyed. On failure cancels what is left.
-  absl::Status Complete(Requests& requests, const CollectiveArgs& args, absl::Time deadline,
-                        Phase phase);
-  // Gives up on the requests still open without blocking (see the body).
-  void Abandon(Requests& requests);
-
-  absl::Status ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline);
-  // Reduce-scatter over blocks: block p is [offset(p), offset(p)+length(p))
-  // elements of `send`; the sum of block rank() goes to `out`.
-  absl::Status ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
-                                   const std::vector<int64_t>& offsets,
-                                   const std::vector<int64_t>& lengths, char* out,
-                                   absl::Time deadline);
-  // All-gather over blocks: `mine` (length(rank()) elements) goes to block
-  // rank() of `recv` on every rank.
-  absl::Status AllGatherBlocks(const CollectiveArgs& args, const char* mine, char* recv,
-                               const std::vector<int64_t>& offsets,
-                               const std::vector<int64_t>& lengths, absl::Time deadline);
-
-  // "rank 2 (pid 4242 on node7)".
-  std::string DescribeRank(int peer) const;
-  // The first of `peers` whose process is gone, or -1.
-  int FindDeadPeer(const std::set<int>& peers) const;
-
-  MPI_Comm comm_;
-  const uint64_t instance_;
-  // Every rank's process, in rank order (exchanged at creation).
-  const std::vector<ProcessIdentity> processes_;
-  int seq_bits_ = 0;
-  int instance_bits_ = 0;
-  std::atomic<bool> abort_{false};
-  std::vector<char> scratch_;                 // reduce-scatter chunks from peers
-  std::vector<Descriptor> peer_descriptors_;  // the descriptor exchange's receive buffer
-  // A receive could not be cancelled (a transfer from a stopped or dead peer
-  // was under way): MPI may still write into its buffer, so the buffers this
-  // communicator owns must outlive it.
-  bool receives_in_limbo_ = false;
-  std::unique_ptr<MpiPointToPoint> p2p_;
-};
+  MpiCallLock lock;
+  MPI_Comm_free(&comm_);
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Split(int color, int key) {
   // The agreement is one of this communicator's collectives (timeouts name
@@ -263,12 +177,16 @@ absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes
     requests.handles.push_back(request);
     requests.peers.push_back(peer);
     requests.is_recv.push_back(is_recv);
+    requests.ops.push_back(&args);
     done += n;
   } while (done < bytes);
   return absl::OkStatus();
 }
 
 void MpiCommunicator::Abandon(Requests& requests) {
+  for (MPI_Request request : requests.handles) {
+    if (request != MPI_REQUEST_NULL) requests_abandoned_ = true;
+  }
   MpiCallLock lock;
   // The communicator is poisoned after this, so nothing else uses the tag
   // of a freed send.
@@ -302,6 +220,14 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       (requests.is_recv[i] ? missing_from : not_taken_by)->insert(requests.peers[i]);
     }
   };
+  // The collective the first open request belongs to: in a batch, the one
+  // whose peer is late (the rank that never issued it, for descriptors).
+  auto open_op = [&]() -> const CollectiveArgs& {
+    for (int i = 0; i < n; ++i) {
+      if (requests.handles[i] != MPI_REQUEST_NULL) return *requests.ops[i];
+    }
+    return args;
+  };
   while (remaining > 0) {
     int completed = 0;
     int rc;
@@ -330,22 +256,24 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       pending_peers(&peers, &peers);
       const int dead = FindDeadPeer(peers);
       if (dead >= 0) {
+        const std::string what = DescribeCollective(open_op());
         Abandon(requests);
-        return absl::AbortedError(absl::StrFormat(
-            "%s: %s failed: %s %s; the job cannot continue", ErrorPrefix(),
-            DescribeCollective(args), DescribeRank(dead), DescribeState(ProcessState::kGone)));
+        return absl::AbortedError(absl::StrFormat("%s: %s failed: %s %s; the job cannot continue",
+                                                  ErrorPrefix(), what, DescribeRank(dead),
+                                                  DescribeState(ProcessState::kGone)));
       }
     }
     if (aborted || now >= deadline) {
       std::set<int> missing_from;
       std::set<int> not_taken_by;
       pending_peers(&missing_from, &not_taken_by);
+      const CollectiveArgs& late = open_op();
       Abandon(requests);
       const std::set<int>& waited = missing_from.empty() ? not_taken_by : missing_from;
       const std::string waiting_for = absl::StrJoin(waited, ", ");
       if (aborted) {
         return absl::CancelledError(absl::StrFormat(
-            "%s failed: the communicator was destroyed while waiting for rank(s) %s", Where(args),
+            "%s failed: the communicator was destroyed while waiting for rank(s) %s", Where(late),
             waiting_for));
       }
       std::string why;
@@ -368,7 +296,7 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       return absl::DeadlineExceededError(
           absl::StrFormat("%s: timed out after %s in %s waiting for rank(s) %s; %s: %s",
                           ErrorPrefix(), absl::FormatDuration(options().timeout),
-                          DescribeCollective(args), waiting_for, why, absl::StrJoin(states, "; ")));
+                          DescribeCollective(late), waiting_for, why, absl::StrJoin(states, "; ")));
     }
     // Spin politely first (MPI progresses only inside our Test calls), then
     // back off so a rank that waits for a late peer does not burn a core.
@@ -381,47 +309,49 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
   return absl::OkStatus();
 }
 
-absl::Status MpiCommunicator::ExchangeDescriptors(const CollectiveArgs& args, absl::Time deadline) {
+absl::StatusOr<int> MpiCommunicator::ExchangeDescriptors(absl::Span<const CollectiveArgs> offered,
+                                                         absl::Time deadline) {
+  const CollectiveArgs& first = offered[0];
   const int world = size();
-  const Descriptor mine = ToDescriptor(args, instance_);
-  std::vector<Descriptor>& theirs = peer_descriptors_;
-  theirs.assign(world, Descriptor{});
+  // Every rank's offer in one buffer, this rank's included, as AgreeOnBatch
+  // reads them. Sized before any receive is posted: it must not move.
+  std::vector<Descriptor>& all = peer_descriptors_;
+  all.assign(static_cast<size_t>(world) * kBatchSlots, Descriptor{});
+  Descriptor* mine = all.data() + static_cast<size_t>(rank()) * kBatchSlots;
+  PackBatchOffer(offered, mine, instance_);
+  // A rank receives room for a whole offer but sends only its header and
+  // the descriptors it offers (MPI takes a shorter message into a larger
+  // receive); AgreeOnBatch reads no slot beyond a header's count.
+  const int64_t room = sizeof(Descriptor) * kBatchSlots;
+  const int64_t bytes = sizeof(Descriptor) * (1 + std::min<int64_t>(offered.size(), kMaxBatchOps));
   Requests requests;
-  const int tag = Tag(args);
-  for (int p = 0; p < world; ++p) {
+  const int tag = Tag(first);
+  absl::Status posted;
+  for (int p = 0; p < world && posted.ok(); ++p) {
     if (p == rank()) continue;
-    ZS_RETURN_IF_ERROR(PostRecv(requests, &theirs[p], sizeof(Descriptor), p, tag, args));
+    posted =
+        PostRecv(requests, all.data() + static_cast<size_t>(p) * kBatchSlots, room, p, tag, first);
   }
-  for (int p = 0; p < world; ++p) {
+  for (int p = 0; p < world && posted.ok(); ++p) {
     if (p == rank()) continue;
-    absl::Status posted = PostSend(requests, &mine, sizeof(Descriptor), p, tag, args);
-    if (!posted.ok()) {
-      Abandon(requests);
-      return posted;
-    }
+    posted = PostSend(requests, mine, bytes, p, tag, first);
   }
-  ZS_RETURN_IF_ERROR(Complete(requests, args, deadline, Phase::kDescriptors));
+  if (!posted.ok()) {
+    Abandon(requests);
+    return posted;
+  }
+  ZS_RETURN_IF_ERROR(Complete(requests, first, deadline, Phase::kDescriptors));
   for (int p = 0; p < world; ++p) {
     if (p == rank()) continue;
-    if (static_cast<uint64_t>(theirs[p].instance) != instance_) {
+    const int64_t theirs = all[static_cast<size_t>(p) * kBatchSlots].instance;
+    if (static_cast<uint64_t>(theirs) != instance_) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: rank %d answered from its communicator #%d but this is communicator #%d; every "
           "rank must create (and use) its MPI communicators in the same order",
-          Where(args), p, theirs[p].instance, instance_));
-    }
-    const CollectiveArgs other = FromDescriptor(theirs[p]);
-    std::string diff = DescribeMismatch(args, other);
-    if (diff.empty() && other.seq != args.seq) {
-      diff = absl::StrFormat("sequence number %d vs %d", args.seq, other.seq);
-    }
-    if (!diff.empty()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: %s does not match rank %d's collective #%d, %s (%s); every rank must issue the "
-          "same collectives in the same order",
-          ErrorPrefix(), DescribeCollective(args), p, other.seq, DescribeCollective(other), diff));
+          Where(first), p, theirs, instance_));
     }
   }
-  return absl::OkStatus();
+  return AgreeOnBatch(all.data(), world, rank(), offered, ErrorPrefix());
 }
 
 absl::Status MpiCommunicator::ReduceScatterBlocks(const CollectiveArgs& args, const char* send,
@@ -496,7 +426,11 @@ absl::Status MpiCommunicator::AllGatherBlocks(const CollectiveArgs& args, const 
 }
 
 absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Time deadline) {
-  ZS_RETURN_IF_ERROR(ExchangeDescriptors(args, deadline));
+  ZS_RETURN_IF_ERROR(ExchangeDescriptors(absl::MakeConstSpan(&args, 1), deadline).status());
+  return MoveData(args, deadline);
+}
+
+absl::Status MpiCommunicator::MoveData(const CollectiveArgs& args, absl::Time deadline) {
   const int world = size();
   std::vector<int64_t> offsets(world);
   std::vector<int64_t> lengths(world);
@@ -555,8 +489,6 @@ absl::Status MpiCommunicator::RunCollective(const CollectiveArgs& args, absl::Ti
   }
   return absl::InternalError(absl::StrFormat("%s: unknown collective kind", Where(args)));
 }
-
-}  // namespace
 
 std::unique_ptr<Communicator> NewMpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank,
                                                  int size, int64_t tag_space, uint64_t instance,
