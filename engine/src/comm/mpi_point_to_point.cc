@@ -58,6 +58,9 @@ MpiPointToPoint::~MpiPointToPoint() {
         absl::StrFormat("%s: %s never started: the communicator was destroyed first", prefix_,
                         DescribePointToPoint(op->args))));
   }
+  // As MpiCommunicator's destructor: after requests were given up on, a
+  // late message may still arrive, so the context id stays taken.
+  if (requests_abandoned_) return;
   MpiCallLock lock;
   MPI_Comm comm = comm_;
   MPI_Comm_free(&comm);
@@ -347,6 +350,7 @@ void MpiPointToPoint::Fail(const OpPtr& op, absl::Status error) {
 }
 
 void MpiPointToPoint::Abandon(Op& op) {
+  requests_abandoned_ = true;
   MpiCallLock lock;
   const bool is_recv = !op.args.is_send;
   if (AbandonRequests(op.data, [&](size_t) { return is_recv; })) in_limbo_ = true;

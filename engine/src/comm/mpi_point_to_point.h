@@ -114,6 +114,8 @@ class MpiPointToPoint {
   std::vector<int64_t> sends_to_;                      // per peer, for data tags
   absl::Time next_liveness_check_;
   bool in_limbo_ = false;  // a request could not be cancelled: leak its buffers
+  // Requests were given up on (Abandon): the destructor keeps comm_.
+  bool requests_abandoned_ = false;
 };
 
 }  // namespace zeroshard::internal
