@@ -544,6 +544,24 @@ TEST_P(CommSuite, InvalidArgumentsFailOnTheHandleAndPoison) {
   }
 }
 
+// A collective that failed because rank `stuck` never issued AllReduce #2
+// (peers time out after 1 s): either this rank timed out itself, or (local)
+// a peer that timed out left first; both messages name the stuck rank and
+// say it is running (alive, not dead: the backend tells the two apart), in
+// about the timeout.
+void ExpectNamesStuckRank(const absl::Status& status, int stuck, absl::Duration took,
+                          absl::Duration timeout) {
+  EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
+              status.code() == absl::StatusCode::kAborted)
+      << status;
+  const std::string message(status.message());
+  EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", stuck)));
+  EXPECT_THAT(message, HasSubstr("timed out after 1s"));
+  EXPECT_THAT(message, HasSubstr("AllReduce #2"));
+  EXPECT_THAT(message, HasSubstr("running"));
+  EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
+}
+
 TEST_P(CommSuite, StuckRankTimesOutAndIsNamed) {
   if (world().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
   const absl::Duration timeout = absl::Seconds(1);
@@ -561,19 +579,9 @@ TEST_P(CommSuite, StuckRankTimesOutAndIsNamed) {
     const absl::Status status = comm.AllReduce(buf.data(), buf.data(), 7, DType::kFloat32).Wait();
     const absl::Duration took = absl::Now() - start;
     ASSERT_FALSE(status.ok()) << "rank " << comm.rank() << " finished without rank " << stuck;
-    // Either this rank timed out itself, or (local) a peer that timed out
-    // left first; both messages name the stuck rank and say it is running.
-    EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
-                status.code() == absl::StatusCode::kAborted)
-        << status;
+    ExpectNamesStuckRank(status, stuck, took, timeout);
     const std::string message(status.message());
-    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", stuck)));
-    EXPECT_THAT(message, HasSubstr("timed out after 1s"));
-    EXPECT_THAT(message, HasSubstr("AllReduce #2"));
-    // Alive, not dead: the backend tells the two apart.
-    EXPECT_THAT(message, HasSubstr("running"));
     EXPECT_THAT(message, Not(HasSubstr("died")));
-    EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
     // Poisoned: fails fast from now on.
     const absl::Time again = absl::Now();
     EXPECT_FALSE(comm.Barrier().Wait().ok());
@@ -701,15 +709,7 @@ TEST_P(CommSuite, StuckRankTimesOutAmongCollectivesIssuedTogether) {
     const absl::Status status = handles[0].Wait();
     const absl::Duration took = absl::Now() - start;
     ASSERT_FALSE(status.ok()) << "rank " << comm.rank() << " finished without rank " << stuck;
-    EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
-                status.code() == absl::StatusCode::kAborted)
-        << status;
-    const std::string message(status.message());
-    EXPECT_THAT(message, HasSubstr(absl::StrFormat("waiting for rank(s) %d", stuck)));
-    EXPECT_THAT(message, HasSubstr("timed out after 1s"));
-    EXPECT_THAT(message, HasSubstr("AllReduce #2"));
-    EXPECT_THAT(message, HasSubstr("running"));
-    EXPECT_LT(took, timeout + absl::Seconds(4)) << message;
+    ExpectNamesStuckRank(status, stuck, took, timeout);
     for (CommHandle& handle : handles) EXPECT_FALSE(handle.Wait().ok());
   });
 }
