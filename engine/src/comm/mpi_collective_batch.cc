@@ -67,6 +67,7 @@ absl::Status MpiCommunicator::MoveBatch(absl::Span<const CollectiveArgs> ops, ab
         Where(ops[0]), ops.size()));
   }
   std::vector<BatchedCollective> batch(ops.size());
+  constexpr size_t kSlotAlign = 64;
   size_t scratch_bytes = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const CollectiveArgs& args = ops[i];
@@ -83,6 +84,11 @@ absl::Status MpiCommunicator::MoveBatch(absl::Span<const CollectiveArgs> ops, ab
       }
     }
     if (IsReduction(args.kind)) {
+      // Each collective's slots start on a cache line: a batch mixes dtypes,
+      // and a 2-byte block of odd length would leave the next fp32 or fp64
+      // slot misaligned (UBSan in CI). scratch_'s own storage comes from
+      // operator new (16-byte aligned).
+      scratch_bytes = (scratch_bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
       c.scratch_offset = scratch_bytes;
       scratch_bytes += static_cast<size_t>(world - 1) * c.lengths[me] * c.element_bytes;
     }
