@@ -27,11 +27,12 @@ struct MachineRequest {
   bool json = false;
 };
 
-absl::StatusOr<int64_t> Int(const std::string& flag, const std::string& v, int64_t hi) {
+absl::StatusOr<int64_t> Int(const std::string& flag, const std::string& v, int64_t hi,
+                            int64_t lo = 1, const char* what = "") {
   int64_t n = 0;
-  if (!absl::SimpleAtoi(v, &n) || n < 1 || n > hi) {
+  if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not an integer in [1, %d]", flag, v, hi));
+        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]%s", flag, v, lo, hi, what));
   }
   return n;
 }
@@ -93,13 +94,10 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
     r.backend = *v;
   }
   if (auto* v = get("--cpus-per-rank")) {
-    int64_t n = 0;
-    if (!absl::SimpleAtoi(*v, &n) || n < 0 || n > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--cpus-per-rank: '%s' is not an integer in [0, %d] (0: the ranks are not bound to "
-          "CPUs; K: each rank's threads may run on K CPUs)",
-          *v, 1 << 20));
-    }
+    ZS_ASSIGN_OR_RETURN(const int64_t n,
+                        Int("--cpus-per-rank", *v, 1 << 20, 0,
+                            " (0: the ranks are not bound to CPUs; K: each rank's threads may "
+                            "run on K CPUs)"));
     r.cpus_per_rank = static_cast<int>(n);
   }
   r.json = get("--json") != nullptr;

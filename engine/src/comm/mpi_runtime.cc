@@ -88,31 +88,6 @@ absl::Status WaitForCreation(MPI_Request* request, absl::Time deadline, absl::Du
   }
 }
 
-}  // namespace
-
-std::mutex& MpiInitMutex() {
-  static std::mutex* mu = new std::mutex();
-  return *mu;
-}
-
-int MpiThreadLevel() { return g_thread_level; }
-
-uint64_t NextMpiInstance() {
-  std::lock_guard<std::mutex> lock(MpiInitMutex());
-  return g_instances_created++;
-}
-
-MpiCallLock::MpiCallLock() {
-  if (g_thread_level < MPI_THREAD_MULTIPLE) lock_ = std::unique_lock<std::mutex>(g_call_mu);
-}
-
-absl::Status MpiError(const std::string& where, const char* call, int code) {
-  return absl::InternalError(
-      absl::StrFormat("%s: %s failed: %s (MPI error %d)", where, call, MpiErrorString(code), code));
-}
-
-namespace {
-
 // Open MPI's shared-memory transport (vader) and point-to-point layer (ob1)
 // as this engine uses them: one progress thread per rank that makes MPI
 // progress only inside its own MPI_Testsome, and that shares its core with
@@ -124,9 +99,9 @@ namespace {
 // message move in a few polls: on 2 bound processes of the example MLP
 // (hidden 512, 8 blocks; step_bench, 3 alternating runs) the exposed
 // communication of stages 0, 1 and 2 fell from 11.7 / 9.0 / 13.6% of the
-// step to 10.0 / 7.1 / 10.7% (docs/perf.md). Applied only where unset: mpirun's --mca flags and
-// OMPI_MCA_* in the environment win; ZS_MPI_TRANSPORT_DEFAULTS=0 leaves
-// Open MPI's own defaults.
+// step to 10.0 / 7.1 / 10.7% (docs/communicator.md). Applied only where
+// unset: mpirun's --mca flags and OMPI_MCA_* in the environment win;
+// ZS_MPI_TRANSPORT_DEFAULTS=0 leaves Open MPI's own defaults.
 struct TransportDefault {
   const char* name;
   const char* value;
@@ -150,6 +125,27 @@ void ApplyOpenMpiTransportDefaults() {
 }
 
 }  // namespace
+
+std::mutex& MpiInitMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+
+int MpiThreadLevel() { return g_thread_level; }
+
+uint64_t NextMpiInstance() {
+  std::lock_guard<std::mutex> lock(MpiInitMutex());
+  return g_instances_created++;
+}
+
+MpiCallLock::MpiCallLock() {
+  if (g_thread_level < MPI_THREAD_MULTIPLE) lock_ = std::unique_lock<std::mutex>(g_call_mu);
+}
+
+absl::Status MpiError(const std::string& where, const char* call, int code) {
+  return absl::InternalError(
+      absl::StrFormat("%s: %s failed: %s (MPI error %d)", where, call, MpiErrorString(code), code));
+}
 
 absl::Status EnsureMpiInitialized() {
   std::lock_guard<std::mutex> lock(MpiInitMutex());
