@@ -223,6 +223,7 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
                    info.path.c_str(), static_cast<long long>(info.step),
                    static_cast<long long>(opts.steps), info.world_size, info.zero_stage,
                    PrecisionName(info.precision), info.trainer_state.c_str());
+      if (!info.note.empty()) std::fprintf(stderr, "mlp_demo: note: %s\n", info.note.c_str());
       out->resumed_changes = absl::StrJoin(info.changed_settings, ", ");
       if (!info.changed_settings.empty()) {
         std::fprintf(stderr,
@@ -233,6 +234,11 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
     }
   } else {
     ZS_RETURN_IF_ERROR(InitEngineParams(*engine, opts.model));
+  }
+  // A directory some rank cannot reach or write fails the run now, not at
+  // its first save an interval of training later.
+  if (checkpointed && opts.save_every > 0) {
+    ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(opts.checkpoint_dir));
   }
   // The trainer (its data loader builds the teacher: ~0.4 s at hidden 512)
   // is made before Start(): the first step's time runs from the end of

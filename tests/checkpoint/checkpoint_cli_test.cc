@@ -21,6 +21,7 @@
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/safetensors.h"
+#include "engine/src/common/bounded_read.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/engine_test_util.h"
@@ -190,7 +191,7 @@ TEST_F(CheckpointCliTest, ExportWritesTheWeightsOrNothing) {
         r.out, absl::StrFormat("wrote %s: %d tensors, %s", file, params.size(), dtype)))
         << r.out;
     EXPECT_TRUE(absl::StrContains(r.out, "of weights held at once")) << r.out;
-    absl::StatusOr<std::string> bytes = internal::ReadWholeFile(file);
+    absl::StatusOr<std::string> bytes = internal::ReadRegularFile(file, int64_t{1} << 30, "a test file");
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     auto index = internal::ParseSafetensorsHeader(*bytes, static_cast<int64_t>(bytes->size()));
     ASSERT_TRUE(index.ok()) << index.status();

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
+#include "engine/src/common/bounded_read.h"
 #include "engine/src/checkpoint/safetensors.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/runtime/engine_impl.h"
@@ -354,7 +355,7 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
        absl::StatusCode::kDataLoss, "manifest.json: not a JSON object"},
       {"an edited manifest (step 4 -> 5, checksum not updated)",
        [](const std::string& d) {
-         std::string text = *internal::ReadWholeFile(d + "/manifest.json");
+         std::string text = *internal::ReadRegularFile(d + "/manifest.json", int64_t{1} << 30, "a test file");
          const size_t at = text.find("\"step\": 4,");
          ASSERT_NE(at, std::string::npos);
          text.replace(at, 10, "\"step\": 5,");
@@ -469,7 +470,7 @@ TEST(CheckpointTest, TheDirectoryKeepsTheLastKCompleteStepsAndLatestNamesTheNewe
   auto names = internal::ListDirectory(root);
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(*names, (std::vector<std::string>{"latest", "step_00000004", "step_00000005"}));
-  EXPECT_EQ(*internal::ReadWholeFile(root + "/latest"), "step_00000005\n");
+  EXPECT_EQ(*internal::ReadRegularFile(root + "/latest", int64_t{1} << 30, "a test file"), "step_00000005\n");
   auto resolved = ResolveCheckpoint(root);
   ASSERT_TRUE(resolved.ok());
   EXPECT_EQ(*resolved, root + "/step_00000005");
@@ -521,7 +522,7 @@ TEST(CheckpointTest, ExportWritesTheEnginesMasterWeightsAsSafetensors) {
       const std::string file = dir.Sub(std::string("model_") + DTypeName(dtype) + ".safetensors");
       ExportStats stats;
       ASSERT_TRUE(ExportSafetensors(ckpt, file, dtype, &stats).ok());
-      const std::string bytes = *internal::ReadWholeFile(file);
+      const std::string bytes = *internal::ReadRegularFile(file, int64_t{1} << 30, "a test file");
       auto index = internal::ParseSafetensorsHeader(bytes, static_cast<int64_t>(bytes.size()));
       ASSERT_TRUE(index.ok()) << index.status();
       EXPECT_EQ(stats.bytes_written, static_cast<int64_t>(bytes.size()));

@@ -79,6 +79,7 @@ class FakeEngine final : public Engine {
     return absl::UnimplementedError("not in the fake");
   }
   absl::Status WaitForCheckpoint() override { return absl::OkStatus(); }
+  absl::Status PrepareCheckpointDirectory(const std::string&) override { return absl::OkStatus(); }
   absl::StatusOr<CheckpointInfo> Load(const std::string&) override {
     return absl::UnimplementedError("not in the fake");
   }

@@ -57,12 +57,20 @@ struct CheckpointInfo {
   // the one that saved ("world size 4 -> 2", "schedule.total_steps 60 ->
   // 100"): allowed, but the trajectory is then not the saved run's.
   std::vector<std::string> changed_settings;
+  // How the step was found when not by following `latest` plainly (a
+  // re-save of the step `latest` names was interrupted on a file system
+  // that cannot exchange directories, and the step was read under the name
+  // it was moved to), else "". Worth showing to the user.
+  std::string note;
 };
 
 // The step directory `path` names: `path` itself when it holds a
-// manifest.json, else the step named by `path`/latest. NotFound or
-// FailedPrecondition naming the file and what to do (a half-written step, a
-// directory that is not a checkpoint, a `latest` naming a missing step).
+// manifest.json, else the step named by `path`/latest (which must be a
+// regular file of at most 256 bytes holding one step name; it and the step
+// must resolve inside `path`). NotFound or FailedPrecondition naming the
+// file and what to do (a half-written step, a directory that is not a
+// checkpoint, a `latest` naming a missing step or a place outside `path`);
+// DataLoss for a `latest` that is not a step name.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 
 // Called as long work goes on: `done` of `total` bytes (read, or written).
@@ -91,8 +99,11 @@ struct ExportStats {
 // `dtype` (kFloat32: the fp32 master weights exactly; kBFloat16: rounded to
 // nearest even). Streams unit by unit: memory use is bounded by the largest
 // unit. Verifies the checksum of everything it reads. `out` is written under
-// a temporary name and renamed when complete; on an error nothing is left
-// at `out`. `progress`, when given, is called after each unit with the
+// a temporary name (`out`.tmp) and renamed when complete; on an error
+// neither `out` nor the temporary is left. InvalidArgument, before anything
+// is written, when `out` is a directory, lies inside the checkpoint
+// directory, or is the same file as anything the checkpoint holds (compared
+// by device and inode: a symlink or hard link to a rank file is refused). `progress`, when given, is called after each unit with the
 // tensor bytes written so far.
 absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,
                                ExportStats* stats, const CheckpointProgress& progress = {});

@@ -272,9 +272,17 @@ class Engine {
   // own shard. Only between steps (after Start, no open views); it first
   // completes the previous Save (see WaitForCheckpoint). With
   // options.background it returns once the state is copied to host memory.
-  // InvalidArgument for a trainer state that is not a JSON object;
-  // FailedPrecondition in the middle of a step; the previous checkpoint's
-  // error, naming the rank, when that one failed.
+  // Before anything is written, every rank checks that it sees the
+  // directory rank 0 prepared for the step and can write there (see
+  // PrepareCheckpointDirectory); at the commit, rank 0 checks that every
+  // rank's file is in that directory as its rank wrote it, and commits
+  // nothing otherwise. Every rank returns the same status:
+  // InvalidArgument for a trainer state that is not a JSON object or is
+  // past 1 MiB; FailedPrecondition in the middle of a step, or naming the
+  // ranks that see another directory (ranks on several machines without a
+  // shared file system); the cause's code (PermissionDenied,
+  // ResourceExhausted, ...) naming the rank that cannot write; the previous
+  // checkpoint's error, naming the rank, when that one failed.
   virtual absl::Status Save(const std::string& dir, const std::string& trainer_state,
                             const CheckpointOptions& options) = 0;
   absl::Status Save(const std::string& dir, const std::string& trainer_state) {
@@ -286,6 +294,17 @@ class Engine {
   // Save is pending. Call it before the engine is destroyed, or the last
   // background checkpoint stays incomplete (never half-visible).
   virtual absl::Status WaitForCheckpoint() = 0;
+  // Creates `dir` when missing and checks that every rank sees the same
+  // directory there and can write into it: rank 0 writes a probe file with
+  // a fresh number, every rank reads it through its own path and creates a
+  // file of its own. Call it before training, so that a run whose ranks
+  // would save into different directories, or into one they cannot write,
+  // fails in seconds rather than at its first save (Save repeats the check
+  // each time). Collective, at any time between steps; leaves nothing in
+  // `dir`. Every rank returns the same status: FailedPrecondition naming
+  // the ranks that see another directory (the remedy: one path on a shared
+  // file system), or the cause's code naming the rank that cannot write.
+  virtual absl::Status PrepareCheckpointDirectory(const std::string& dir) = 0;
   // Loads a checkpoint (a step directory, or a checkpoint directory's
   // `latest`) written by any world size and any stage, instead of SetParam
   // and before Start. Each rank reads only the byte ranges it owns from the

@@ -2,10 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -14,6 +17,13 @@
 
 namespace zeroshard::internal {
 namespace {
+
+std::atomic<FileOpHook> file_op_hook{nullptr};
+std::atomic<bool> exchange_supported{true};
+
+void Before(FileOp op, const std::string& path) {
+  if (FileOpHook hook = file_op_hook.load(std::memory_order_relaxed)) hook(op, path);
+}
 
 absl::Status SystemError(const std::string& what, const std::string& path, int error) {
   const std::string text =
@@ -28,18 +38,45 @@ absl::Status SystemError(const std::string& what, const std::string& path, int e
   return absl::InternalError(text);
 }
 
-std::string Parent(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
+}  // namespace
+
+const char* FileOpName(FileOp op) {
+  switch (op) {
+    case FileOp::kCreate:
+      return "create";
+    case FileOp::kWrite:
+      return "write";
+    case FileOp::kFsync:
+      return "fsync";
+    case FileOp::kRename:
+      return "rename";
+    case FileOp::kExchange:
+      return "exchange";
+    case FileOp::kUnlink:
+      return "unlink";
+    case FileOp::kRmdir:
+      return "rmdir";
+    case FileOp::kMkdir:
+      return "mkdir";
+  }
+  return "?";
 }
 
-}  // namespace
+void SetFileOpHookForTesting(FileOpHook hook) { file_op_hook.store(hook); }
+void SetExchangeSupportedForTesting(bool supported) { exchange_supported.store(supported); }
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+std::string ParentPath(const std::string& path) {
+  size_t end = path.size();
+  while (end > 1 && path[end - 1] == '/') --end;  // "a/b/" is in "a"
+  const size_t slash = path.find_last_of('/', end - 1);
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
 }
 
 bool PathExists(const std::string& path) {
@@ -58,26 +95,8 @@ absl::StatusOr<int64_t> FileSize(const std::string& path) {
   return static_cast<int64_t>(st.st_size);
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return SystemError("open", path, errno);
-  std::string out;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n > 0) {
-      out.append(buffer, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    const int error = errno;
-    close(fd);
-    if (n < 0) return SystemError("read", path, error);
-    return out;
-  }
-}
-
 absl::Status WriteAll(int fd, const void* bytes, size_t n, const std::string& path) {
+  Before(FileOp::kWrite, path);
   const char* p = static_cast<const char*>(bytes);
   while (n > 0) {
     const ssize_t written = write(fd, p, n);
@@ -121,24 +140,88 @@ absl::Status FsyncDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return SystemError("create", tmp, errno);
-  absl::Status status = WriteAll(fd, bytes.data(), bytes.size(), tmp);
-  if (status.ok() && fsync(fd) != 0) status = SystemError("fsync", tmp, errno);
-  if (close(fd) != 0 && status.ok()) status = SystemError("close", tmp, errno);
-  if (!status.ok()) {
-    unlink(tmp.c_str());
+absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& path) {
+  AtomicFile file;
+  file.path_ = path;
+  file.temp_ = path + ".tmp";
+  // Only the name of a stale temporary goes: O_EXCL below then guarantees
+  // that the bytes written land in a new file, never in one linked elsewhere.
+  Before(FileOp::kUnlink, file.temp_);
+  if (unlink(file.temp_.c_str()) != 0 && errno != ENOENT) {
+    return SystemError("unlink stale", file.temp_, errno);
+  }
+  Before(FileOp::kCreate, file.temp_);
+  file.fd_ = open(file.temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (file.fd_ < 0) return SystemError("create", file.temp_, errno);
+  return file;
+}
+
+AtomicFile::AtomicFile(AtomicFile&& other) noexcept { *this = std::move(other); }
+
+AtomicFile& AtomicFile::operator=(AtomicFile&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    path_ = std::move(other.path_);
+    temp_ = std::move(other.temp_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+AtomicFile::~AtomicFile() { Abandon(); }
+
+void AtomicFile::Abandon() {
+  if (fd_ < 0) return;
+  close(fd_);
+  fd_ = -1;
+  Before(FileOp::kUnlink, temp_);
+  unlink(temp_.c_str());
+}
+
+absl::Status AtomicFile::Write(const void* bytes, size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError(temp_ + ": written after it was closed");
+  absl::Status status = WriteAll(fd_, bytes, n, temp_);
+  if (!status.ok()) Abandon();
+  return status;
+}
+
+absl::Status AtomicFile::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(temp_ + ": committed after it was closed");
+  Before(FileOp::kFsync, temp_);
+  if (fsync(fd_) != 0) {
+    const absl::Status status = SystemError("fsync", temp_, errno);
+    Abandon();
     return status;
   }
-  return RenamePath(tmp, path);
+  const int fd = fd_;
+  fd_ = -1;
+  if (close(fd) != 0) {
+    const absl::Status status = SystemError("close", temp_, errno);
+    unlink(temp_.c_str());
+    return status;
+  }
+  Before(FileOp::kRename, temp_);
+  if (rename(temp_.c_str(), path_.c_str()) != 0) {
+    const absl::Status status = SystemError("rename " + temp_ + " to", path_, errno);
+    Before(FileOp::kUnlink, temp_);
+    unlink(temp_.c_str());
+    return status;
+  }
+  return FsyncDirectory(ParentPath(path_));
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  ZS_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(path));
+  ZS_RETURN_IF_ERROR(file.Write(bytes.data(), bytes.size()));
+  return file.Commit();
 }
 
 absl::Status MakeDirectories(const std::string& path) {
   if (path.empty() || IsDirectory(path)) return absl::OkStatus();
-  const std::string parent = Parent(path);
+  const std::string parent = ParentPath(path);
   if (parent != path) ZS_RETURN_IF_ERROR(MakeDirectories(parent));
+  Before(FileOp::kMkdir, path);
   if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     return SystemError("mkdir", path, errno);
   }
@@ -146,10 +229,27 @@ absl::Status MakeDirectories(const std::string& path) {
 }
 
 absl::Status RenamePath(const std::string& from, const std::string& to) {
+  Before(FileOp::kRename, from);
   if (rename(from.c_str(), to.c_str()) != 0) {
     return SystemError("rename " + from + " to", to, errno);
   }
-  return FsyncDirectory(Parent(to));
+  return FsyncDirectory(ParentPath(to));
+}
+
+absl::Status ExchangePaths(const std::string& a, const std::string& b) {
+  if (!exchange_supported.load()) {
+    return absl::UnimplementedError("exchange turned off for this test");
+  }
+  Before(FileOp::kExchange, a);
+  if (renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+    const int error = errno;
+    if (error == EINVAL || error == ENOSYS || error == ENOTSUP || error == EOPNOTSUPP) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "exchange %s and %s: the file system cannot (%s)", a, b, std::strerror(error)));
+    }
+    return SystemError("exchange " + a + " and", b, error);
+  }
+  return FsyncDirectory(ParentPath(b));
 }
 
 absl::Status RemoveTree(const std::string& path) {
@@ -160,9 +260,11 @@ absl::Status RemoveTree(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     ZS_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(path));
     for (const std::string& e : entries) ZS_RETURN_IF_ERROR(RemoveTree(JoinPath(path, e)));
+    Before(FileOp::kRmdir, path);
     if (rmdir(path.c_str()) != 0 && errno != ENOENT) return SystemError("rmdir", path, errno);
     return absl::OkStatus();
   }
+  Before(FileOp::kUnlink, path);
   if (unlink(path.c_str()) != 0 && errno != ENOENT) return SystemError("unlink", path, errno);
   return absl::OkStatus();
 }
@@ -178,6 +280,27 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) 
   closedir(dir);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::optional<FileIdentity> IdentityOf(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileIdentity{st.st_dev, st.st_ino};
+}
+
+absl::StatusOr<bool> ResolvesInside(const std::string& path, const std::string& root) {
+  auto resolve = [](const std::string& p) -> absl::StatusOr<std::string> {
+    char* real = realpath(p.c_str(), nullptr);
+    if (real == nullptr) return SystemError("resolve", p, errno);
+    std::string out(real);
+    free(real);
+    return out;
+  };
+  ZS_ASSIGN_OR_RETURN(const std::string real_path, resolve(path));
+  ZS_ASSIGN_OR_RETURN(const std::string real_root, resolve(root));
+  if (real_path == real_root) return true;
+  const std::string prefix = real_root == "/" ? real_root : real_root + "/";
+  return real_path.compare(0, prefix.size(), prefix) == 0;
 }
 
 }  // namespace zeroshard::internal

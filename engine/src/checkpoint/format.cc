@@ -1,17 +1,22 @@
 #include "engine/src/checkpoint/format.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
+#include "engine/src/common/bounded_read.h"
+#include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/layout/flat_layout.h"
 #include "nlohmann/json.hpp"
@@ -101,6 +106,24 @@ class Fields {
     ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::boolean));
     return v->get<bool>();
   }
+  // Every key of the object must be one of `known`: a manifest is written
+  // by one function, so another key means another writer (or an edit the
+  // checksum did not catch).
+  absl::Status CheckKeys(std::initializer_list<const char*> known) const {
+    if (!object_.is_object()) return absl::OkStatus();
+    for (const auto& item : object_.items()) {
+      bool found = false;
+      for (const char* k : known) found |= item.key() == k;
+      if (!found) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %s holds a field %s that a zeroshard manifest does not have (another tool or "
+            "version wrote it?)",
+            source_, prefix_.empty() ? "the top level" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'",
+            QuoteForMessage(item.key())));
+      }
+    }
+    return absl::OkStatus();
+  }
   Fields Child(const json& object, const std::string& name) const {
     return Fields(object, source_, prefix_ + name + ".");
   }
@@ -142,6 +165,8 @@ json TrainToJson(const TrainSpec& t) {
 
 absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f) {
   TrainSpec t;
+  ZS_RETURN_IF_ERROR(f.CheckKeys({"zero_stage", "precision", "grad_dtype", "optimizer", "schedule",
+                                  "max_grad_norm", "grad_accum_steps"}));
   ZS_ASSIGN_OR_RETURN(t.zero_stage, f.Int("zero_stage", 0, 3));
   ZS_ASSIGN_OR_RETURN(std::string precision, f.String("precision"));
   absl::StatusOr<Precision> p = ParsePrecision(precision);
@@ -159,6 +184,7 @@ absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f) {
   t.grad_dtype = *g;
   ZS_ASSIGN_OR_RETURN(const json* opt, f.Get("optimizer", json::value_t::object));
   const Fields o = f.Child(*opt, "optimizer");
+  ZS_RETURN_IF_ERROR(o.CheckKeys({"kind", "lr", "beta1", "beta2", "eps", "weight_decay"}));
   ZS_ASSIGN_OR_RETURN(std::string kind, o.String("kind"));
   if (kind != "AdamW" && kind != "AdamL2") {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -172,6 +198,7 @@ absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f) {
   ZS_ASSIGN_OR_RETURN(t.optimizer.weight_decay, o.Real("weight_decay"));
   ZS_ASSIGN_OR_RETURN(const json* sched, f.Get("schedule", json::value_t::object));
   const Fields s = f.Child(*sched, "schedule");
+  ZS_RETURN_IF_ERROR(s.CheckKeys({"kind", "warmup_steps", "total_steps", "min_lr_ratio"}));
   ZS_ASSIGN_OR_RETURN(std::string skind, s.String("kind"));
   if (skind != "constant" && skind != "warmup-cosine") {
     return absl::InvalidArgumentError(
@@ -203,6 +230,131 @@ absl::Status Damaged(const std::string& path, const std::string& what) {
 
 std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 std::string RankFileName(int rank) { return absl::StrFormat("rank_%05d.bin", rank); }
+
+int64_t ParseStepDirName(const std::string& name) {
+  constexpr char kPrefix[] = "step_";
+  constexpr size_t kPrefixLength = sizeof(kPrefix) - 1;
+  // Digits only (no sign, no spaces), at most 16 of them (2^50 has 16).
+  if (name.size() <= kPrefixLength || name.size() > kPrefixLength + 16 ||
+      name.compare(0, kPrefixLength, kPrefix) != 0) {
+    return -1;
+  }
+  int64_t step = 0;
+  for (size_t i = kPrefixLength; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step <= (int64_t{1} << 50) ? step : -1;
+}
+
+absl::StatusOr<std::string> ParseLatest(const std::string& text, const std::string& path) {
+  const std::string name(absl::StripAsciiWhitespace(text));
+  if (ParseStepDirName(name) < 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: holds %s, not a step name like step_00000100; the file is damaged: pass a step "
+        "directory, or write the name of a complete one into it",
+        path, QuoteForMessage(text)));
+  }
+  return name;
+}
+
+std::string RankFileHeader(int rank, int world, const std::vector<int64_t>& shard_numel,
+                           int64_t chunk_elements) {
+  FileHeader header{};
+  std::memcpy(header.magic, kHeaderMagic, sizeof(header.magic));
+  header.version = kFormatVersion;
+  header.rank = static_cast<uint32_t>(rank);
+  header.world = static_cast<uint32_t>(world);
+  header.units = static_cast<uint32_t>(shard_numel.size());
+  header.tensors = kTensorsPerUnit;
+  header.chunk_elements = static_cast<uint32_t>(chunk_elements);
+  int64_t floats = 0;
+  for (int64_t n : shard_numel) floats += kTensorsPerUnit * n;
+  header.data_bytes = static_cast<uint64_t>(floats) * sizeof(float);
+  return std::string(reinterpret_cast<const char*>(&header), sizeof(header));
+}
+
+std::string RankFileTrailer(const std::vector<int64_t>& shard_numel, int64_t chunk_elements) {
+  FileTrailer trailer{};
+  int64_t floats = 0;
+  for (int64_t n : shard_numel) floats += kTensorsPerUnit * n;
+  trailer.index_offset = static_cast<uint64_t>(kHeaderBytes + floats * 4);
+  trailer.index_entries = static_cast<uint64_t>(IndexEntries(shard_numel, chunk_elements));
+  std::memcpy(trailer.magic, kTrailerMagic, sizeof(trailer.magic));
+  return std::string(reinterpret_cast<const char*>(&trailer), sizeof(trailer));
+}
+
+namespace {
+
+// One field of a header or trailer: its bytes, and how to print them.
+struct FieldSpan {
+  const char* name;
+  int begin;
+  int end;
+  bool text;  // a magic: printed as text; otherwise a little-endian number
+};
+
+std::string FieldValue(absl::string_view bytes, const FieldSpan& f) {
+  const absl::string_view raw = bytes.substr(f.begin, f.end - f.begin);
+  if (f.text) return QuoteForMessage(raw);
+  if (f.end - f.begin > 8) {
+    return raw.find_first_not_of('\0') == absl::string_view::npos ? "zeros" : "other bytes";
+  }
+  uint64_t value = 0;
+  std::memcpy(&value, raw.data(), raw.size());
+  return absl::StrCat(value);
+}
+
+// The first field in which `bytes` and `expected` differ, named with its
+// byte range in the file (header fields count from 0, trailer fields from
+// `offset`).
+absl::Status CompareFields(absl::string_view bytes, const std::string& expected,
+                           std::initializer_list<FieldSpan> fields, int64_t offset,
+                           const char* part, const std::string& path) {
+  if (bytes.size() != expected.size()) {
+    return Damaged(path, absl::StrFormat("its %s is %d bytes, not %d", part, bytes.size(),
+                                         expected.size()));
+  }
+  for (const FieldSpan& f : fields) {
+    if (bytes.substr(f.begin, f.end - f.begin) !=
+        absl::string_view(expected).substr(f.begin, f.end - f.begin)) {
+      return Damaged(path, absl::StrFormat("its %s's %s (bytes [%d, %d)) holds %s, expected %s",
+                                           part, f.name, offset + f.begin, offset + f.end,
+                                           FieldValue(bytes, f), FieldValue(expected, f)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckRankFileHeader(absl::string_view bytes, const Manifest& m, int rank,
+                                 const std::string& path) {
+  const std::string expected =
+      RankFileHeader(rank, m.world_size, m.shard_numel, m.chunk_elements);
+  return CompareFields(bytes, expected,
+                       {{"magic", 0, 8, true},
+                        {"format version", 8, 12, false},
+                        {"rank", 12, 16, false},
+                        {"world size", 16, 20, false},
+                        {"unit count", 20, 24, false},
+                        {"tensors per unit", 24, 28, false},
+                        {"chunk elements", 28, 32, false},
+                        {"data bytes", 32, 40, false},
+                        {"reserved bytes (zeros)", 40, 64, false}},
+                       0, "header", path);
+}
+
+absl::Status CheckRankFileTrailer(absl::string_view bytes, const Manifest& m,
+                                  const std::string& path) {
+  const std::string expected = RankFileTrailer(m.shard_numel, m.chunk_elements);
+  const int64_t offset = FileBytes(m.shard_numel, m.chunk_elements) - kTrailerBytes;
+  return CompareFields(bytes, expected,
+                       {{"index offset", 0, 8, false},
+                        {"index entries", 8, 16, false},
+                        {"magic", 16, 24, true}},
+                       offset, "trailer", path);
+}
 
 int64_t TensorOffset(const std::vector<int64_t>& shard_numel, int unit, int tensor) {
   int64_t floats = 0;
@@ -326,6 +478,9 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   }
   const Fields f(doc, source, "");
   ZS_ASSIGN_OR_RETURN(std::string format, f.String("format"));
+  ZS_RETURN_IF_ERROR(f.CheckKeys({"format", "version", "step", "applied_steps", "skipped_steps",
+                                  "world_size", "train", "loss_scale", "model", "layout", "files",
+                                  "trainer_state"}));
   if (format != kFormatName) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: field 'format' is '%s', not '%s': not a zeroshard checkpoint", source,
@@ -358,6 +513,7 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train")));
   ZS_ASSIGN_OR_RETURN(const json* ls, f.Get("loss_scale", json::value_t::object));
   const Fields l = f.Child(*ls, "loss_scale");
+  ZS_RETURN_IF_ERROR(l.CheckKeys({"scale", "hysteresis_left", "clean_steps", "skips_at_min_scale"}));
   ZS_ASSIGN_OR_RETURN(m.loss_scale, l.Real("scale"));
   if (!(m.loss_scale > 0) || !std::isfinite(m.loss_scale)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -371,8 +527,16 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
 
   ZS_ASSIGN_OR_RETURN(const json* model, f.Get("model", json::value_t::object));
   const Fields mf = f.Child(*model, "model");
+  ZS_RETURN_IF_ERROR(mf.CheckKeys({"fingerprint", "num_params", "units"}));
   ZS_ASSIGN_OR_RETURN(std::string fingerprint, mf.String("fingerprint"));
+  if (fingerprint.size() != 16 ||
+      fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'model.fingerprint' is %s, not 16 lowercase hex digits", source,
+                        QuoteForMessage(fingerprint)));
+  }
   m.model_fingerprint = std::strtoull(fingerprint.c_str(), nullptr, 16);
+  ZS_ASSIGN_OR_RETURN(const int64_t num_params, mf.Int("num_params", 1, kMaxModelElements));
   ZS_ASSIGN_OR_RETURN(const json* units, mf.Get("units", json::value_t::array));
   if (units->empty() || units->size() > static_cast<size_t>(kMaxUnits)) {
     return absl::InvalidArgumentError(
@@ -381,11 +545,13 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   }
   for (size_t u = 0; u < units->size(); ++u) {
     const Fields uf = mf.Child((*units)[u], absl::StrFormat("units[%d]", u));
+    ZS_RETURN_IF_ERROR(uf.CheckKeys({"name", "params", "used_numel", "shard_numel"}));
     UnitSpec unit;
     ZS_ASSIGN_OR_RETURN(unit.name, uf.String("name"));
     ZS_ASSIGN_OR_RETURN(const json* params, uf.Get("params", json::value_t::array));
     for (size_t p = 0; p < params->size(); ++p) {
       const Fields pf = uf.Child((*params)[p], absl::StrFormat("params[%d]", p));
+      ZS_RETURN_IF_ERROR(pf.CheckKeys({"name", "shape", "no_decay"}));
       ParamSpec param;
       ZS_ASSIGN_OR_RETURN(param.name, pf.String("name"));
       ZS_ASSIGN_OR_RETURN(param.no_decay, pf.Bool("no_decay"));
@@ -409,6 +575,16 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": field 'model': ", valid.message()));
   }
+  if (num_params != m.model.NumParams()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'model.num_params' is %d, but its units hold %d params", source,
+                        num_params, m.model.NumParams()));
+  }
+  if (m.model_fingerprint != FingerprintModelSpec(m.model)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'model.fingerprint' is %s, but the units it lists fingerprint as %016x", source,
+        fingerprint, FingerprintModelSpec(m.model)));
+  }
   // The layout rules that wrote the file must be this build's (checked
   // before any size is derived from the shard sizes).
   ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(m.model, m.world_size));
@@ -424,6 +600,18 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   }
   ZS_ASSIGN_OR_RETURN(const json* layout_json, f.Get("layout", json::value_t::object));
   const Fields lf = f.Child(*layout_json, "layout");
+  ZS_RETURN_IF_ERROR(lf.CheckKeys(
+      {"byte_order", "tensors", "chunk_elements", "param_alignment", "shard_quantum"}));
+  ZS_ASSIGN_OR_RETURN(const json* tensors, lf.Get("tensors", json::value_t::array));
+  if (*tensors != json::array({kTensorNames[0], kTensorNames[1], kTensorNames[2]})) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'layout.tensors' is %s; this build stores [\"%s\", \"%s\", \"%s\"] per unit",
+        source, QuoteForMessage(tensors->dump()), kTensorNames[0], kTensorNames[1],
+        kTensorNames[2]));
+  }
+  // The layout rules (compared unit by unit above) are these two constants.
+  ZS_RETURN_IF_ERROR(lf.Int("param_alignment", kParamAlignment, kParamAlignment).status());
+  ZS_RETURN_IF_ERROR(lf.Int("shard_quantum", kShardQuantum, kShardQuantum).status());
   ZS_ASSIGN_OR_RETURN(std::string order, lf.String("byte_order"));
   if (order != "little" || !HostIsLittleEndian()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -435,6 +623,7 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   const int64_t expected_bytes = FileBytes(m.shard_numel, m.chunk_elements);
   for (size_t r = 0; r < files->size(); ++r) {
     const Fields ff = f.Child((*files)[r], absl::StrFormat("files[%d]", r));
+    ZS_RETURN_IF_ERROR(ff.CheckKeys({"name", "bytes", "crc32c", "index_crc32c", "unit_crc32c"}));
     FileRecord rec;
     ZS_ASSIGN_OR_RETURN(rec.name, ff.String("name"));
     if (rec.name != RankFileName(static_cast<int>(r))) {
@@ -474,13 +663,34 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
   const std::string path = JoinPath(step_dir, kManifestName);
-  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  absl::StatusOr<bool> inside = ResolvesInside(path, step_dir);
+  if (!inside.ok()) {
+    if (absl::IsNotFound(inside.status())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: no %s: not a complete checkpoint (a save that did not finish?); load the step "
+          "that `latest` names",
+          step_dir, kManifestName));
+    }
+    return inside.status();
+  }
+  if (!*inside) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is a symlink to a file outside %s; a checkpoint's files must be inside its step "
+        "directory: copy the file there",
+        path, step_dir));
+  }
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(path, kMaxManifestBytes, "a checkpoint's manifest");
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: no %s: not a complete checkpoint (a save that did not finish?); load the step "
           "that `latest` names",
           step_dir, kManifestName));
+    }
+    if (absl::IsOutOfRange(text.status()) || absl::IsFailedPrecondition(text.status())) {
+      return absl::DataLossError(absl::StrCat(
+          text.status().message(), "; the manifest is damaged: load an earlier checkpoint"));
     }
     return text.status();
   }
@@ -490,70 +700,39 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
 absl::StatusOr<FileRecord> WriteRankFile(const std::string& final_path, int rank, int world,
                                          const std::vector<int64_t>& shard_numel,
                                          const std::vector<float>& data) {
-  const std::string tmp = final_path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrFormat("create %s: %s (errno %d)", tmp, std::strerror(errno), errno));
-  }
+  ZS_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(final_path));
   FileRecord rec;
   rec.name = RankFileName(rank);
   uint32_t file_crc = 0;
   auto put = [&](const void* bytes, size_t n) -> absl::Status {
     file_crc = Crc32cExtend(file_crc, bytes, n);
-    return WriteAll(fd, bytes, n, tmp);
+    return file.Write(bytes, n);
   };
-  FileHeader header{};
-  std::memcpy(header.magic, kHeaderMagic, sizeof(header.magic));
-  header.version = kFormatVersion;
-  header.rank = static_cast<uint32_t>(rank);
-  header.world = static_cast<uint32_t>(world);
-  header.units = static_cast<uint32_t>(shard_numel.size());
-  header.tensors = kTensorsPerUnit;
-  header.chunk_elements = static_cast<uint32_t>(kChunkElements);
-  header.data_bytes = data.size() * sizeof(float);
-  absl::Status status = put(&header, sizeof(header));
+  const std::string header = RankFileHeader(rank, world, shard_numel, kChunkElements);
+  ZS_RETURN_IF_ERROR(put(header.data(), header.size()));
   std::vector<uint32_t> index;
   const float* p = data.data();
-  for (size_t u = 0; u < shard_numel.size() && status.ok(); ++u) {
+  for (size_t u = 0; u < shard_numel.size(); ++u) {
     uint32_t unit_crc = 0;
-    for (int t = 0; t < kTensorsPerUnit && status.ok(); ++t) {
-      for (int64_t begin = 0; begin < shard_numel[u] && status.ok(); begin += kChunkElements) {
+    for (int t = 0; t < kTensorsPerUnit; ++t) {
+      for (int64_t begin = 0; begin < shard_numel[u]; begin += kChunkElements) {
         const int64_t n = std::min(kChunkElements, shard_numel[u] - begin);
         const size_t bytes = static_cast<size_t>(n) * sizeof(float);
         index.push_back(Crc32c(p, bytes));
         unit_crc = Crc32cExtend(unit_crc, p, bytes);
-        status = put(p, bytes);
+        ZS_RETURN_IF_ERROR(put(p, bytes));
         p += n;
       }
     }
     rec.unit_crc32c.push_back(unit_crc);
   }
-  const int64_t index_offset = kHeaderBytes + static_cast<int64_t>(data.size() * sizeof(float));
-  if (status.ok()) {
-    rec.index_crc32c = Crc32c(index.data(), index.size() * sizeof(uint32_t));
-    status = put(index.data(), index.size() * sizeof(uint32_t));
-  }
-  FileTrailer trailer{};
-  trailer.index_offset = static_cast<uint64_t>(index_offset);
-  trailer.index_entries = index.size();
-  std::memcpy(trailer.magic, kTrailerMagic, sizeof(trailer.magic));
-  if (status.ok()) status = put(&trailer, sizeof(trailer));
-  if (status.ok() && fsync(fd) != 0) {
-    status = absl::InternalError(
-        absl::StrFormat("fsync %s: %s (errno %d)", tmp, std::strerror(errno), errno));
-  }
-  if (close(fd) != 0 && status.ok()) {
-    status = absl::InternalError(
-        absl::StrFormat("close %s: %s (errno %d)", tmp, std::strerror(errno), errno));
-  }
-  if (!status.ok()) {
-    unlink(tmp.c_str());
-    return status;
-  }
+  rec.index_crc32c = Crc32c(index.data(), index.size() * sizeof(uint32_t));
+  ZS_RETURN_IF_ERROR(put(index.data(), index.size() * sizeof(uint32_t)));
+  const std::string trailer = RankFileTrailer(shard_numel, kChunkElements);
+  ZS_RETURN_IF_ERROR(put(trailer.data(), trailer.size()));
+  ZS_RETURN_IF_ERROR(file.Commit());
   rec.crc32c = file_crc;
   rec.bytes = FileBytes(shard_numel, kChunkElements);
-  ZS_RETURN_IF_ERROR(RenamePath(tmp, final_path));
   return rec;
 }
 
@@ -563,6 +742,7 @@ RankFileReader& RankFileReader::operator=(RankFileReader&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
     path_ = std::move(other.path_);
+    rank_ = other.rank_;
     fd_ = other.fd_;
     other.fd_ = -1;
     manifest_ = other.manifest_;
@@ -580,59 +760,64 @@ absl::StatusOr<RankFileReader> RankFileReader::Open(const std::string& step_dir,
                                                     const Manifest& manifest, int rank) {
   RankFileReader reader;
   reader.manifest_ = &manifest;
+  reader.rank_ = rank;
   reader.path_ = JoinPath(step_dir, RankFileName(rank));
   const FileRecord& rec = manifest.files[rank];
-  absl::StatusOr<int64_t> size = FileSize(reader.path_);
-  if (!size.ok()) {
-    return absl::Status(size.status().code(),
-                        absl::StrFormat("%s; the manifest lists it: the checkpoint is incomplete "
-                                        "(copied without all rank files?)",
-                                        size.status().message()));
+  const std::string& path = reader.path_;
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    const std::string text = absl::StrFormat(
+        "stat %s: %s (errno %d); the manifest lists it: the checkpoint is incomplete (copied "
+        "without all rank files?)",
+        path, std::strerror(error), error);
+    return error == ENOENT ? absl::NotFoundError(text) : absl::InternalError(text);
   }
-  if (*size != rec.bytes) {
-    return Damaged(reader.path_,
-                   absl::StrFormat("it has %d bytes, the manifest says %d (truncated or "
-                                   "partly copied)",
-                                   *size, rec.bytes));
+  if (!S_ISREG(st.st_mode)) {
+    return Damaged(path, "it is not a regular file (a FIFO, device or directory); it is not read");
   }
-  reader.fd_ = open(reader.path_.c_str(), O_RDONLY | O_CLOEXEC);
+  ZS_ASSIGN_OR_RETURN(const bool inside, ResolvesInside(path, step_dir));
+  if (!inside) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is a symlink to a file outside %s; a checkpoint's files must be inside its step "
+        "directory: copy the file there",
+        path, step_dir));
+  }
+  if (st.st_size != rec.bytes) {
+    return Damaged(path, absl::StrFormat("it has %d bytes, the manifest says %d (truncated or "
+                                         "partly copied)",
+                                         static_cast<int64_t>(st.st_size), rec.bytes));
+  }
+  // O_NONBLOCK and the fstat: a path swapped for a FIFO since the stat is
+  // refused, not waited on.
+  reader.fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (reader.fd_ < 0) {
     return absl::InternalError(
-        absl::StrFormat("open %s: %s (errno %d)", reader.path_, std::strerror(errno), errno));
+        absl::StrFormat("open %s: %s (errno %d)", path, std::strerror(errno), errno));
   }
-  FileHeader header{};
-  ZS_RETURN_IF_ERROR(ReadAt(reader.fd_, 0, &header, sizeof(header), reader.path_));
-  if (std::memcmp(header.magic, kHeaderMagic, sizeof(header.magic)) != 0 ||
-      header.version != kFormatVersion || header.rank != static_cast<uint32_t>(rank) ||
-      header.world != static_cast<uint32_t>(manifest.world_size) ||
-      header.units != manifest.model.units.size() ||
-      header.chunk_elements != static_cast<uint32_t>(manifest.chunk_elements)) {
-    return Damaged(reader.path_,
-                   absl::StrFormat("its header (bytes [0, 64)) does not describe rank %d of %d "
-                                   "with %d units",
-                                   rank, manifest.world_size, manifest.model.units.size()));
+  struct stat opened {};
+  if (fstat(reader.fd_, &opened) != 0 || !S_ISREG(opened.st_mode) || opened.st_size != rec.bytes) {
+    return Damaged(path, "it changed while it was opened");
   }
-  FileTrailer trailer{};
+  std::string header(kHeaderBytes, '\0');
+  ZS_RETURN_IF_ERROR(ReadAt(reader.fd_, 0, header.data(), header.size(), path));
+  ZS_RETURN_IF_ERROR(CheckRankFileHeader(header, manifest, rank, path));
+  std::string trailer(kTrailerBytes, '\0');
   ZS_RETURN_IF_ERROR(
-      ReadAt(reader.fd_, rec.bytes - kTrailerBytes, &trailer, sizeof(trailer), reader.path_));
+      ReadAt(reader.fd_, rec.bytes - kTrailerBytes, trailer.data(), trailer.size(), path));
+  ZS_RETURN_IF_ERROR(CheckRankFileTrailer(trailer, manifest, path));
   const int64_t entries = IndexEntries(manifest.shard_numel, manifest.chunk_elements);
   const int64_t index_offset = kHeaderBytes + DataBytes(manifest);
-  if (std::memcmp(trailer.magic, kTrailerMagic, sizeof(trailer.magic)) != 0 ||
-      trailer.index_offset != static_cast<uint64_t>(index_offset) ||
-      trailer.index_entries != static_cast<uint64_t>(entries)) {
-    return Damaged(reader.path_, absl::StrFormat("its trailer (bytes [%d, %d)) is not valid",
-                                                 rec.bytes - kTrailerBytes, rec.bytes));
-  }
   reader.index_.resize(static_cast<size_t>(entries));
   ZS_RETURN_IF_ERROR(ReadAt(reader.fd_, index_offset, reader.index_.data(),
-                            reader.index_.size() * sizeof(uint32_t), reader.path_));
+                            reader.index_.size() * sizeof(uint32_t), path));
   const uint32_t index_crc = Crc32c(reader.index_.data(), reader.index_.size() * sizeof(uint32_t));
   if (index_crc != rec.index_crc32c) {
-    return Damaged(
-        reader.path_,
-        absl::StrFormat("crc mismatch in its chunk index (bytes [%d, %d)): expected "
-                        "0x%08x, got 0x%08x",
-                        index_offset, index_offset + entries * 4, rec.index_crc32c, index_crc));
+    return Damaged(path,
+                   absl::StrFormat("crc mismatch in its chunk index (bytes [%d, %d)): expected "
+                                   "0x%08x, got 0x%08x",
+                                   index_offset, index_offset + entries * 4, rec.index_crc32c,
+                                   index_crc));
   }
   return reader;
 }
@@ -666,6 +851,24 @@ absl::Status RankFileReader::Read(int unit, int tensor, int64_t begin, int64_t e
   return absl::OkStatus();
 }
 
+absl::Status RankFileReader::ReadUnit(int unit, std::vector<float> (&tensors)[kTensorsPerUnit]) {
+  const int64_t n = manifest_->shard_numel[unit];
+  uint32_t unit_crc = 0;
+  for (int t = 0; t < kTensorsPerUnit; ++t) {
+    tensors[t].resize(static_cast<size_t>(n));
+    ZS_RETURN_IF_ERROR(Read(unit, t, 0, n, tensors[t].data()));
+    unit_crc = Crc32cExtend(unit_crc, tensors[t].data(), tensors[t].size() * sizeof(float));
+  }
+  const uint32_t expected = manifest_->files[rank_].unit_crc32c[unit];
+  if (unit_crc != expected) {
+    // Every chunk matched its index entry, so the index and the manifest
+    // disagree: one of them is not this file's.
+    return Damaged(path_, absl::StrFormat("crc mismatch in unit '%s': expected 0x%08x, got 0x%08x",
+                                          manifest_->model.units[unit].name, expected, unit_crc));
+  }
+  return absl::OkStatus();
+}
+
 void VerifyRankFile(const std::string& step_dir, const Manifest& manifest, int rank,
                     std::vector<std::string>* problems) {
   const std::string path = JoinPath(step_dir, RankFileName(rank));
@@ -675,49 +878,26 @@ void VerifyRankFile(const std::string& step_dir, const Manifest& manifest, int r
     problems->push_back(std::string(reader.status().message()));
     return;
   }
-  // Every chunk, unit by unit, then the whole file.
+  // Every chunk and every unit's checksum, then the whole file.
   const size_t problems_before = problems->size();
-  std::vector<float> values;
+  std::vector<float> tensors[kTensorsPerUnit];
   for (size_t u = 0; u < manifest.model.units.size(); ++u) {
-    uint32_t unit_crc = 0;
-    bool unit_readable = true;
-    for (int t = 0; t < kTensorsPerUnit; ++t) {
-      values.resize(static_cast<size_t>(manifest.shard_numel[u]));
-      absl::Status read =
-          reader->Read(static_cast<int>(u), t, 0, manifest.shard_numel[u], values.data());
-      if (!read.ok()) {
-        problems->push_back(std::string(read.message()));
-        unit_readable = false;
-        continue;
-      }
-      unit_crc = Crc32cExtend(unit_crc, values.data(), values.size() * sizeof(float));
-    }
-    if (unit_readable && unit_crc != rec.unit_crc32c[u]) {
-      problems->push_back(
-          absl::StrFormat("%s: crc mismatch in unit '%s': expected 0x%08x, got 0x%08x", path,
-                          manifest.model.units[u].name, rec.unit_crc32c[u], unit_crc));
-    }
-  }
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    problems->push_back(absl::StrFormat("open %s: %s", path, std::strerror(errno)));
-    return;
+    absl::Status read = reader->ReadUnit(static_cast<int>(u), tensors);
+    if (!read.ok()) problems->push_back(std::string(read.message()));
   }
   std::vector<char> block(kVerifyBlockBytes);
   uint32_t crc = 0;
   for (int64_t offset = 0; offset < rec.bytes;) {
     const size_t n = static_cast<size_t>(
         std::min<int64_t>(static_cast<int64_t>(block.size()), rec.bytes - offset));
-    absl::Status read = ReadAt(fd, offset, block.data(), n, path);
+    absl::Status read = ReadAt(reader->fd(), offset, block.data(), n, path);
     if (!read.ok()) {
       problems->push_back(std::string(read.message()));
-      close(fd);
       return;
     }
     crc = Crc32cExtend(crc, block.data(), n);
     offset += static_cast<int64_t>(n);
   }
-  close(fd);
   // One line per problem: a damaged chunk already named changes the whole
   // file's CRC too; alone, this names damage outside the checked parts.
   if (crc != rec.crc32c && problems->size() == problems_before) {

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/model_spec.h"
 #include "zeroshard/train_spec.h"
@@ -41,10 +42,27 @@ inline constexpr const char* kTensorNames[kTensorsPerUnit] = {"master", "adam_m"
 inline constexpr int64_t kChunkElements = 65536;
 inline constexpr int64_t kHeaderBytes = 64;
 inline constexpr int64_t kTrailerBytes = 24;
+// The most a reader reads of the files it finds by name: `latest` holds one
+// step name; a manifest holds the run's description, one record per rank
+// file (about 20 bytes per unit each) and the trainer's state. Save refuses
+// a trainer state past kMaxTrainerStateBytes and a manifest past
+// kMaxManifestBytes (65,536 ranks x 160 units fit), so every manifest it
+// writes is read back.
+inline constexpr int64_t kMaxLatestBytes = 256;
+inline constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+inline constexpr int64_t kMaxTrainerStateBytes = int64_t{1} << 20;
 
 // "step_00000100", "rank_00003.bin".
 std::string StepDirName(int64_t step);
 std::string RankFileName(int rank);
+// The step of a step directory's name ("step_00000100" -> 100), or -1 for
+// any other name (with a suffix, a sign, spaces, past 2^50).
+int64_t ParseStepDirName(const std::string& name);
+// The step directory the text of a `latest` file names: one step name,
+// optionally followed by a newline (what CommitCheckpointDirectory writes;
+// surrounding whitespace is tolerated). DataLoss naming `path` and quoting at
+// most a short, escaped prefix of the text otherwise.
+absl::StatusOr<std::string> ParseLatest(const std::string& text, const std::string& path);
 
 // One rank file's entry in the manifest.
 struct FileRecord {
@@ -95,6 +113,20 @@ int64_t FirstChunk(const std::vector<int64_t>& shard_numel, int unit, int tensor
 int64_t IndexEntries(const std::vector<int64_t>& shard_numel, int64_t chunk_elements);
 int64_t FileBytes(const std::vector<int64_t>& shard_numel, int64_t chunk_elements);
 
+// The exact 64 header bytes and 24 trailer bytes of rank `rank`'s file in a
+// checkpoint of `world` ranks with these shard sizes (the writer writes
+// them; every reader compares all of them).
+std::string RankFileHeader(int rank, int world, const std::vector<int64_t>& shard_numel,
+                           int64_t chunk_elements);
+std::string RankFileTrailer(const std::vector<int64_t>& shard_numel, int64_t chunk_elements);
+// `bytes` (a rank file's first 64 / last 24 bytes) against the expected:
+// DataLoss naming `path`, the field and its byte range, what it holds and
+// what was expected (the first field that differs).
+absl::Status CheckRankFileHeader(absl::string_view bytes, const Manifest& manifest, int rank,
+                                 const std::string& path);
+absl::Status CheckRankFileTrailer(absl::string_view bytes, const Manifest& manifest,
+                                  const std::string& path);
+
 // Streams one rank's shard into its file, computing the chunk, unit and
 // file checksums on the way. `data` is the file's data section (unit-major,
 // tensor-minor, shard_numel[u] floats each); the file is written as
@@ -106,9 +138,11 @@ absl::StatusOr<FileRecord> WriteRankFile(const std::string& final_path, int rank
 // Reads elements of one rank file, verifying every chunk it touches.
 class RankFileReader {
  public:
-  // Opens rank `rank`'s file of the checkpoint in `step_dir`, checks its size
-  // against the manifest, its header and trailer, and its index against the
-  // manifest's CRC. DataLoss / NotFound naming the file.
+  // Opens rank `rank`'s file of the checkpoint in `step_dir`: a regular file
+  // (a symlink must resolve inside `step_dir`), of the size the manifest
+  // records, whose 64 header and 24 trailer bytes are exactly those of
+  // RankFileHeader / RankFileTrailer and whose chunk index has the
+  // manifest's CRC. DataLoss / NotFound / FailedPrecondition naming the file.
   static absl::StatusOr<RankFileReader> Open(const std::string& step_dir, const Manifest& manifest,
                                              int rank);
   RankFileReader(RankFileReader&&) noexcept;
@@ -120,23 +154,35 @@ class RankFileReader {
   // `out`. Reads the whole chunks around them and verifies each chunk's
   // CRC32C: DataLoss naming the file, unit, tensor and byte range.
   absl::Status Read(int unit, int tensor, int64_t begin, int64_t end, float* out);
+  // The whole shard of unit `unit` in this file, every tensor (padding
+  // included), into tensors[t]: every chunk verified, then the unit's CRC32C
+  // against the manifest's files[rank].unit_crc32c. DataLoss naming the
+  // file and unit.
+  absl::Status ReadUnit(int unit, std::vector<float> (&tensors)[kTensorsPerUnit]);
 
   const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
 
  private:
   RankFileReader() = default;
   std::string path_;
+  int rank_ = 0;
   int fd_ = -1;
   const Manifest* manifest_ = nullptr;
   std::vector<uint32_t> index_;
   std::vector<float> chunk_;
 };
 
-// Whole-file checks for InspectCheckpoint: one line per problem.
+// Whole-file checks for InspectCheckpoint: RankFileReader::Open, ReadUnit of
+// every unit, then the whole file's CRC32C (files[rank].crc32c): one line
+// per problem.
 void VerifyRankFile(const std::string& step_dir, const Manifest& manifest, int rank,
                     std::vector<std::string>* problems);
 
-// Reads and parses `step_dir`/manifest.json.
+// Reads and parses `step_dir`/manifest.json: a regular file inside
+// `step_dir` of at most kMaxManifestBytes. FailedPrecondition when it is
+// missing (a save that did not finish), DataLoss when it cannot be a
+// manifest, then ParseManifest's errors.
 absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir);
 
 }  // namespace zeroshard::internal

@@ -1,17 +1,18 @@
 // InspectCheckpoint and ExportSafetensors: reading a checkpoint without an
 // engine (the `zeroshard inspect` and `zeroshard export` commands).
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/src/checkpoint/directory.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/safetensors.h"
@@ -23,8 +24,10 @@
 namespace zeroshard {
 namespace {
 
-CheckpointInfo Describe(const std::string& step_dir, const internal::Manifest& m) {
+CheckpointInfo Describe(const std::string& step_dir, const internal::Manifest& m,
+                        const std::string& note) {
   CheckpointInfo info;
+  info.note = note;
   info.path = step_dir;
   info.step = m.step;
   info.world_size = m.world_size;
@@ -38,12 +41,76 @@ CheckpointInfo Describe(const std::string& step_dir, const internal::Manifest& m
   return info;
 }
 
+// Refuses an export target that would change the checkpoint it reads: the
+// same file as anything the checkpoint directory holds (compared by device
+// and inode, so a symlink, a hard link or another spelling of the path is
+// caught), a file inside it, or a directory.
+absl::Status CheckExportTarget(const std::string& path, const std::string& step_dir,
+                               const std::string& out) {
+  using internal::FileIdentity;
+  using internal::IdentityOf;
+  using internal::JoinPath;
+  if (internal::IsDirectory(out)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "export: --out %s is a directory; give the path of the file to write", out));
+  }
+  // The checkpoint directory: what the user named, the step it resolved to,
+  // and the directory holding that step when it is a checkpoint directory.
+  std::vector<std::string> dirs = {path, step_dir};
+  const std::string parent = internal::ParentPath(step_dir);
+  if (internal::PathExists(JoinPath(parent, internal::kLatestName)) ||
+      internal::ParseStepDirName(step_dir.substr(step_dir.find_last_of('/') + 1)) >= 0) {
+    dirs.push_back(parent);
+  }
+  std::vector<std::pair<FileIdentity, std::string>> held;  // identity, path
+  std::vector<FileIdentity> held_dirs;
+  auto hold = [&](const std::string& p) {
+    if (std::optional<FileIdentity> id = IdentityOf(p)) held.push_back({*id, p});
+  };
+  for (const std::string& dir : dirs) {
+    if (std::optional<FileIdentity> id = IdentityOf(dir)) held_dirs.push_back(*id);
+    absl::StatusOr<std::vector<std::string>> names = internal::ListDirectory(dir);
+    if (!names.ok()) continue;
+    for (const std::string& name : *names) {
+      const std::string entry = JoinPath(dir, name);
+      hold(entry);
+      if (!absl::StartsWith(name, "step_") || !internal::IsDirectory(entry)) continue;
+      if (std::optional<FileIdentity> id = IdentityOf(entry)) held_dirs.push_back(*id);
+      absl::StatusOr<std::vector<std::string>> files = internal::ListDirectory(entry);
+      if (!files.ok()) continue;
+      for (const std::string& file : *files) hold(JoinPath(entry, file));
+    }
+  }
+  if (std::optional<FileIdentity> target = IdentityOf(out)) {
+    for (const auto& [id, p] : held) {
+      if (id == *target) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "export: --out %s is the checkpoint's own %s; writing it would destroy the "
+            "checkpoint: give a path outside the checkpoint directory",
+            out, p));
+      }
+    }
+  }
+  if (std::optional<FileIdentity> out_dir = IdentityOf(internal::ParentPath(out))) {
+    for (const FileIdentity& id : held_dirs) {
+      if (id == *out_dir) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "export: --out %s is inside the checkpoint directory, whose steps are replaced and "
+            "pruned by later saves: give a path outside it",
+            out));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointInfo> InspectCheckpoint(const std::string& path,
                                                  std::vector<std::string>* problems,
                                                  const CheckpointProgress& progress) {
-  ZS_ASSIGN_OR_RETURN(std::string step_dir, ResolveCheckpoint(path));
+  std::string note;
+  ZS_ASSIGN_OR_RETURN(std::string step_dir, internal::ResolveCheckpointWithNote(path, &note));
   ZS_ASSIGN_OR_RETURN(internal::Manifest manifest, internal::ReadManifest(step_dir));
   int64_t total = 0, done = 0;
   for (const internal::FileRecord& f : manifest.files) total += f.bytes;
@@ -52,7 +119,7 @@ absl::StatusOr<CheckpointInfo> InspectCheckpoint(const std::string& path,
     done += manifest.files[r].bytes;
     if (progress) progress(done, total);
   }
-  return Describe(step_dir, manifest);
+  return Describe(step_dir, manifest, note);
 }
 
 absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,
@@ -62,6 +129,7 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
         absl::StrFormat("export: dtype %s is not supported; use fp32 or bf16", DTypeName(dtype)));
   }
   ZS_ASSIGN_OR_RETURN(std::string step_dir, ResolveCheckpoint(path));
+  ZS_RETURN_IF_ERROR(CheckExportTarget(path, step_dir, out));
   ZS_ASSIGN_OR_RETURN(internal::Manifest m, internal::ReadManifest(step_dir));
   ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
                       internal::FlatLayout::Create(m.model, m.world_size));
@@ -82,19 +150,9 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
                                                        {"zeroshard_checkpoint", step_dir}};
   ZS_ASSIGN_OR_RETURN(std::string header, internal::SafetensorsHeader(tensors, metadata));
 
-  const std::string tmp = out + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrFormat("export: create %s: %s (errno %d)", tmp, std::strerror(errno), errno));
-  }
-  auto fail = [&](absl::Status status) {
-    close(fd);
-    unlink(tmp.c_str());
-    return status;
-  };
-  absl::Status written = internal::WriteAll(fd, header.data(), header.size(), tmp);
-  if (!written.ok()) return fail(written);
+  // Written under a temporary name, removed on every error (AtomicFile).
+  ZS_ASSIGN_OR_RETURN(internal::AtomicFile file, internal::AtomicFile::Create(out));
+  ZS_RETURN_IF_ERROR(file.Write(header.data(), header.size()));
   s.bytes_written = static_cast<int64_t>(header.size());
   const int64_t header_bytes = s.bytes_written;
   const int64_t tensor_bytes = m.model.NumParams() * (dtype == DType::kFloat32 ? 4 : 2);
@@ -114,40 +172,30 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
       const int64_t end = std::min((r + 1) * shard, used);
       if (begin >= end) continue;
       if (readers[r] == nullptr) {
-        absl::StatusOr<internal::RankFileReader> reader =
-            internal::RankFileReader::Open(step_dir, m, r);
-        if (!reader.ok()) return fail(reader.status());
-        readers[r] = std::make_unique<internal::RankFileReader>(std::move(*reader));
+        ZS_ASSIGN_OR_RETURN(internal::RankFileReader reader,
+                            internal::RankFileReader::Open(step_dir, m, r));
+        readers[r] = std::make_unique<internal::RankFileReader>(std::move(reader));
       }
-      absl::Status read = readers[r]->Read(u, /*tensor=*/0, 0, end - begin, segment.data() + begin);
-      if (!read.ok()) return fail(read);
+      ZS_RETURN_IF_ERROR(
+          readers[r]->Read(u, /*tensor=*/0, 0, end - begin, segment.data() + begin));
     }
     for (const internal::ParamSlot& slot : layout.unit(u).params) {
       const float* values = segment.data() + slot.offset;
       const size_t n = static_cast<size_t>(slot.numel);
       if (dtype == DType::kFloat32) {
-        written = internal::WriteAll(fd, values, n * sizeof(float), tmp);
+        ZS_RETURN_IF_ERROR(file.Write(values, n * sizeof(float)));
         s.bytes_written += static_cast<int64_t>(n * sizeof(float));
       } else {
         halves.resize(n);
         for (size_t i = 0; i < n; ++i) halves[i] = Fp32ToBf16(values[i]);
-        written = internal::WriteAll(fd, halves.data(), n * sizeof(uint16_t), tmp);
+        ZS_RETURN_IF_ERROR(file.Write(halves.data(), n * sizeof(uint16_t)));
         s.bytes_written += static_cast<int64_t>(n * sizeof(uint16_t));
       }
-      if (!written.ok()) return fail(written);
       ++s.tensors;
     }
     if (progress) progress(s.bytes_written - header_bytes, tensor_bytes);
   }
-  if (fsync(fd) != 0) {
-    return fail(
-        absl::InternalError(absl::StrFormat("export: fsync %s: %s", tmp, std::strerror(errno))));
-  }
-  if (close(fd) != 0) {
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrFormat("export: close %s: %s", tmp, std::strerror(errno)));
-  }
-  return internal::RenamePath(tmp, out);
+  return file.Commit();
 }
 
 }  // namespace zeroshard

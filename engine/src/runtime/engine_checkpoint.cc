@@ -14,7 +14,9 @@
 // do the engine's buffers take the values.
 #include <algorithm>
 #include <cstring>
+#include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "engine/src/checkpoint/directory.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
+#include "engine/src/common/bounded_read.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "engine/src/runtime/fingerprint.h"
 #include "nlohmann/json.hpp"
@@ -47,6 +50,31 @@ std::string UnpackMessage(const int64_t* words) {
   char bytes[kMessageWords * 8 + 1] = {};
   std::memcpy(bytes, words, kMessageWords * 8);
   return std::string(bytes);
+}
+
+// A status as it travels in a collective: ok flag, code, then its message
+// truncated to kMessageWords int64 words.
+constexpr int kStatusWords = 2 + kMessageWords;
+
+void PackStatus(const absl::Status& status, int64_t* words) {
+  words[0] = status.ok() ? 1 : 0;
+  words[1] = static_cast<int64_t>(status.code());
+  PackMessage(std::string(status.message()), words + 2);
+}
+
+absl::Status UnpackStatus(const int64_t* words, const std::string& prefix) {
+  if (words[0] == 1) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(words[1]),
+                      absl::StrCat(prefix, UnpackMessage(words + 2)));
+}
+
+// A number no other save or check of any run picks, for the directory check.
+uint64_t FreshNonce() {
+  std::random_device device;
+  const uint64_t clock = static_cast<uint64_t>(
+      std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  return ((static_cast<uint64_t>(device()) << 32) ^ device() ^ (clock * 0x9e3779b97f4a7c15ull)) |
+         1;
 }
 
 bool IsJsonObject(const std::string& text) {
@@ -103,21 +131,122 @@ absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
+                                              const std::string& check_dir, bool fresh,
+                                              const absl::Status& local, const char* call) {
+  // 1. Rank 0 makes the directory and leaves a probe holding a fresh number.
+  const uint64_t nonce = FreshNonce();
+  const std::string probe = JoinPath(check_dir, kDirectoryProbeName);
+  std::vector<int64_t> prepared(1 + kStatusWords, 0);
+  if (rank_ == 0) {
+    absl::Status made = local;
+    if (made.ok()) made = MakeDirectories(root);
+    if (made.ok() && fresh) made = RemoveTree(check_dir);  // a crashed save's files
+    if (made.ok()) made = MakeDirectories(check_dir);
+    if (made.ok()) made = WriteFileAtomically(probe, absl::StrFormat("%016x\n", nonce));
+    prepared[0] = static_cast<int64_t>(nonce);
+    PackStatus(made, &prepared[1]);
+  }
+  NoteCollective(CollectiveKind::kCheckpoint, -4, 1 + kStatusWords);
+  ZS_RETURN_IF_ERROR(HostBroadcast(prepared.data(), 1 + kStatusWords, 0));
+  if (prepared[1] != 1) {
+    return UnpackStatus(&prepared[1],
+                        absl::StrFormat("%s: rank 0 could not prepare the checkpoint directory: ",
+                                        call));
+  }
+  const std::string expected = absl::StrFormat("%016x\n", static_cast<uint64_t>(prepared[0]));
+
+  // 2. Every rank finds that probe through its own path, and can write there.
+  absl::Status mine = local;
+  if (mine.ok()) {
+    absl::StatusOr<std::string> seen = ReadRegularFile(probe, 64, "the directory check's probe");
+    if (!seen.ok() || *seen != expected) {
+      mine = absl::FailedPreconditionError(absl::StrFormat(
+          "rank %d saves into %s, where %s", rank_, check_dir,
+          !seen.ok() ? std::string("rank 0's probe file is not") : "another run's probe is"));
+    }
+  }
+  if (mine.ok()) {
+    // A file of this rank's own, created and (not committed) removed again.
+    absl::StatusOr<AtomicFile> file =
+        AtomicFile::Create(absl::StrFormat("%s.rank_%d", probe, rank_));
+    if (!file.ok()) {
+      mine = absl::Status(file.status().code(),
+                          absl::StrFormat("rank %d cannot write into %s: %s", rank_, check_dir,
+                                          file.status().message()));
+    }
+  }
+  std::vector<int64_t> mine_words(kStatusWords, 0);
+  PackStatus(mine, mine_words.data());
+  std::vector<int64_t> all(static_cast<size_t>(kStatusWords) * world_);
+  NoteCollective(CollectiveKind::kCheckpoint, -5, kStatusWords);
+  ZS_RETURN_IF_ERROR(HostAllGather(mine_words.data(), all.data(), kStatusWords));
+  if (rank_ == 0 && !fresh) RemoveTree(probe).IgnoreError();
+
+  // 3. Every rank reports the same verdict.
+  std::vector<int> elsewhere;
+  std::vector<std::string> where;
+  absl::Status first = absl::OkStatus();
+  for (int r = 0; r < world_; ++r) {
+    const int64_t* rec = &all[static_cast<size_t>(r) * kStatusWords];
+    if (rec[0] == 1) continue;
+    const absl::Status status = UnpackStatus(rec, "");
+    if (absl::IsFailedPrecondition(status) && r != 0 && local.ok()) {
+      elsewhere.push_back(r);
+      if (where.size() < 3) where.push_back(std::string(status.message()));
+    } else if (first.ok()) {
+      first = absl::Status(status.code(),
+                           absl::StrFormat("%s: rank %d: %s", call, r, status.message()));
+    }
+  }
+  if (!elsewhere.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: rank%s %s %s not see the checkpoint directory rank 0 prepared at %s (%s%s): every "
+        "rank must save into the same directory, which for ranks on several machines means one "
+        "on a shared file system",
+        call, elsewhere.size() > 1 ? "s" : "", absl::StrJoin(elsewhere, ", "),
+        elsewhere.size() > 1 ? "do" : "does", check_dir, absl::StrJoin(where, "; "),
+        elsewhere.size() > where.size() ? "; ..." : ""));
+  }
+  return first;
+}
+
+absl::Status EngineImpl::PrepareCheckpointDirectory(const std::string& dir) {
+  StepTimeline::Call call(timeline_);
+  absl::Status local = poisoned_;
+  if (local.ok() && dir.empty()) {
+    local = absl::InvalidArgumentError("the checkpoint directory is empty");
+  }
+  return CheckSharedDirectory(dir, dir, /*fresh=*/false, local, "PrepareCheckpointDirectory");
+}
+
 absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer_state,
                               const CheckpointOptions& options) {
   StepTimeline::Call call(timeline_);
-  ZS_RETURN_IF_ERROR(CheckBetweenSteps("Save"));
-  if (dir.empty()) return absl::InvalidArgumentError("Save: the checkpoint directory is empty");
-  if (options.keep_last < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
+  // What this rank can tell alone; the directory check below makes every
+  // rank return the same verdict, so one rank's bad argument cannot leave
+  // the others waiting in a collective.
+  absl::Status local = CheckBetweenSteps("Save");
+  const std::string state = trainer_state.empty() ? "{}" : trainer_state;
+  if (local.ok() && dir.empty()) {
+    local = absl::InvalidArgumentError("Save: the checkpoint directory is empty");
+  }
+  if (local.ok() && options.keep_last < 1) {
+    local = absl::InvalidArgumentError(absl::StrFormat(
         "Save: keep_last %d must be >= 1 (the newest complete checkpoint is always kept)",
         options.keep_last));
   }
-  const std::string state = trainer_state.empty() ? "{}" : trainer_state;
-  if (!IsJsonObject(state)) {
-    return absl::InvalidArgumentError(
+  if (local.ok() && static_cast<int64_t>(state.size()) > kMaxTrainerStateBytes) {
+    local = absl::InvalidArgumentError(absl::StrFormat(
+        "Save: the trainer state is %d bytes, more than the %d a checkpoint holds; keep it to "
+        "positions and RNG states and store larger data beside the checkpoint",
+        state.size(), kMaxTrainerStateBytes));
+  }
+  if (local.ok() && !IsJsonObject(state)) {
+    local = absl::InvalidArgumentError(
         "Save: the trainer state is not a JSON object; pass e.g. {\"sampler_step\": 1200}");
   }
+  if (!started_) return local;  // CheckBetweenSteps said so, on every rank alike
   // The previous checkpoint becomes complete (or reports its failure) first.
   ZS_RETURN_IF_ERROR(WaitForCheckpoint());
 
@@ -136,13 +265,39 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
   m.hysteresis_left = hysteresis_left_;
   m.clean_steps = clean_steps_;
   m.skips_at_min_scale = skips_at_min_scale_;
+  // The manifest records what its JSON holds: no tensor-parallel split.
   m.model = model_;
-  m.model_fingerprint = FingerprintModelSpec(model_);
+  for (UnitSpec& unit : m.model.units) {
+    for (ParamSpec& param : unit.params) param.tp_split_dim = -1;
+  }
+  m.model_fingerprint = FingerprintModelSpec(m.model);
   for (int u = 0; u < layout_.num_units(); ++u) {
     m.used_numel.push_back(layout_.unit(u).used_numel);
     m.shard_numel.push_back(layout_.unit(u).shard_numel);
   }
   m.trainer_state = state;
+  if (local.ok()) {
+    // The largest manifest this save can produce (every file record at its
+    // widest) must be one a reader accepts.
+    Manifest widest = m;
+    FileRecord wide;
+    wide.name = RankFileName(world_ - 1);
+    wide.bytes = FileBytes(m.shard_numel, kChunkElements);
+    wide.crc32c = wide.index_crc32c = UINT32_MAX;
+    wide.unit_crc32c.assign(m.shard_numel.size(), UINT32_MAX);
+    widest.files.assign(static_cast<size_t>(world_), wide);
+    const size_t bytes = ManifestToJson(widest).size();
+    if (static_cast<int64_t>(bytes) > kMaxManifestBytes) {
+      local = absl::InvalidArgumentError(absl::StrFormat(
+          "Save: the manifest would be %d bytes, more than the %d a reader accepts (%d ranks x "
+          "%d units); group small layers into fewer units",
+          bytes, kMaxManifestBytes, world_, layout_.num_units()));
+    }
+  }
+  // Every rank sees the directory rank 0 prepared and can write there, or
+  // every rank fails here, before anything is written.
+  ZS_RETURN_IF_ERROR(
+      CheckSharedDirectory(dir, pending->partial_dir, /*fresh=*/true, local, "Save"));
 
   // The snapshot: this rank's shard of each unit, master then m then v, in
   // the file's order. With fp32 the params are the master weights.
@@ -162,7 +317,6 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
     }
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
-  absl::Status made = MakeDirectories(pending->partial_dir);
   PendingCheckpoint* p = pending.get();
   const std::string file = JoinPath(p->partial_dir, RankFileName(rank_));
   const int rank = rank_;
@@ -170,11 +324,7 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
   // The writer thread reads the snapshot; it and the rest of `pending` stay
   // unchanged until WaitForCheckpoint joins it.
   const std::vector<float>* data = &snapshot;
-  p->writer = std::thread([p, file, rank, world, made, data] {
-    if (!made.ok()) {
-      p->write_status = made;
-      return;
-    }
+  p->writer = std::thread([p, file, rank, world, data] {
     absl::StatusOr<FileRecord> rec =
         WriteRankFile(file, rank, world, p->manifest.shard_numel, *data);
     if (rec.ok()) {
@@ -197,61 +347,51 @@ absl::Status EngineImpl::WaitForCheckpoint() {
   if (!p->options.keep_snapshot) std::vector<float>().swap(checkpoint_snapshot_);
   ZS_RETURN_IF_ERROR(poisoned_);
 
-  // 1. Every rank's write: ok flag, file size and checksums, its message.
+  // 1. Every rank's write: its status, then the file's size and checksums.
   const int units = layout_.num_units();
-  const int64_t words = 4 + units + kMessageWords;
+  const int64_t words = kStatusWords + 3 + units;
   std::vector<int64_t> mine(static_cast<size_t>(words), 0);
-  mine[0] = p->write_status.ok() ? 1 : 0;
-  mine[1] = p->record.bytes;
-  mine[2] = p->record.crc32c;
-  mine[3] = p->record.index_crc32c;
-  for (int u = 0; u < units && p->write_status.ok(); ++u) mine[4 + u] = p->record.unit_crc32c[u];
-  PackMessage(std::string(p->write_status.message()), &mine[4 + units]);
+  PackStatus(p->write_status, mine.data());
+  int64_t* record = &mine[kStatusWords];
+  record[0] = p->record.bytes;
+  record[1] = p->record.crc32c;
+  record[2] = p->record.index_crc32c;
+  for (int u = 0; u < units && p->write_status.ok(); ++u) record[3 + u] = p->record.unit_crc32c[u];
   std::vector<int64_t> all(static_cast<size_t>(words) * world_);
   NoteCollective(CollectiveKind::kCheckpoint, -1, words);
   ZS_RETURN_IF_ERROR(HostAllGather(mine.data(), all.data(), words));
-  std::vector<std::string> failures;
   for (int r = 0; r < world_; ++r) {
-    const int64_t* rec = &all[static_cast<size_t>(r) * words];
-    if (rec[0] != 1) {
-      failures.push_back(absl::StrFormat("rank %d: %s", r, UnpackMessage(rec + 4 + units)));
-    }
-  }
-  if (!failures.empty()) {
-    return absl::InternalError(
-        absl::StrFormat("checkpoint %s was not completed, the previous one stays the latest: %s",
-                        p->final_dir, absl::StrJoin(failures, "; ")));
+    // The first failed rank's error, with its code, on every rank.
+    ZS_RETURN_IF_ERROR(UnpackStatus(
+        &all[static_cast<size_t>(r) * words],
+        absl::StrFormat("checkpoint %s was not completed (`latest` is unchanged): rank %d: ",
+                        p->final_dir, r)));
   }
 
-  // 2. Rank 0 commits: manifest, rename, latest, pruning.
+  // 2. Rank 0 commits: verifies every rank's file, manifest, rename, latest,
+  // pruning.
   absl::Status committed = absl::OkStatus();
   if (rank_ == 0) {
     for (int r = 0; r < world_; ++r) {
-      const int64_t* rec = &all[static_cast<size_t>(r) * words];
+      const int64_t* rec = &all[static_cast<size_t>(r) * words + kStatusWords];
       FileRecord f;
       f.name = RankFileName(r);
-      f.bytes = rec[1];
-      f.crc32c = static_cast<uint32_t>(rec[2]);
-      f.index_crc32c = static_cast<uint32_t>(rec[3]);
-      for (int u = 0; u < units; ++u) f.unit_crc32c.push_back(static_cast<uint32_t>(rec[4 + u]));
+      f.bytes = rec[0];
+      f.crc32c = static_cast<uint32_t>(rec[1]);
+      f.index_crc32c = static_cast<uint32_t>(rec[2]);
+      for (int u = 0; u < units; ++u) f.unit_crc32c.push_back(static_cast<uint32_t>(rec[3 + u]));
       p->manifest.files.push_back(std::move(f));
     }
-    committed = CommitCheckpointDirectory(p->root, p->partial_dir, p->final_dir,
-                                          ManifestToJson(p->manifest), p->manifest.step,
+    committed = CommitCheckpointDirectory(p->root, p->partial_dir, p->final_dir, p->manifest,
                                           p->options.keep_last);
   }
   // 3. Everyone learns how rank 0's commit went.
-  std::vector<int64_t> verdict(static_cast<size_t>(1 + kMessageWords), 0);
-  verdict[0] = committed.ok() ? 1 : 0;
-  PackMessage(std::string(committed.message()), &verdict[1]);
-  NoteCollective(CollectiveKind::kCheckpoint, -2, 1 + kMessageWords);
-  ZS_RETURN_IF_ERROR(HostBroadcast(verdict.data(), 1 + kMessageWords, 0));
-  if (verdict[0] != 1) {
-    return absl::InternalError(absl::StrFormat(
-        "checkpoint %s was not completed (rank 0: %s); the previous one stays the latest",
-        p->final_dir, UnpackMessage(&verdict[1])));
-  }
-  return absl::OkStatus();
+  std::vector<int64_t> verdict(kStatusWords, 0);
+  PackStatus(committed, verdict.data());
+  NoteCollective(CollectiveKind::kCheckpoint, -2, kStatusWords);
+  ZS_RETURN_IF_ERROR(HostBroadcast(verdict.data(), kStatusWords, 0));
+  return UnpackStatus(verdict.data(),
+                      absl::StrFormat("checkpoint %s: rank 0's commit failed: ", p->final_dir));
 }
 
 absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
@@ -275,9 +415,10 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   }
   Manifest manifest;
   std::string step_dir;
+  std::string resolve_note;
   uint64_t manifest_hash = 0;
   absl::Status read = [&]() -> absl::Status {
-    ZS_ASSIGN_OR_RETURN(step_dir, ResolveCheckpoint(path));
+    ZS_ASSIGN_OR_RETURN(step_dir, ResolveCheckpointWithNote(path, &resolve_note));
     ZS_ASSIGN_OR_RETURN(manifest, ReadManifest(step_dir));
     const std::string difference = DescribeModelDifference(manifest.model, model_);
     if (!difference.empty()) {
@@ -298,6 +439,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
       manifest_hash = HashBytes(&f.crc32c, sizeof(f.crc32c), manifest_hash);
     }
     std::vector<std::unique_ptr<RankFileReader>> readers(manifest.world_size);
+    std::vector<float> whole[kTensorsPerUnit];
     for (int u = 0; u < units; ++u) {
       const int64_t used = layout_.unit(u).used_numel;
       const int64_t old_shard = manifest.shard_numel[u];
@@ -309,11 +451,22 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
           ZS_ASSIGN_OR_RETURN(RankFileReader reader, RankFileReader::Open(step_dir, manifest, r));
           readers[r] = std::make_unique<RankFileReader>(std::move(reader));
         }
+        // An old shard this rank owns whole (every shard at the same world
+        // size) is read whole, so that its unit checksum is checked too;
+        // a part of one, chunk by chunk (each chunk checked by the index).
+        const bool owns_whole =
+            owned[u].begin <= r * old_shard && (r + 1) * old_shard <= owned[u].end;
+        if (owns_whole) ZS_RETURN_IF_ERROR(readers[r]->ReadUnit(u, whole));
         for (int t = 0; t < kTensorsPerUnit; ++t) {
           float* out =
               fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].data() + (begin - owned[u].begin);
-          ZS_RETURN_IF_ERROR(
-              readers[r]->Read(u, t, begin - r * old_shard, end - r * old_shard, out));
+          if (owns_whole) {
+            std::memcpy(out, whole[t].data() + (begin - r * old_shard),
+                        static_cast<size_t>(end - begin) * sizeof(float));
+          } else {
+            ZS_RETURN_IF_ERROR(
+                readers[r]->Read(u, t, begin - r * old_shard, end - r * old_shard, out));
+          }
         }
       }
     }
@@ -389,6 +542,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   }
   CheckpointInfo info;
   info.path = step_dir;
+  info.note = resolve_note;
   info.step = manifest.step;
   info.world_size = manifest.world_size;
   info.zero_stage = manifest.train.zero_stage;

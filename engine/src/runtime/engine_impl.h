@@ -68,6 +68,7 @@ class EngineImpl final : public Engine {
                     const CheckpointOptions& options) override;
   absl::Status WaitForCheckpoint() override;
   absl::StatusOr<CheckpointInfo> Load(const std::string& path) override;
+  absl::Status PrepareCheckpointDirectory(const std::string& dir) override;
 
   const ModelSpec& model() const override { return model_; }
   const TrainSpec& train() const override { return train_; }
@@ -292,6 +293,15 @@ class EngineImpl final : public Engine {
     FileRecord record;          // set by the writer
   };
   absl::Status CheckBetweenSteps(const char* call) const;
+  // Collective, the directory check of Save and PrepareCheckpointDirectory:
+  // rank 0 creates `root` and `check_dir` (first removing `check_dir` when
+  // `fresh`: a crashed save's partial step) and writes a probe with a fresh
+  // number there; every rank must read that number through its own path
+  // and be able to create a file there. Every rank returns the same status:
+  // the first failing rank's (`local`: what a rank found wrong before),
+  // or FailedPrecondition naming the ranks that see another directory.
+  absl::Status CheckSharedDirectory(const std::string& root, const std::string& check_dir,
+                                    bool fresh, const absl::Status& local, const char* call);
   std::unique_ptr<PendingCheckpoint> pending_checkpoint_;
   // This rank's shard as the rank file holds it, copied by Save and read by
   // the writer thread until WaitForCheckpoint joins it; kept between saves

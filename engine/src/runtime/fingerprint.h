@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/layout/flat_layout.h"
 #include "zeroshard/fingerprint.h"
 #include "zeroshard/model_spec.h"
@@ -15,15 +16,8 @@
 
 namespace zeroshard::internal {
 
-// Fingerprint64 (zeroshard/fingerprint.h), by its internal name.
-inline uint64_t HashBytes(const void* data, size_t bytes, uint64_t seed) {
-  return Fingerprint64(data, bytes, seed);
-}
-
-uint64_t FingerprintModelSpec(const ModelSpec& spec);
-// One unit: its name and every param's name, shape, no_decay and (when >= 0)
-// tp_split_dim.
-uint64_t FingerprintUnitSpec(const UnitSpec& unit);
+// HashBytes, FingerprintModelSpec and FingerprintUnitSpec live in
+// engine/src/common/spec_fingerprint.h (the checkpoint reader uses them too).
 uint64_t FingerprintLayout(const FlatLayout& layout);
 uint64_t FingerprintTrainSpec(const TrainSpec& train);
 
