@@ -67,6 +67,7 @@ int RunInspect(const std::vector<std::string>& args, std::ostream& out, std::ost
   }
   int64_t total = 0;
   for (int64_t b : info->file_bytes) total += b;
+  if (!info->note.empty()) err << "zeroshard inspect: note: " << info->note << "\n";
   out << "checkpoint  " << info->path << "\n"
       << "step        " << info->step << "\n"
       << "written by  " << info->world_size << " rank(s), ZeRO stage " << info->zero_stage << ", "
@@ -84,6 +85,7 @@ int RunInspect(const std::vector<std::string>& args, std::ostream& out, std::ost
 int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string dir, file;
   DType dtype = DType::kFloat32;
+  bool out_given = false, dtype_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -95,6 +97,12 @@ int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostr
         err << "zeroshard export: " << a << " needs a value; see --help\n";
         return kExitBadInput;
       }
+      bool& given = a == "--out" ? out_given : dtype_given;
+      if (given) {
+        err << "zeroshard export: " << a << " is given twice; give it once\n";
+        return kExitBadInput;
+      }
+      given = true;
       const std::string& v = args[++i];
       if (a == "--out") {
         file = v;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +22,6 @@
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/safetensors.h"
-#include "engine/src/common/bounded_read.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/engine_test_util.h"
@@ -34,6 +34,15 @@
 
 namespace zeroshard::testing {
 namespace {
+
+// A whole file the test wrote (or NotFound).
+absl::StatusOr<std::string> ReadTestFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 struct Result {
   int exit_code = -1;
@@ -54,7 +63,8 @@ class CheckpointCliTest : public ::testing::Test {
 
   Result Run(const std::string& args) const {
     const std::string err_path = Sub("stderr.txt");
-    const std::string command = std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
+    // A command that blocks (on a FIFO, say) ends after 60 s with exit 124.
+    const std::string command = "timeout 60 " + std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
     Result r;
     FILE* pipe = popen(command.c_str(), "r");
     if (pipe == nullptr) return r;
@@ -191,7 +201,7 @@ TEST_F(CheckpointCliTest, ExportWritesTheWeightsOrNothing) {
         r.out, absl::StrFormat("wrote %s: %d tensors, %s", file, params.size(), dtype)))
         << r.out;
     EXPECT_TRUE(absl::StrContains(r.out, "of weights held at once")) << r.out;
-    absl::StatusOr<std::string> bytes = internal::ReadRegularFile(file, int64_t{1} << 30, "a test file");
+    absl::StatusOr<std::string> bytes = ReadTestFile(file);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     auto index = internal::ParseSafetensorsHeader(*bytes, static_cast<int64_t>(bytes->size()));
     ASSERT_TRUE(index.ok()) << index.status();
@@ -246,6 +256,111 @@ TEST_F(CheckpointCliTest, ExportWritesTheWeightsOrNothing) {
     EXPECT_EQ(bad.exit_code, 2) << args;
     EXPECT_EQ(Lines(bad.err).size(), 1u) << args << ": " << bad.err;
   }
+}
+
+// Every file a checkpoint holds, with its bytes: to tell that nothing changed.
+std::vector<std::pair<std::string, std::string>> Snapshot(const std::string& root) {
+  std::vector<std::pair<std::string, std::string>> files;
+  std::vector<std::string> stack = {root};
+  while (!stack.empty()) {
+    const std::string dir = stack.back();
+    stack.pop_back();
+    auto names = internal::ListDirectory(dir);
+    if (!names.ok()) continue;
+    for (const std::string& name : *names) {
+      const std::string path = dir + "/" + name;
+      struct stat st;
+      if (lstat(path.c_str(), &st) != 0) continue;
+      if (S_ISDIR(st.st_mode)) {
+        stack.push_back(path);
+      } else {
+        files.push_back({path, *ReadTestFile(path)});
+      }
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST_F(CheckpointCliTest, ExportRefusesEveryOutputThatWouldChangeTheCheckpoint) {
+  const std::string root = Sub("ckpt");
+  SaveCheckpoint(root);
+  const std::string step = root + "/step_00000003";
+  ASSERT_EQ(symlink((step + "/rank_00001.bin").c_str(), Sub("link_to_rank_file").c_str()), 0);
+  ASSERT_EQ(link((step + "/rank_00000.bin").c_str(), Sub("hard_link_to_rank_file").c_str()), 0);
+  const auto before = Snapshot(root);
+  // The checkpoint's own files by every spelling: plain, through `..` and
+  // `.`, a symlink, a hard link; and files inside the checkpoint directory.
+  for (const std::string& out :
+       {step + "/manifest.json", step + "/rank_00001.bin", root + "/latest",
+        root + "/../ckpt/./latest", root + "/step_00000003/../step_00000003/rank_00000.bin",
+        Sub("link_to_rank_file"), Sub("hard_link_to_rank_file"), root + "/model.safetensors",
+        step + "/model.safetensors"}) {
+    for (const std::string& source : {root, step}) {
+      Result r = Run("export " + source + " --out " + out);
+      EXPECT_EQ(r.exit_code, 2) << source << " --out " << out << ": " << r.out << r.err;
+      EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+      EXPECT_TRUE(absl::StrContains(r.err, "checkpoint")) << r.err;
+    }
+  }
+  EXPECT_TRUE(Snapshot(root) == before) << "a refused export changed the checkpoint";
+  std::vector<std::string> problems;
+  ASSERT_TRUE(InspectCheckpoint(root, &problems).ok());
+  EXPECT_TRUE(problems.empty());
+  Result named = Run("export " + root + " --out " + step + "/manifest.json");
+  std::printf("refused: %s", named.err.c_str());
+}
+
+TEST_F(CheckpointCliTest, AFailedExportLeavesNoTemporaryBehind) {
+  const std::string root = Sub("ckpt");
+  SaveCheckpoint(root);
+  // An existing directory as the output: refused, nothing written beside it.
+  const std::string existing = Sub("existing_dir");
+  ASSERT_EQ(mkdir(existing.c_str(), 0755), 0);
+  Result r = Run("export " + root + " --out " + existing);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "is a directory")) << r.err;
+  EXPECT_FALSE(Exists(existing + ".tmp")) << "the export left its temporary";
+  // The atomic writer itself: a rename that fails (the path is a non-empty
+  // directory) removes the temporary it wrote.
+  const std::string busy = Sub("busy_dir");
+  ASSERT_EQ(mkdir(busy.c_str(), 0755), 0);
+  std::ofstream(busy + "/keep") << "x";
+  absl::Status written = internal::WriteFileAtomically(busy, std::string(1 << 20, 'z'));
+  EXPECT_FALSE(written.ok());
+  EXPECT_FALSE(Exists(busy + ".tmp")) << "WriteFileAtomically left its temporary";
+  const std::vector<float> data(static_cast<size_t>(3 * 256), 1.5f);
+  auto rank_file = internal::WriteRankFile(busy, 0, 1, {256}, data);
+  EXPECT_FALSE(rank_file.ok());
+  EXPECT_FALSE(Exists(busy + ".tmp")) << "WriteRankFile left its temporary";
+}
+
+TEST_F(CheckpointCliTest, RepeatedFlagsAreRefusedAndUntrustedTextIsQuotedShortly) {
+  const std::string root = Sub("ckpt");
+  SaveCheckpoint(root);
+  Result twice = Run("export " + root + " --out " + Sub("a") + " --out " + Sub("b"));
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(twice.err, "--out is given twice")) << twice.err;
+  EXPECT_FALSE(Exists(Sub("a")) || Exists(Sub("b")));
+  Result dtype_twice = Run("export " + root + " --out " + Sub("a") + " --dtype fp32 --dtype bf16");
+  EXPECT_EQ(dtype_twice.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(dtype_twice.err, "--dtype is given twice")) << dtype_twice.err;
+
+  // `latest` replaced by 50 MB of text: one short line, exit 2.
+  std::ofstream(root + "/latest", std::ios::trunc) << std::string(50 << 20, 'x');
+  Result huge = Run("inspect " + root);
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_LT(huge.err.size(), 600u) << huge.err.substr(0, 600);
+  EXPECT_TRUE(absl::StrContains(huge.err, "at most 256 bytes")) << huge.err.substr(0, 600);
+  // A FIFO: refused, not waited on (the test would hang).
+  ASSERT_EQ(unlink((root + "/latest").c_str()), 0);
+  ASSERT_EQ(mkfifo((root + "/latest").c_str(), 0644), 0);
+  Result fifo = Run("inspect " + root);
+  EXPECT_EQ(fifo.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(fifo.err, "FIFO")) << fifo.err;
+  Result fifo_export = Run("export " + root + " --out " + Sub("out.safetensors"));
+  EXPECT_EQ(fifo_export.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(fifo_export.err, "FIFO")) << fifo_export.err;
 }
 
 }  // namespace

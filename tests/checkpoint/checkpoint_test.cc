@@ -14,23 +14,34 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
-#include "engine/src/common/bounded_read.h"
 #include "engine/src/checkpoint/safetensors.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/runtime/engine_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
 namespace {
+
+// A whole file the test wrote (or NotFound).
+absl::StatusOr<std::string> ReadTestFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 constexpr int kSteps = 10;
 
@@ -311,6 +322,20 @@ void FlipByte(const std::string& file, int64_t offset) {
   f.write(&byte, 1);
 }
 
+// Edits step_dir/manifest.json's JSON and seals it with a fresh checksum,
+// as the writer computes it (the CRC32C of dump(1) without the field): a
+// manifest whose checksum holds but whose content lies.
+void RewriteManifest(const std::string& step_dir,
+                     const std::function<void(nlohmann::json& doc)>& edit) {
+  const std::string path = step_dir + "/manifest.json";
+  nlohmann::json doc = nlohmann::json::parse(*ReadTestFile(path));
+  doc.erase("manifest_crc32c");
+  edit(doc);
+  const std::string body = doc.dump(1);
+  doc["manifest_crc32c"] = internal::Crc32c(body.data(), body.size());
+  std::ofstream(path, std::ios::trunc) << doc.dump(1) << "\n";
+}
+
 TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchanged) {
   const mlp::MlpConfig cfg = SmallMlp();
   TempDir dir;
@@ -355,7 +380,7 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
        absl::StatusCode::kDataLoss, "manifest.json: not a JSON object"},
       {"an edited manifest (step 4 -> 5, checksum not updated)",
        [](const std::string& d) {
-         std::string text = *internal::ReadRegularFile(d + "/manifest.json", int64_t{1} << 30, "a test file");
+         std::string text = *ReadTestFile(d + "/manifest.json");
          const size_t at = text.find("\"step\": 4,");
          ASSERT_NE(at, std::string::npos);
          text.replace(at, 10, "\"step\": 5,");
@@ -369,6 +394,54 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
          std::ofstream(d + "/manifest.json", std::ios::trunc) << internal::ManifestToJson(edited);
        },
        absl::StatusCode::kInvalidArgument, "field 'files' lists 2 files for a world of 3 ranks"},
+      // Every byte of a rank file's header and trailer is checked, by Load
+      // as by inspect: the reserved bytes, the tensor count.
+      {"a flipped byte 45 of rank 1's header (reserved)",
+       [](const std::string& d) { FlipByte(d + "/rank_00001.bin", 45); },
+       absl::StatusCode::kDataLoss, "rank_00001.bin: its header's reserved bytes"},
+      {"a flipped byte 25 of rank 0's header (tensors per unit)",
+       [](const std::string& d) { FlipByte(d + "/rank_00000.bin", 25); },
+       absl::StatusCode::kDataLoss, "its header's tensors per unit (bytes [24, 28)) holds 4099, expected 3"},
+      // Manifest fields that lie under a valid checksum.
+      {"a unit checksum that is not the file's (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) {
+           auto& crc = doc["files"][1]["unit_crc32c"][2];
+           crc = crc.get<uint32_t>() ^ 1u;
+         });
+       },
+       absl::StatusCode::kDataLoss, "rank_00001.bin: crc mismatch in unit 'block.2'"},
+      {"another model fingerprint (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) {
+           doc["model"]["fingerprint"] = "0123456789abcdef";
+         });
+       },
+       absl::StatusCode::kInvalidArgument, "field 'model.fingerprint' is 0123456789abcdef"},
+      {"another param count (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) {
+           doc["model"]["num_params"] = doc["model"]["num_params"].get<int64_t>() + 1;
+         });
+       },
+       absl::StatusCode::kInvalidArgument, "field 'model.num_params'"},
+      {"another param alignment (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) { doc["layout"]["param_alignment"] = 32; });
+       },
+       absl::StatusCode::kInvalidArgument, "field 'layout.param_alignment' is 32"},
+      {"the tensors in another order (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) {
+           doc["layout"]["tensors"] = {"adam_m", "master", "adam_v"};
+         });
+       },
+       absl::StatusCode::kInvalidArgument, "field 'layout.tensors'"},
+      {"a field no zeroshard manifest has (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) { doc["train"]["dropout"] = 0.1; });
+       },
+       absl::StatusCode::kInvalidArgument, "'train' holds a field 'dropout'"},
       {"a half-written step (no manifest)",
        [](const std::string& d) { ASSERT_EQ(unlink((d + "/manifest.json").c_str()), 0); },
        absl::StatusCode::kFailedPrecondition, "not a complete checkpoint"},
@@ -470,7 +543,7 @@ TEST(CheckpointTest, TheDirectoryKeepsTheLastKCompleteStepsAndLatestNamesTheNewe
   auto names = internal::ListDirectory(root);
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(*names, (std::vector<std::string>{"latest", "step_00000004", "step_00000005"}));
-  EXPECT_EQ(*internal::ReadRegularFile(root + "/latest", int64_t{1} << 30, "a test file"), "step_00000005\n");
+  EXPECT_EQ(*ReadTestFile(root + "/latest"), "step_00000005\n");
   auto resolved = ResolveCheckpoint(root);
   ASSERT_TRUE(resolved.ok());
   EXPECT_EQ(*resolved, root + "/step_00000005");
@@ -522,7 +595,7 @@ TEST(CheckpointTest, ExportWritesTheEnginesMasterWeightsAsSafetensors) {
       const std::string file = dir.Sub(std::string("model_") + DTypeName(dtype) + ".safetensors");
       ExportStats stats;
       ASSERT_TRUE(ExportSafetensors(ckpt, file, dtype, &stats).ok());
-      const std::string bytes = *internal::ReadRegularFile(file, int64_t{1} << 30, "a test file");
+      const std::string bytes = *ReadTestFile(file);
       auto index = internal::ParseSafetensorsHeader(bytes, static_cast<int64_t>(bytes.size()));
       ASSERT_TRUE(index.ok()) << index.status();
       EXPECT_EQ(stats.bytes_written, static_cast<int64_t>(bytes.size()));

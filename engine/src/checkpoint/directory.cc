@@ -173,9 +173,9 @@ absl::StatusOr<std::string> ResolveCheckpointWithNote(const std::string& path, s
   }
   auto outside = [&](const std::string& what) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s is a symlink to a place outside the checkpoint directory %s: the names a checkpoint "
+        "%s resolves to %s, outside the checkpoint directory %s: the names a checkpoint "
         "resolves must stay inside it; pass the target itself if it is the checkpoint you mean",
-        what, path));
+        what, ResolvedPath(what), path));
   };
   absl::StatusOr<bool> inside = ResolvesInside(latest, path);
   if (inside.ok() && !*inside) return outside(latest);

@@ -288,6 +288,14 @@ std::optional<FileIdentity> IdentityOf(const std::string& path) {
   return FileIdentity{st.st_dev, st.st_ino};
 }
 
+std::string ResolvedPath(const std::string& path) {
+  char* real = realpath(path.c_str(), nullptr);
+  if (real == nullptr) return path;
+  std::string out(real);
+  free(real);
+  return out;
+}
+
 absl::StatusOr<bool> ResolvesInside(const std::string& path, const std::string& root) {
   auto resolve = [](const std::string& p) -> absl::StatusOr<std::string> {
     char* real = realpath(p.c_str(), nullptr);

@@ -102,6 +102,9 @@ std::optional<FileIdentity> IdentityOf(const std::string& path);
 // Whether `path`, every symlink resolved, is `root` or lies under it (both
 // resolved with realpath). NotFound when either does not exist.
 absl::StatusOr<bool> ResolvesInside(const std::string& path, const std::string& root);
+// `path` with every symlink resolved (realpath), or `path` itself when it
+// cannot be resolved: for messages.
+std::string ResolvedPath(const std::string& path);
 
 // Writes all of `bytes` to `fd` at the current offset (retrying short
 // writes and EINTR); `path` names the file in errors.

@@ -675,9 +675,9 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
   }
   if (!*inside) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s is a symlink to a file outside %s; a checkpoint's files must be inside its step "
+        "%s resolves to %s, outside %s; a checkpoint's files must be inside its step "
         "directory: copy the file there",
-        path, step_dir));
+        path, ResolvedPath(path), step_dir));
   }
   absl::StatusOr<std::string> text =
       ReadRegularFile(path, kMaxManifestBytes, "a checkpoint's manifest");
@@ -779,9 +779,9 @@ absl::StatusOr<RankFileReader> RankFileReader::Open(const std::string& step_dir,
   ZS_ASSIGN_OR_RETURN(const bool inside, ResolvesInside(path, step_dir));
   if (!inside) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s is a symlink to a file outside %s; a checkpoint's files must be inside its step "
+        "%s resolves to %s, outside %s; a checkpoint's files must be inside its step "
         "directory: copy the file there",
-        path, step_dir));
+        path, ResolvedPath(path), step_dir));
   }
   if (st.st_size != rec.bytes) {
     return Damaged(path, absl::StrFormat("it has %d bytes, the manifest says %d (truncated or "

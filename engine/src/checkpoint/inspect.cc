@@ -52,7 +52,7 @@ absl::Status CheckExportTarget(const std::string& path, const std::string& step_
   using internal::JoinPath;
   if (internal::IsDirectory(out)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "export: --out %s is a directory; give the path of the file to write", out));
+        "--out %s is a directory; give the path of the file to write", out));
   }
   // The checkpoint directory: what the user named, the step it resolved to,
   // and the directory holding that step when it is a checkpoint directory.
@@ -85,7 +85,7 @@ absl::Status CheckExportTarget(const std::string& path, const std::string& step_
     for (const auto& [id, p] : held) {
       if (id == *target) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "export: --out %s is the checkpoint's own %s; writing it would destroy the "
+            "--out %s is the checkpoint's own %s; writing it would destroy the "
             "checkpoint: give a path outside the checkpoint directory",
             out, p));
       }
@@ -95,7 +95,7 @@ absl::Status CheckExportTarget(const std::string& path, const std::string& step_
     for (const FileIdentity& id : held_dirs) {
       if (id == *out_dir) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "export: --out %s is inside the checkpoint directory, whose steps are replaced and "
+            "--out %s is inside the checkpoint directory, whose steps are replaced and "
             "pruned by later saves: give a path outside it",
             out));
       }

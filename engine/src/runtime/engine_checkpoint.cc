@@ -146,6 +146,9 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
     if (made.ok()) made = WriteFileAtomically(probe, absl::StrFormat("%016x\n", nonce));
     prepared[0] = static_cast<int64_t>(nonce);
     PackStatus(made, &prepared[1]);
+    // On success the message words carry rank 0's path, for every rank's
+    // report.
+    if (made.ok()) PackMessage(check_dir, &prepared[3]);
   }
   NoteCollective(CollectiveKind::kCheckpoint, -4, 1 + kStatusWords);
   ZS_RETURN_IF_ERROR(HostBroadcast(prepared.data(), 1 + kStatusWords, 0));
@@ -155,6 +158,7 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
                                         call));
   }
   const std::string expected = absl::StrFormat("%016x\n", static_cast<uint64_t>(prepared[0]));
+  const std::string rank0_dir = UnpackMessage(&prepared[3]);
 
   // 2. Every rank finds that probe through its own path, and can write there.
   absl::Status mine = local;
@@ -205,7 +209,7 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
         "rank must save into the same directory, which for ranks on several machines means one "
         "on a shared file system",
         call, elsewhere.size() > 1 ? "s" : "", absl::StrJoin(elsewhere, ", "),
-        elsewhere.size() > 1 ? "do" : "does", check_dir, absl::StrJoin(where, "; "),
+        elsewhere.size() > 1 ? "do" : "does", rank0_dir, absl::StrJoin(where, "; "),
         elsewhere.size() > where.size() ? "; ..." : ""));
   }
   return first;
