@@ -451,7 +451,10 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
     CopyTree(good, copy);
     damage.apply(copy);
     auto refused = LoadOnly(cfg, run, copy);
-    ASSERT_FALSE(refused.ok()) << damage.name << " was loaded";
+    if (refused.ok()) {
+      ADD_FAILURE() << damage.name << " was loaded";
+      continue;
+    }
     EXPECT_EQ(refused.status().code(), damage.code) << damage.name << ": " << refused.status();
     EXPECT_NE(refused.status().message().find(damage.message), std::string::npos)
         << damage.name << ": " << refused.status();
