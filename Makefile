@@ -24,6 +24,7 @@ CLANG_APT_PACKAGES := clang libclang-rt-dev llvm
 PERF_APT_PACKAGES := chromium
 
 FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetensors_header_fuzzer \
+                latest_fuzzer rank_header_fuzzer \
                 manifest_fuzzer
 # The thread-heavy tests that run under ThreadSanitizer: every in-process
 # multi-rank test (local communicator, engine, trainer, planner vs ledger,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/src/checkpoint/directory.h"
@@ -66,6 +67,14 @@ absl::Status UnpackStatus(const int64_t* words, const std::string& prefix) {
   if (words[0] == 1) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(words[1]),
                       absl::StrCat(prefix, UnpackMessage(words + 2)));
+}
+
+// A status's message without a leading "<call>: " (a rank's own check
+// already named the call), so that the shared message names it once.
+std::string WithoutPrefix(const absl::Status& status, const char* call) {
+  absl::string_view message = status.message();
+  absl::ConsumePrefix(&message, absl::StrCat(call, ": "));
+  return std::string(message);
 }
 
 // A number no other save or check of any run picks, for the directory check.
@@ -139,11 +148,17 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
   const std::string probe = JoinPath(check_dir, kDirectoryProbeName);
   std::vector<int64_t> prepared(1 + kStatusWords, 0);
   if (rank_ == 0) {
-    absl::Status made = local;
-    if (made.ok()) made = MakeDirectories(root);
+    absl::Status made = MakeDirectories(root);
     if (made.ok() && fresh) made = RemoveTree(check_dir);  // a crashed save's files
     if (made.ok()) made = MakeDirectories(check_dir);
     if (made.ok()) made = WriteFileAtomically(probe, absl::StrFormat("%016x\n", nonce));
+    if (!local.ok()) {
+      made = absl::Status(local.code(), absl::StrCat("rank 0: ", WithoutPrefix(local, call)));
+    } else if (!made.ok()) {
+      made = absl::Status(made.code(), absl::StrCat("rank 0 could not prepare the checkpoint "
+                                                    "directory: ",
+                                                    made.message()));
+    }
     prepared[0] = static_cast<int64_t>(nonce);
     PackStatus(made, &prepared[1]);
     // On success the message words carry rank 0's path, for every rank's
@@ -153,9 +168,7 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
   NoteCollective(CollectiveKind::kCheckpoint, -4, 1 + kStatusWords);
   ZS_RETURN_IF_ERROR(HostBroadcast(prepared.data(), 1 + kStatusWords, 0));
   if (prepared[1] != 1) {
-    return UnpackStatus(&prepared[1],
-                        absl::StrFormat("%s: rank 0 could not prepare the checkpoint directory: ",
-                                        call));
+    return UnpackStatus(&prepared[1], absl::StrCat(call, ": "));
   }
   const std::string expected = absl::StrFormat("%016x\n", static_cast<uint64_t>(prepared[0]));
   const std::string rank0_dir = UnpackMessage(&prepared[3]);
@@ -199,8 +212,8 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
       elsewhere.push_back(r);
       if (where.size() < 3) where.push_back(std::string(status.message()));
     } else if (first.ok()) {
-      first = absl::Status(status.code(),
-                           absl::StrFormat("%s: rank %d: %s", call, r, status.message()));
+      first = absl::Status(status.code(), absl::StrFormat("%s: rank %d: %s", call, r,
+                                                          WithoutPrefix(status, call)));
     }
   }
   if (!elsewhere.empty()) {
