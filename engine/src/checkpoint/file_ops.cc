@@ -217,6 +217,15 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& byt
   return file.Commit();
 }
 
+absl::Status WriteFilePlainly(const std::string& path, const std::string& bytes) {
+  Before(FileOp::kCreate, path);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return SystemError("create", path, errno);
+  absl::Status status = WriteAll(fd, bytes.data(), bytes.size(), path);
+  if (close(fd) != 0 && status.ok()) status = SystemError("close", path, errno);
+  return status;
+}
+
 absl::Status MakeDirectories(const std::string& path) {
   if (path.empty() || IsDirectory(path)) return absl::OkStatus();
   const std::string parent = ParentPath(path);

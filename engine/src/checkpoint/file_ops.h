@@ -76,6 +76,11 @@ class AtomicFile {
 // `bytes` as the whole of `path`, through AtomicFile.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 
+// `bytes` as the whole of `path` (created or truncated), without fsync or
+// rename: for files whose loss in a crash does not matter (the directory
+// check's probe), so that they cost no disk flush.
+absl::Status WriteFilePlainly(const std::string& path, const std::string& bytes);
+
 // mkdir -p (existing directories are fine).
 absl::Status MakeDirectories(const std::string& path);
 absl::Status FsyncDirectory(const std::string& path);
