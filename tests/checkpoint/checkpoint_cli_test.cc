@@ -64,7 +64,8 @@ class CheckpointCliTest : public ::testing::Test {
   Result Run(const std::string& args) const {
     const std::string err_path = Sub("stderr.txt");
     // A command that blocks (on a FIFO, say) ends after 60 s with exit 124.
-    const std::string command = "timeout 60 " + std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
+    const std::string command =
+        "timeout 60 " + std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
     Result r;
     FILE* pipe = popen(command.c_str(), "r");
     if (pipe == nullptr) return r;

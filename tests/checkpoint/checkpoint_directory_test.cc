@@ -101,7 +101,8 @@ TEST_F(CheckpointDirectoryTest, PrepareCheckpointDirectoryFindsRanksThatSeeAnoth
     EXPECT_EQ(split[r].code(), absl::StatusCode::kFailedPrecondition) << split[r];
     EXPECT_EQ(split[r].message(), split[0].message()) << "rank " << r << " reports otherwise";
     EXPECT_NE(split[r].message().find("rank 1 does not see the checkpoint directory rank 0 "
-                                      "prepared at " + a),
+                                      "prepared at " +
+                                      a),
               std::string::npos)
         << split[r];
   }
@@ -115,9 +116,8 @@ TEST_F(CheckpointDirectoryTest, PrepareCheckpointDirectoryFindsRanksThatSeeAnoth
   EXPECT_TRUE(Entries(a).empty()) << "left behind: " << Entries(a)[0];
   // A directory no rank can create: the cause's code on every rank.
   const std::string sys = absl::StrFormat("/sys/zeroshard_test_%d", getpid());
-  auto denied = OnRanks(2, [&](int, Engine& engine) {
-    return engine.PrepareCheckpointDirectory(sys);
-  });
+  auto denied =
+      OnRanks(2, [&](int, Engine& engine) { return engine.PrepareCheckpointDirectory(sys); });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(denied[r].code(), absl::StatusCode::kPermissionDenied) << denied[r];
   }
@@ -212,8 +212,7 @@ TEST_F(CheckpointDirectoryTest, LoadSaysWhenItReadsTheStepAnInterruptedReSaveMov
     return engine.WaitForCheckpoint();
   });
   for (const absl::Status& s : saved) ASSERT_TRUE(s.ok()) << s;
-  ASSERT_TRUE(
-      internal::RenamePath(root + "/step_00000001", root + "/step_00000001.replaced").ok());
+  ASSERT_TRUE(internal::RenamePath(root + "/step_00000001", root + "/step_00000001.replaced").ok());
   std::string note;
   absl::StatusOr<std::string> resolved = internal::ResolveCheckpointWithNote(root, &note);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
@@ -255,9 +254,9 @@ TEST(ParseLatestTest, AcceptsOneStepNameAndQuotesTheRestShortly) {
   EXPECT_EQ(*internal::ParseLatest("step_00000100\n", "l"), "step_00000100");
   EXPECT_EQ(*internal::ParseLatest(" step_7 \n", "l"), "step_7");
   EXPECT_EQ(internal::ParseStepDirName("step_00000100"), 100);
-  for (const char* bad : {"", "\n", "step_", "step_-1", "step_+1", "step_1.partial",
-                          "step_00000001\nstep_00000002", "step_99999999999999999",
-                          "Step_00000001", "step_0x10", "../step_00000001"}) {
+  for (const char* bad :
+       {"", "\n", "step_", "step_-1", "step_+1", "step_1.partial", "step_00000001\nstep_00000002",
+        "step_99999999999999999", "Step_00000001", "step_0x10", "../step_00000001"}) {
     absl::StatusOr<std::string> parsed = internal::ParseLatest(bad, "ckpt/latest");
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << bad;
   }

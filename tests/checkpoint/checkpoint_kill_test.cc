@@ -165,7 +165,8 @@ void ExpectTidy(const std::string& root, const std::string& what) {
           << what << ": leftover " << name << "/" << file;
     }
   }
-  EXPECT_LE(steps.size(), static_cast<size_t>(kKeepLast)) << what << ": " << absl::StrJoin(steps, " ");
+  EXPECT_LE(steps.size(), static_cast<size_t>(kKeepLast))
+      << what << ": " << absl::StrJoin(steps, " ");
   ASSERT_FALSE(steps.empty()) << what;
   EXPECT_EQ(ReadText(root + "/latest"), steps.back() + "\n") << what;
   std::vector<std::string> problems;
@@ -197,14 +198,13 @@ class CheckpointKillTest : public ::testing::Test {
   // Kills `act` at each of its file operations in turn, on a fresh copy of
   // `template_dir` each time; `after_kill` checks the state left, `next`
   // runs the next (unkilled) operation, `after_next` checks what it left.
-  void KillAtEveryOperation(const std::string& name, const std::string& template_dir,
-                            const std::function<absl::Status(const std::string& root)>& act,
-                            const std::function<void(const std::string& root,
-                                                     const std::string& what)>& after_kill,
-                            const std::function<absl::Status(const std::string& root)>& next,
-                            const std::function<void(const std::string& root,
-                                                     const std::string& what)>& after_next,
-                            bool exchange = true) {
+  void KillAtEveryOperation(
+      const std::string& name, const std::string& template_dir,
+      const std::function<absl::Status(const std::string& root)>& act,
+      const std::function<void(const std::string& root, const std::string& what)>& after_kill,
+      const std::function<absl::Status(const std::string& root)>& next,
+      const std::function<void(const std::string& root, const std::string& what)>& after_next,
+      bool exchange = true) {
     std::string slug = name;  // for paths: no spaces or parentheses
     for (char& c : slug) {
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
@@ -225,8 +225,8 @@ class CheckpointKillTest : public ::testing::Test {
       const std::string root = Sub(absl::StrFormat("%s_%d", slug, k));
       ASSERT_EQ(std::system(("cp -a " + template_dir + " " + root).c_str()), 0);
       const ChildResult killed = RunChild([&] { return act(root); }, k, exchange);
-      const std::string what = absl::StrFormat("%s, killed before operation %d of %d (%s)", name,
-                                               k, ops, killed.report);
+      const std::string what =
+          absl::StrFormat("%s, killed before operation %d of %d (%s)", name, k, ops, killed.report);
       ASSERT_TRUE(killed.killed) << what << ": exit " << killed.exit_code;
       after_kill(root, what);
       RunClean([&] { return next(root); }, what + ", then the next one");
@@ -292,8 +292,7 @@ TEST_F(CheckpointKillTest, AReSaveOfTheStepLatestNames) {
           ExpectLatestSoundOrAbsent(root, what, /*may_be_absent=*/false);
           EXPECT_EQ(ReadText(root + "/latest"), "step_00000002\n") << what;
         },
-        [&](const std::string& root) { return TrainAndSave(cfg_, root, 1); }, ExpectTidy,
-        exchange);
+        [&](const std::string& root) { return TrainAndSave(cfg_, root, 1); }, ExpectTidy, exchange);
   }
 }
 
@@ -313,8 +312,7 @@ TEST_F(CheckpointKillTest, AnExport) {
       EXPECT_FALSE(must_exist) << what << ": no export";
     } else {
       const std::string bytes = ReadText(out);
-      auto index =
-          internal::ParseSafetensorsHeader(bytes, static_cast<int64_t>(bytes.size()), out);
+      auto index = internal::ParseSafetensorsHeader(bytes, static_cast<int64_t>(bytes.size()), out);
       EXPECT_TRUE(index.ok()) << what << ": " << index.status();
     }
     if (must_exist) EXPECT_FALSE(internal::PathExists(out + ".tmp")) << what << ": temporary left";
@@ -322,7 +320,8 @@ TEST_F(CheckpointKillTest, AnExport) {
   KillAtEveryOperation(
       "export", one, export_to,
       [&](const std::string& root, const std::string& what) { check(root, what, false); },
-      export_to, [&](const std::string& root, const std::string& what) {
+      export_to,
+      [&](const std::string& root, const std::string& what) {
         check(root, what, true);
         internal::RemoveTree(out_of(root)).IgnoreError();
       });

@@ -51,8 +51,8 @@ class CheckpointRecoveryTest : public ::testing::Test {
   // NotFound with an empty vector's place is never used: a failure before
   // the save is returned as the error.
   absl::StatusOr<std::vector<absl::Status>> TrainThenSave(
-      int world, const std::string& load, int steps,
-      const std::function<std::string(int)>& dir_of, int keep_last = 2) {
+      int world, const std::string& load, int steps, const std::function<std::string(int)>& dir_of,
+      int keep_last = 2) {
     RunConfig run;
     run.world = world;
     run.stage = 2;
@@ -91,7 +91,8 @@ class CheckpointRecoveryTest : public ::testing::Test {
   absl::Status SaveInto(const std::string& root, const std::string& load, int steps,
                         int keep_last = 2, int world = 2) {
     ZS_ASSIGN_OR_RETURN(std::vector<absl::Status> saved,
-                        TrainThenSave(world, load, steps, [&](int) { return root; }, keep_last));
+                        TrainThenSave(
+                            world, load, steps, [&](int) { return root; }, keep_last));
     for (const absl::Status& s : saved) ZS_RETURN_IF_ERROR(s);
     return absl::OkStatus();
   }
@@ -175,14 +176,13 @@ TEST_F(CheckpointRecoveryTest, RanksSavingIntoDifferentDirectoriesFailOnEveryRan
   ASSERT_TRUE(SaveInto(a, "", 1, /*keep_last=*/1).ok());
   // Ranks 0 and 1 in A, rank 2 in B: what ranks on machines without a
   // shared file system do with the same relative path.
-  auto saved =
-      TrainThenSave(3, a, 1, [&](int rank) { return rank < 2 ? a : b; }, /*keep_last=*/1);
+  auto saved = TrainThenSave(
+      3, a, 1, [&](int rank) { return rank < 2 ? a : b; }, /*keep_last=*/1);
   ASSERT_TRUE(saved.ok()) << saved.status();
   for (int r = 0; r < 3; ++r) {
     const absl::Status& s = (*saved)[r];
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "rank " << r << ": " << s;
-    EXPECT_NE(s.message().find("rank 2 does not see the checkpoint directory"),
-              std::string::npos)
+    EXPECT_NE(s.message().find("rank 2 does not see the checkpoint directory"), std::string::npos)
         << "rank " << r << ": " << s;
     EXPECT_NE(s.message().find(a), std::string::npos) << s;
     EXPECT_NE(s.message().find(b), std::string::npos) << s;
@@ -246,15 +246,14 @@ TEST_F(CheckpointRecoveryTest, TheNextSaveRemovesWhatKilledSavesAndPrunesLeftBeh
   // a `.replaced` and a `.deleting` step; a `.partial` of a later step; a
   // `latest.tmp`.
   ASSERT_EQ(unlink((root + "/step_00000001/manifest.json").c_str()), 0);
-  for (const char* leftover : {"/step_00000002.replaced", "/step_00000000.deleting",
-                               "/step_00000007.partial"}) {
+  for (const char* leftover :
+       {"/step_00000002.replaced", "/step_00000000.deleting", "/step_00000007.partial"}) {
     ASSERT_EQ(std::system(("cp -r " + root + "/step_00000002 " + root + leftover).c_str()), 0);
   }
   std::ofstream(root + "/latest.tmp") << "step_00000001\n";
   ExpectSound(root, 2);
   ASSERT_TRUE(SaveInto(root, root, 1).ok());
-  EXPECT_EQ(Entries(root),
-            (std::vector<std::string>{"latest", "step_00000002", "step_00000003"}));
+  EXPECT_EQ(Entries(root), (std::vector<std::string>{"latest", "step_00000002", "step_00000003"}));
   ExpectSound(root, 3);
   ExpectSound(root + "/step_00000002", 2);
 }
@@ -308,8 +307,7 @@ TEST_F(CheckpointRecoveryTest, ALatestOrManifestThatIsAFifoADeviceOrHugeIsRefuse
        "at most 256 bytes"},
       {"manifest.json is 1 GB",
        [](const std::string& root) {
-         EXPECT_EQ(truncate((root + "/step_00000001/manifest.json").c_str(), int64_t{1} << 30),
-                   0);
+         EXPECT_EQ(truncate((root + "/step_00000001/manifest.json").c_str(), int64_t{1} << 30), 0);
          return std::string();
        },
        "is at most"},
@@ -329,10 +327,9 @@ TEST_F(CheckpointRecoveryTest, ALatestOrManifestThatIsAFifoADeviceOrHugeIsRefuse
         << c.name << ": " << loaded.status();
     EXPECT_LT(loaded.status().message().size(), 1000u) << c.name;
     std::vector<std::string> problems;
-    const absl::StatusOr<CheckpointInfo> inspected =
-        WithinSeconds<absl::StatusOr<CheckpointInfo>>(
-            [&] { return InspectCheckpoint(root, &problems); }, release,
-            std::string("InspectCheckpoint: ") + c.name);
+    const absl::StatusOr<CheckpointInfo> inspected = WithinSeconds<absl::StatusOr<CheckpointInfo>>(
+        [&] { return InspectCheckpoint(root, &problems); }, release,
+        std::string("InspectCheckpoint: ") + c.name);
     EXPECT_FALSE(inspected.ok()) << c.name << " was inspected";
     EXPECT_NE(inspected.status().message().find(c.message), std::string::npos)
         << c.name << ": " << inspected.status();

@@ -401,7 +401,8 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
        absl::StatusCode::kDataLoss, "rank_00001.bin: its header's reserved bytes"},
       {"a flipped byte 25 of rank 0's header (tensors per unit)",
        [](const std::string& d) { FlipByte(d + "/rank_00000.bin", 25); },
-       absl::StatusCode::kDataLoss, "its header's tensors per unit (bytes [24, 28)) holds 4099, expected 3"},
+       absl::StatusCode::kDataLoss,
+       "its header's tensors per unit (bytes [24, 28)) holds 4099, expected 3"},
       // Manifest fields that lie under a valid checksum.
       {"a unit checksum that is not the file's (checksum updated)",
        [](const std::string& d) {
@@ -413,9 +414,8 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
        absl::StatusCode::kDataLoss, "rank_00001.bin: crc mismatch in unit 'block.2'"},
       {"another model fingerprint (checksum updated)",
        [](const std::string& d) {
-         RewriteManifest(d, [](nlohmann::json& doc) {
-           doc["model"]["fingerprint"] = "0123456789abcdef";
-         });
+         RewriteManifest(
+             d, [](nlohmann::json& doc) { doc["model"]["fingerprint"] = "0123456789abcdef"; });
        },
        absl::StatusCode::kInvalidArgument, "field 'model.fingerprint' is 0123456789abcdef"},
       {"another param count (checksum updated)",

@@ -40,7 +40,8 @@ std::string RandomBytes(size_t n, uint64_t seed) {
 }
 
 TEST_F(BoundedReadTest, ReadsARegularFileOrASymlinkToOneWhole) {
-  const std::string bytes = RandomBytes(100000 + ::zeroshard::testing::Seed() % 1000, ::zeroshard::testing::Seed());
+  const std::string bytes =
+      RandomBytes(100000 + ::zeroshard::testing::Seed() % 1000, ::zeroshard::testing::Seed());
   const std::string path = Write("data", bytes);
   absl::StatusOr<std::string> got = ReadRegularFile(path, bytes.size(), "a test file");
   ASSERT_TRUE(got.ok()) << got.status();

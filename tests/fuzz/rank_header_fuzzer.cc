@@ -85,8 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const absl::Status t = zi::CheckRankFileTrailer(trailer, m, "rank.bin");
   if (t.ok()) {
-    ZS_FUZZ_CHECK(trailer == expected_trailer,
-                  "a trailer other than the expected one is accepted");
+    ZS_FUZZ_CHECK(trailer == expected_trailer, "a trailer other than the expected one is accepted");
   } else {
     CheckRefusal(t, "a trailer refusal is not DataLoss");
   }

@@ -103,8 +103,8 @@ struct ExportStats {
 // neither `out` nor the temporary is left. InvalidArgument, before anything
 // is written, when `out` is a directory, lies inside the checkpoint
 // directory, or is the same file as anything the checkpoint holds (compared
-// by device and inode: a symlink or hard link to a rank file is refused). `progress`, when given, is called after each unit with the
-// tensor bytes written so far.
+// by device and inode: a symlink or hard link to a rank file is refused). `progress`, when given,
+// is called after each unit with the tensor bytes written so far.
 absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,
                                ExportStats* stats, const CheckpointProgress& progress = {});
 

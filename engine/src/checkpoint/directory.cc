@@ -65,10 +65,10 @@ absl::Status CheckEveryRankFile(const std::string& dir, const Manifest& manifest
       "the file%s of rank%s %s %s not in %s as %s rank wrote %s (%s%s): every rank must save "
       "into the same directory, which for ranks on several machines means one on a shared file "
       "system; nothing was committed and `latest` is unchanged",
-      missing.size() > 1 ? "s" : "", missing.size() > 1 ? "s" : "",
-      absl::StrJoin(missing, ", "), missing.size() > 1 ? "are" : "is", dir,
-      missing.size() > 1 ? "each" : "its", missing.size() > 1 ? "them" : "it",
-      absl::StrJoin(causes, "; "), missing.size() > causes.size() ? "; ..." : ""));
+      missing.size() > 1 ? "s" : "", missing.size() > 1 ? "s" : "", absl::StrJoin(missing, ", "),
+      missing.size() > 1 ? "are" : "is", dir, missing.size() > 1 ? "each" : "its",
+      missing.size() > 1 ? "them" : "it", absl::StrJoin(causes, "; "),
+      missing.size() > causes.size() ? "; ..." : ""));
 }
 
 }  // namespace
@@ -117,8 +117,8 @@ absl::Status PruneCheckpointDirectory(const std::string& root, int64_t committed
     const std::string path = JoinPath(root, name);
     const bool leftover =
         StepWithSuffix(name, kPartialSuffix) >= 0 || StepWithSuffix(name, kReplacedSuffix) >= 0 ||
-        StepWithSuffix(name, kDeletingSuffix) >= 0 ||
-        absl::StartsWith(name, kDirectoryProbeName) || name == std::string(kLatestName) + ".tmp" ||
+        StepWithSuffix(name, kDeletingSuffix) >= 0 || absl::StartsWith(name, kDirectoryProbeName) ||
+        name == std::string(kLatestName) + ".tmp" ||
         (name != committed && ParseStepDirName(name) >= 0 && IsRealDirectory(path) &&
          !PathExists(JoinPath(path, kManifestName)));
     if (leftover) ZS_RETURN_IF_ERROR(RemoveTree(path));
@@ -197,9 +197,9 @@ absl::StatusOr<std::string> ResolveCheckpointWithNote(const std::string& path, s
     ZS_ASSIGN_OR_RETURN(const bool step_inside, ResolvesInside(step_dir, path));
     if (!step_inside) return outside(step_dir);
     if (!PathExists(JoinPath(step_dir, kManifestName))) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s names %s, which is incomplete (no %s); pass another step directory", latest,
-          step_dir, kManifestName));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s names %s, which is incomplete (no %s); pass another step directory",
+                          latest, step_dir, kManifestName));
     }
     return step_dir;
   }

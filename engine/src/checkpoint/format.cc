@@ -16,8 +16,8 @@
 #include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/common/bounded_read.h"
-#include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/layout/flat_layout.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/status.h"
@@ -118,7 +118,8 @@ class Fields {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: %s holds a field %s that a zeroshard manifest does not have (another tool or "
             "version wrote it?)",
-            source_, prefix_.empty() ? "the top level" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'",
+            source_,
+            prefix_.empty() ? "the top level" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'",
             QuoteForMessage(item.key())));
       }
     }
@@ -312,8 +313,8 @@ absl::Status CompareFields(absl::string_view bytes, const std::string& expected,
                            std::initializer_list<FieldSpan> fields, int64_t offset,
                            const char* part, const std::string& path) {
   if (bytes.size() != expected.size()) {
-    return Damaged(path, absl::StrFormat("its %s is %d bytes, not %d", part, bytes.size(),
-                                         expected.size()));
+    return Damaged(
+        path, absl::StrFormat("its %s is %d bytes, not %d", part, bytes.size(), expected.size()));
   }
   for (const FieldSpan& f : fields) {
     if (bytes.substr(f.begin, f.end - f.begin) !=
@@ -330,8 +331,7 @@ absl::Status CompareFields(absl::string_view bytes, const std::string& expected,
 
 absl::Status CheckRankFileHeader(absl::string_view bytes, const Manifest& m, int rank,
                                  const std::string& path) {
-  const std::string expected =
-      RankFileHeader(rank, m.world_size, m.shard_numel, m.chunk_elements);
+  const std::string expected = RankFileHeader(rank, m.world_size, m.shard_numel, m.chunk_elements);
   return CompareFields(bytes, expected,
                        {{"magic", 0, 8, true},
                         {"format version", 8, 12, false},
@@ -349,11 +349,10 @@ absl::Status CheckRankFileTrailer(absl::string_view bytes, const Manifest& m,
                                   const std::string& path) {
   const std::string expected = RankFileTrailer(m.shard_numel, m.chunk_elements);
   const int64_t offset = FileBytes(m.shard_numel, m.chunk_elements) - kTrailerBytes;
-  return CompareFields(bytes, expected,
-                       {{"index offset", 0, 8, false},
-                        {"index entries", 8, 16, false},
-                        {"magic", 16, 24, true}},
-                       offset, "trailer", path);
+  return CompareFields(
+      bytes, expected,
+      {{"index offset", 0, 8, false}, {"index entries", 8, 16, false}, {"magic", 16, 24, true}},
+      offset, "trailer", path);
 }
 
 int64_t TensorOffset(const std::vector<int64_t>& shard_numel, int unit, int tensor) {
@@ -478,9 +477,9 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   }
   const Fields f(doc, source, "");
   ZS_ASSIGN_OR_RETURN(std::string format, f.String("format"));
-  ZS_RETURN_IF_ERROR(f.CheckKeys({"format", "version", "step", "applied_steps", "skipped_steps",
-                                  "world_size", "train", "loss_scale", "model", "layout", "files",
-                                  "trainer_state"}));
+  ZS_RETURN_IF_ERROR(
+      f.CheckKeys({"format", "version", "step", "applied_steps", "skipped_steps", "world_size",
+                   "train", "loss_scale", "model", "layout", "files", "trainer_state"}));
   if (format != kFormatName) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: field 'format' is '%s', not '%s': not a zeroshard checkpoint", source,
@@ -513,7 +512,8 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train")));
   ZS_ASSIGN_OR_RETURN(const json* ls, f.Get("loss_scale", json::value_t::object));
   const Fields l = f.Child(*ls, "loss_scale");
-  ZS_RETURN_IF_ERROR(l.CheckKeys({"scale", "hysteresis_left", "clean_steps", "skips_at_min_scale"}));
+  ZS_RETURN_IF_ERROR(
+      l.CheckKeys({"scale", "hysteresis_left", "clean_steps", "skips_at_min_scale"}));
   ZS_ASSIGN_OR_RETURN(m.loss_scale, l.Real("scale"));
   if (!(m.loss_scale > 0) || !std::isfinite(m.loss_scale)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -813,11 +813,11 @@ absl::StatusOr<RankFileReader> RankFileReader::Open(const std::string& step_dir,
                             reader.index_.size() * sizeof(uint32_t), path));
   const uint32_t index_crc = Crc32c(reader.index_.data(), reader.index_.size() * sizeof(uint32_t));
   if (index_crc != rec.index_crc32c) {
-    return Damaged(path,
-                   absl::StrFormat("crc mismatch in its chunk index (bytes [%d, %d)): expected "
-                                   "0x%08x, got 0x%08x",
-                                   index_offset, index_offset + entries * 4, rec.index_crc32c,
-                                   index_crc));
+    return Damaged(
+        path,
+        absl::StrFormat("crc mismatch in its chunk index (bytes [%d, %d)): expected "
+                        "0x%08x, got 0x%08x",
+                        index_offset, index_offset + entries * 4, rec.index_crc32c, index_crc));
   }
   return reader;
 }

@@ -5,8 +5,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -51,8 +51,8 @@ absl::Status CheckExportTarget(const std::string& path, const std::string& step_
   using internal::IdentityOf;
   using internal::JoinPath;
   if (internal::IsDirectory(out)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--out %s is a directory; give the path of the file to write", out));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--out %s is a directory; give the path of the file to write", out));
   }
   // The checkpoint directory: what the user named, the step it resolved to,
   // and the directory holding that step when it is a checkpoint directory.
@@ -84,10 +84,10 @@ absl::Status CheckExportTarget(const std::string& path, const std::string& step_
   if (std::optional<FileIdentity> target = IdentityOf(out)) {
     for (const auto& [id, p] : held) {
       if (id == *target) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "--out %s is the checkpoint's own %s; writing it would destroy the "
-            "checkpoint: give a path outside the checkpoint directory",
-            out, p));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--out %s is the checkpoint's own %s; writing it would destroy the "
+                            "checkpoint: give a path outside the checkpoint directory",
+                            out, p));
       }
     }
   }
@@ -176,8 +176,7 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
                             internal::RankFileReader::Open(step_dir, m, r));
         readers[r] = std::make_unique<internal::RankFileReader>(std::move(reader));
       }
-      ZS_RETURN_IF_ERROR(
-          readers[r]->Read(u, /*tensor=*/0, 0, end - begin, segment.data() + begin));
+      ZS_RETURN_IF_ERROR(readers[r]->Read(u, /*tensor=*/0, 0, end - begin, segment.data() + begin));
     }
     for (const internal::ParamSlot& slot : layout.unit(u).params) {
       const float* values = segment.data() + slot.offset;

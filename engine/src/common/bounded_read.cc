@@ -35,8 +35,7 @@ absl::Status CheckRegular(const struct stat& st, const std::string& path, int64_
                           absl::string_view what) {
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: %s, where %s must be a regular file; it is not read", path, KindOf(st.st_mode),
-        what));
+        "%s: %s, where %s must be a regular file; it is not read", path, KindOf(st.st_mode), what));
   }
   if (st.st_size > max_bytes) {
     return absl::OutOfRangeError(

@@ -13,8 +13,8 @@
 // fresh vectors; one all-gather decides, and only when every rank succeeded
 // do the engine's buffers take the values.
 #include <algorithm>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "engine/src/checkpoint/directory.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
@@ -80,10 +80,9 @@ std::string WithoutPrefix(const absl::Status& status, const char* call) {
 // A number no other save or check of any run picks, for the directory check.
 uint64_t FreshNonce() {
   std::random_device device;
-  const uint64_t clock = static_cast<uint64_t>(
-      std::chrono::high_resolution_clock::now().time_since_epoch().count());
-  return ((static_cast<uint64_t>(device()) << 32) ^ device() ^ (clock * 0x9e3779b97f4a7c15ull)) |
-         1;
+  const uint64_t clock =
+      static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  return ((static_cast<uint64_t>(device()) << 32) ^ device() ^ (clock * 0x9e3779b97f4a7c15ull)) | 1;
 }
 
 bool IsJsonObject(const std::string& text) {
@@ -140,9 +139,9 @@ absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
   return absl::OkStatus();
 }
 
-absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
-                                              const std::string& check_dir, bool fresh,
-                                              const absl::Status& local, const char* call) {
+absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std::string& check_dir,
+                                              bool fresh, const absl::Status& local,
+                                              const char* call) {
   // 1. Rank 0 makes the directory and leaves a probe holding a fresh number.
   const uint64_t nonce = FreshNonce();
   const std::string probe = JoinPath(check_dir, kDirectoryProbeName);
@@ -213,8 +212,8 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root,
       elsewhere.push_back(r);
       if (where.size() < 3) where.push_back(std::string(status.message()));
     } else if (first.ok()) {
-      first = absl::Status(status.code(), absl::StrFormat("%s: rank %d: %s", call, r,
-                                                          WithoutPrefix(status, call)));
+      first = absl::Status(
+          status.code(), absl::StrFormat("%s: rank %d: %s", call, r, WithoutPrefix(status, call)));
     }
   }
   if (!elsewhere.empty()) {
