@@ -147,7 +147,8 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std
   const std::string probe = JoinPath(check_dir, kDirectoryProbeName);
   std::vector<int64_t> prepared(1 + kStatusWords, 0);
   if (rank_ == 0) {
-    absl::Status made = MakeDirectories(root);
+    // Nothing is made for a call this rank already found wrong.
+    absl::Status made = local.ok() ? MakeDirectories(root) : local;
     if (made.ok() && fresh) made = RemoveTree(check_dir);  // a crashed save's files
     if (made.ok()) made = MakeDirectories(check_dir);
     // No fsync: the probe only has to be visible to the other ranks.
@@ -175,9 +176,11 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std
 
   // 2. Every rank finds that probe through its own path, and can write there.
   absl::Status mine = local;
+  bool sees_another = false;  // travels with the status: every rank classifies alike
   if (mine.ok()) {
     absl::StatusOr<std::string> seen = ReadRegularFile(probe, 64, "the directory check's probe");
     if (!seen.ok() || *seen != expected) {
+      sees_another = true;
       mine = absl::FailedPreconditionError(absl::StrFormat(
           "rank %d saves into %s, where %s", rank_, check_dir,
           !seen.ok() ? std::string("rank 0's probe file is not") : "another run's probe is"));
@@ -193,11 +196,13 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std
                                           file.status().message()));
     }
   }
-  std::vector<int64_t> mine_words(kStatusWords, 0);
+  constexpr int kWords = kStatusWords + 1;
+  std::vector<int64_t> mine_words(kWords, 0);
   PackStatus(mine, mine_words.data());
-  std::vector<int64_t> all(static_cast<size_t>(kStatusWords) * world_);
-  NoteCollective(CollectiveKind::kCheckpoint, -5, kStatusWords);
-  ZS_RETURN_IF_ERROR(HostAllGather(mine_words.data(), all.data(), kStatusWords));
+  mine_words[kStatusWords] = sees_another ? 1 : 0;
+  std::vector<int64_t> all(static_cast<size_t>(kWords) * world_);
+  NoteCollective(CollectiveKind::kCheckpoint, -5, kWords);
+  ZS_RETURN_IF_ERROR(HostAllGather(mine_words.data(), all.data(), kWords));
   if (rank_ == 0 && !fresh) RemoveTree(probe).IgnoreError();
 
   // 3. Every rank reports the same verdict.
@@ -205,10 +210,10 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std
   std::vector<std::string> where;
   absl::Status first = absl::OkStatus();
   for (int r = 0; r < world_; ++r) {
-    const int64_t* rec = &all[static_cast<size_t>(r) * kStatusWords];
+    const int64_t* rec = &all[static_cast<size_t>(r) * kWords];
     if (rec[0] == 1) continue;
     const absl::Status status = UnpackStatus(rec, "");
-    if (absl::IsFailedPrecondition(status) && r != 0 && local.ok()) {
+    if (rec[kStatusWords] == 1) {
       elsewhere.push_back(r);
       if (where.size() < 3) where.push_back(std::string(status.message()));
     } else if (first.ok()) {
@@ -230,7 +235,9 @@ absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std
 
 absl::Status EngineImpl::PrepareCheckpointDirectory(const std::string& dir) {
   StepTimeline::Call call(timeline_);
-  absl::Status local = poisoned_;
+  ZS_RETURN_IF_ERROR(poisoned_);
+  absl::Status local =
+      started_ ? CheckBetweenSteps("PrepareCheckpointDirectory") : absl::OkStatus();
   if (local.ok() && dir.empty()) {
     local = absl::InvalidArgumentError("the checkpoint directory is empty");
   }
