@@ -141,7 +141,7 @@ absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::stri
     }
     return model;
   }
-  ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v));
+  ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v, absl::StrCat("the ", given[0], " file")));
   if (given[0] == "--hf-config") return ModelFromHfConfig(text, v);
   return ModelFromSpecJson(text, v);
 }

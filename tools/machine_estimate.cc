@@ -102,7 +102,7 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
   }
   r.json = get("--json") != nullptr;
   const std::string& path = flags.at("--machine");
-  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
+  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "the --machine profile"));
   ZS_ASSIGN_OR_RETURN(r.profile, ParseMachineProfile(text, path));
   return r;
 }

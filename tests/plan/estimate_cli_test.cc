@@ -1,6 +1,8 @@
 // Runs the built `zeroshard` binary: the table, JSON that parses with the
 // documented keys, an SVG, and exit code 2 with one error line on bad input.
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -30,9 +32,10 @@ std::string TempPath(const std::string& name) {
   return std::string(dir != nullptr ? dir : "/tmp") + "/zs_estimate_cli_test_" + name;
 }
 
-Result RunCli(const std::string& args) {
+// Runs a shell command line, stdout and stderr apart.
+Result RunCommand(const std::string& command_line) {
   const std::string err_path = TempPath("stderr.txt");
-  const std::string command = std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
+  const std::string command = command_line + " 2>" + err_path;
   Result r;
   const auto begin = std::chrono::steady_clock::now();
   FILE* pipe = popen(command.c_str(), "r");
@@ -48,6 +51,14 @@ Result RunCli(const std::string& args) {
   text << err.rdbuf();
   r.err = text.str();
   return r;
+}
+
+Result RunCli(const std::string& args) { return RunCommand(std::string(ZS_BINARY) + " " + args); }
+
+// RunCli under `timeout`: a command that blocks fails the test instead of
+// hanging it (exit code 124).
+Result RunCliWithin(int seconds, const std::string& args) {
+  return RunCommand("timeout -k 1 " + std::to_string(seconds) + " " + ZS_BINARY + " " + args);
 }
 
 std::string TestData(const std::string& name) { return std::string(ZS_PLAN_TESTDATA) + "/" + name; }
@@ -218,6 +229,44 @@ TEST(EstimateCliTest, OverflowingModelsAndBatchesAreRefusedWithOneLine) {
                      "field 'num_local_experts' is 8");
   ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T", "--price 1e+308");
   ExpectOneErrorLine("estimate --preset gpt2 --mfu 1e-300", "--mfu");
+}
+
+// A FIFO, a device or a file over the 64 MiB cap given as an input file is
+// refused at once with one line naming the path (it used to block on the
+// FIFO and read /dev/zero until memory ran out). `timeout` turns a hang
+// into a failure instead of a stuck test.
+TEST(EstimateCliTest, InputFilesMustBeRegularFilesOfAtMost64MiB) {
+  const std::string fifo = TempPath("fifo.json");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  const std::string big = TempPath("big.json");
+  { std::ofstream(big) << "{}"; }
+  ASSERT_EQ(truncate(big.c_str(), (int64_t{64} << 20) + 1), 0) << big;  // sparse: no disk used
+  const std::pair<std::string, std::string> inputs[] = {
+      {fifo, "a FIFO (named pipe), where the "},
+      {"/dev/zero", "a character device, where the "},
+      {big, "67108865 bytes, but the "}};
+  for (const auto& [path, needle] : inputs) {
+    for (const std::string& flag : {"--spec", "--hf-config", "--machine"}) {
+      const std::string args =
+          "estimate " + flag + " " + path + (flag == "--machine" ? " --model mlp" : "");
+      const Result r = RunCliWithin(10, args);
+      EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+      EXPECT_TRUE(absl::StrContains(r.err, "zeroshard estimate: " + path + ": " + needle + flag))
+          << args << ": " << r.err;
+      EXPECT_TRUE(r.out.empty()) << args;
+      EXPECT_LT(r.seconds, 2.0) << args;
+    }
+  }
+  // calibrate's --out is read the same way before anything is measured.
+  const Result c = RunCliWithin(10, "calibrate --what collectives --out " + fifo);
+  EXPECT_EQ(c.exit_code, 2) << c.err;
+  EXPECT_TRUE(absl::StrContains(c.err, fifo + ": a FIFO (named pipe), where the --out profile"))
+      << c.err;
+  EXPECT_LT(c.seconds, 2.0);
+  std::remove(fifo.c_str());
+  std::remove(big.c_str());
 }
 
 TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {

@@ -2,7 +2,13 @@
 // bare counts; clear errors for bad input.
 #include "zeroshard/model_source.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -151,6 +157,45 @@ TEST(ModelSourceTest, BadConfigsAreRefusedWithTheFileAndField) {
                                 "gqa.json")
                   .status(),
               "do not divide");
+}
+
+// ReadTextFile reads regular files only, up to kMaxTextFileBytes: a FIFO
+// (which would block the reader) and /dev/zero (which never ends) are
+// refused before a byte is read, and every message names the path.
+TEST(ModelSourceTest, ReadTextFileRefusesFifosDevicesAndFilesOverTheCap) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp");
+  const std::string fifo = dir + "/zs_model_source_test_fifo.json";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  absl::StatusOr<std::string> text = ReadTextFile(fifo, "the --spec file");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kFailedPrecondition) << text.status();
+  ExpectError(text.status(), fifo + ": a FIFO (named pipe), where the --spec file must be a");
+  std::remove(fifo.c_str());
+
+  text = ReadTextFile("/dev/zero", "the --hf-config file");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kFailedPrecondition) << text.status();
+  ExpectError(text.status(), "/dev/zero: a character device");
+
+  const std::string big = dir + "/zs_model_source_test_big.json";
+  { std::ofstream(big) << "{}"; }
+  ASSERT_EQ(truncate(big.c_str(), kMaxTextFileBytes + 1), 0);  // sparse: no disk used
+  text = ReadTextFile(big, "the --machine profile");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kOutOfRange) << text.status();
+  ExpectError(text.status(), absl::StrCat(big, ": ", kMaxTextFileBytes + 1,
+                                          " bytes, but the --machine profile is at most ",
+                                          kMaxTextFileBytes, " bytes"));
+  ASSERT_EQ(truncate(big.c_str(), kMaxTextFileBytes), 0);  // at the cap: read
+  text = ReadTextFile(big);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(static_cast<int64_t>(text->size()), kMaxTextFileBytes);
+  std::remove(big.c_str());
+
+  const absl::Status missing =
+      ReadTextFile(dir + "/zs_no_such_file.json", "the --spec file").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  ExpectError(missing, "zs_no_such_file.json");
+  ExpectError(missing, "check the path of the --spec file");
 }
 
 TEST(ModelSourceTest, JsonSpecAndParamCount) {

@@ -1,12 +1,11 @@
 #include "zeroshard/model_source.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/src/common/bounded_read.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/plan/presets/hf_presets.h"
 #include "engine/src/plan/transformer_spec.h"
@@ -395,16 +394,15 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
   return model;
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrFormat("%s: cannot open the file; check the path and permissions", path));
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view what,
+                                         int64_t max_bytes) {
+  absl::StatusOr<std::string> text = internal::ReadRegularFile(path, max_bytes, what);
+  if (text.status().code() == absl::StatusCode::kNotFound ||
+      text.status().code() == absl::StatusCode::kPermissionDenied) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(text.status().message(), "; check the path of ", what));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
-  return text.str();
+  return text;
 }
 
 }  // namespace zeroshard
