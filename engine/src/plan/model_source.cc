@@ -159,21 +159,53 @@ absl::Status RefuseExperts(const json& doc, const std::string& architecture,
   return absl::OkStatus();
 }
 
+// A JSON value of an untrusted config for a message: its text, at most 64
+// characters, control bytes escaped.
+std::string QuoteJson(const json& value) {
+  return internal::QuoteForMessage(value.dump(
+      /*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false, json::error_handler_t::replace));
+}
+
+// "architectures" (a list whose first entry names the class) wins over
+// "model_type". Absent, null or an empty list means "not given"; any other
+// value that is not a list of strings is an error naming it, never a
+// silent fall-back to model_type.
 absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view source) {
-  if (doc.contains("architectures") && doc["architectures"].is_array() &&
-      !doc["architectures"].empty() && doc["architectures"][0].is_string()) {
-    return doc["architectures"][0].get<std::string>();
+  const auto architectures = doc.find("architectures");
+  if (architectures != doc.end() && !architectures->is_null()) {
+    if (!architectures->is_array()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: 'architectures' is %s, not a list; write it as Hugging Face does, e.g. "
+          "\"architectures\": [\"LlamaForCausalLM\"]",
+          source, QuoteJson(*architectures)));
+    }
+    if (!architectures->empty()) {
+      const json& first = architectures->front();
+      if (!first.is_string()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: architectures[0] is %s, not a string; it must name the model class, e.g. "
+            "\"LlamaForCausalLM\" (supported: %s)",
+            source, QuoteJson(first), kSupportedArchitectures));
+      }
+      return first.get<std::string>();
+    }
   }
-  if (doc.contains("model_type") && doc["model_type"].is_string()) {
-    const std::string type = doc["model_type"].get<std::string>();
+  const auto model_type = doc.find("model_type");
+  if (model_type != doc.end() && !model_type->is_null()) {
+    if (!model_type->is_string()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: 'model_type' is %s, not a string; write e.g. \"model_type\": \"llama\"", source,
+          QuoteJson(*model_type)));
+    }
+    const std::string type = model_type->get<std::string>();
     if (type == "llama") return std::string("LlamaForCausalLM");
     if (type == "mistral") return std::string("MistralForCausalLM");
     if (type == "mixtral") return std::string("MixtralForCausalLM");
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
     if (type == "gpt2") return std::string("GPT2LMHeadModel");
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: model_type '%s' is not supported; supported architectures: %s", source,
-                        type, kSupportedArchitectures));
+        absl::StrFormat("%s: model_type %s is not supported; supported architectures: %s", source,
+                        internal::QuoteForMessage(type), kSupportedArchitectures));
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s: neither 'architectures' nor 'model_type' is given; is this a Hugging Face "
@@ -265,9 +297,9 @@ absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
   if (architecture == "GPT2LMHeadModel") return ParseGpt2Config(fields);
   if (dense) return ParseLlamaFamilyConfig(fields, architecture);
   return absl::InvalidArgumentError(
-      absl::StrFormat("%s: architecture '%s' is not supported; supported: %s (or describe the "
+      absl::StrFormat("%s: architecture %s is not supported; supported: %s (or describe the "
                       "model with --spec)",
-                      source, architecture, kSupportedArchitectures));
+                      source, internal::QuoteForMessage(architecture), kSupportedArchitectures));
 }
 
 absl::StatusOr<ModelDescription> ModelFromHfConfig(absl::string_view json_text,
