@@ -269,6 +269,43 @@ TEST(EstimateCliTest, InputFilesMustBeRegularFilesOfAtMost64MiB) {
   std::remove(big.c_str());
 }
 
+// A profile made from testdata/machine-2-cores.json with `field` (a JSON
+// pointer) set to `value`.
+std::string ProfileWith(const std::string& name, const std::string& field, double value) {
+  std::ifstream in(TestData("machine-2-cores.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j[nlohmann::json::json_pointer(field)] = value;
+  const std::string path = TempPath(name);
+  std::ofstream(path) << j.dump(1);
+  return path;
+}
+
+// Issue 17: "ns_per_param": 1.7e308 printed inf (table) and null (JSON)
+// with exit 0. Every profile field has a range, every predicted time a
+// bound; neither is ever printed past it.
+TEST(EstimateMachineCliTest, OutOfRangeProfilesAndPredictionsAreOneErrorLine) {
+  const std::string huge = ProfileWith("huge.json", "/optimizer/ns_per_param", 1.7e308);
+  const std::string run = " --model mlp --gpus 2 --hidden 256 --blocks 1000";
+  for (const std::string& output : {" --json", ""}) {
+    ExpectOneErrorLine("estimate --machine " + huge + run + output,
+                       huge +
+                           ": field 'optimizer.ns_per_param' is 1.7e+308, outside its range "
+                           "[0.001, 1000000] (ns per param)");
+  }
+  // In range, but a step of hidden 65536 at 1 MFLOP/s would take 10^9 s.
+  const std::string slow = ProfileWith("slow.json", "/sgemm/gflops", 0.001);
+  ExpectOneErrorLine(
+      "estimate --machine " + slow + " --model mlp --hidden 65536 --blocks 100 --json",
+      "--machine " + slow + ": the predicted gemm time, ");
+  ExpectOneErrorLine("estimate --machine " + slow + " --model mlp --hidden 65536 --blocks 100",
+                     "passes the model's bound of 1000000 s");
+  // At the edges of every range the prediction is finite, in JSON too.
+  const std::string edge = ProfileWith("edge.json", "/sgemm/gflops", 1e6);
+  const Result r = RunCli("estimate --machine " + edge + " --model mlp --gpus 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ParseReport(r);
+}
+
 TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {
   const std::string args =
       "estimate --preset llama-3-8b --seq 131072 --gpus "
@@ -396,7 +433,9 @@ TEST(CalibrateCliTest, WritesAProfileThatEstimateMachineReads) {
   std::ofstream(bad) << text;
   const Result b = RunCli("estimate --machine " + bad + " --model mlp --gpus 2");
   EXPECT_EQ(b.exit_code, 2);
-  EXPECT_TRUE(absl::StrContains(b.err, "field 'elementwise.copy_gbps' must be a positive number"))
+  EXPECT_TRUE(absl::StrContains(b.err,
+                                "field 'elementwise.copy_gbps' is 0, outside its range [0.001, "
+                                "1000000] (10^9 bytes/s)"))
       << b.err;
 }
 

@@ -238,6 +238,14 @@ absl::Status MeasureLocalCollectives(const Options& o, MachineProfile* p) {
 }
 
 absl::Status WriteProfile(const std::string& path, const MachineProfile& p) {
+  // What `estimate --machine` would refuse is not written: a measurement
+  // outside a field's range means the measurement went wrong.
+  if (absl::Status valid = ValidateMachineProfile(p); !valid.ok()) {
+    return absl::InternalError(absl::StrFormat(
+        "--out %s: not written, the measured profile is out of range: %s; measure again "
+        "(with a longer --min-seconds on a busy machine)",
+        path, valid.message()));
+  }
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
   out << MachineProfileJson(p);

@@ -31,6 +31,12 @@ absl::StatusOr<int64_t> ParseCount(absl::string_view text, absl::string_view wha
 // bytes / 2^30 with one decimal, e.g. "94.1".
 std::string FormatGiB(int64_t bytes);
 
+// A number for a message, as a person would write it: whole numbers below
+// 2^63 in full ("1000000", "1000001"), others in the fewest significant
+// digits that read back as the same double ("0.001", "1.7e+308"); "inf" and
+// "nan" as such. Never "1e+06" for a range bound or a value next to it.
+std::string FormatNumber(double value);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_BYTE_UNITS_H_

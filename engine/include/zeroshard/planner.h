@@ -295,6 +295,11 @@ struct MlpWorkload {
   int64_t micro_batch = 16;  // samples per rank per step
 };
 
+// The longest step PredictMlpEngineStep predicts: about 11.6 days. A
+// figure beyond it comes from a workload far too large for the machine, or
+// from a profile whose rates are wrong; it is refused, never printed.
+inline constexpr double kMaxPredictedStepSeconds = 1e6;
+
 // Seconds per optimizer step, by cause; see PredictMlpEngineStep.
 struct EngineStepPrediction {
   double gemm = 0;           // the trainer's matrix products: FLOPs / sgemm rate
@@ -336,9 +341,12 @@ struct EngineStepPrediction {
 // cores), else min(profile.cores, ranks x cpus_per_rank) (each rank bound
 // to that many CPUs, as mpirun binds a rank to one core at np <= 2).
 // InvalidArgument for a workload, stage, rank
-// count or cpus_per_rank (below 0 or above 2^20) out of range, and NotFound
-// when the profile has no collectives for (backend, ranks), naming the
-// calibrate command that adds them.
+// count or cpus_per_rank (below 0 or above 2^20) out of range, or a profile
+// field outside its range (ValidateMachineProfile); NotFound when the
+// profile has no collectives for (backend, ranks), naming the calibrate
+// command that adds them; OutOfRange, naming the figure, when a predicted
+// time would pass kMaxPredictedStepSeconds. Every figure returned is
+// finite and non-negative.
 absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& workload, int stage,
                                                           int ranks, absl::string_view backend,
                                                           const MachineProfile& profile,

@@ -95,4 +95,17 @@ std::string FormatGiB(int64_t bytes) {
   return absl::StrFormat("%.1f", static_cast<double>(bytes) / static_cast<double>(kGiB));
 }
 
+std::string FormatNumber(double value) {
+  if (!std::isfinite(value)) return absl::StrFormat("%g", value);
+  // Whole numbers below 2^63 print exactly ("%.0f" of a double is exact).
+  if (value == std::trunc(value) && std::abs(value) < 9223372036854775808.0) {
+    return absl::StrFormat("%.0f", value);
+  }
+  for (int digits = 1; digits < 17; ++digits) {
+    const std::string text = absl::StrFormat("%.*g", digits, value);
+    if (std::strtod(text.c_str(), nullptr) == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);
+}
+
 }  // namespace zeroshard
