@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_seed.h"
 
 namespace {
 
@@ -227,7 +229,8 @@ TEST(EstimateCliTest, OverflowingModelsAndBatchesAreRefusedWithOneLine) {
                      "num_hidden_layers 100000000 exceeds the supported maximum 16384");
   ExpectOneErrorLine("estimate --hf-config " + TestData("mixtral-labelled-mistral-config.json"),
                      "field 'num_local_experts' is 8");
-  ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T", "--price 1e+308");
+  ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T",
+                     "--price: '1e308' is outside [0, 1000000]");
   ExpectOneErrorLine("estimate --preset gpt2 --mfu 1e-300", "--mfu");
 }
 
@@ -304,6 +307,78 @@ TEST(EstimateMachineCliTest, OutOfRangeProfilesAndPredictionsAreOneErrorLine) {
   const Result r = RunCli("estimate --machine " + edge + " --model mlp --gpus 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ParseReport(r);
+}
+
+// Issue 17: a refused value is quoted as given ("1000001", not "1e+06"),
+// with its range, and every range is inclusive as docs/estimator.md says:
+// latencies and --price may be 0, --reserve and --workspace too.
+TEST(EstimateCliTest, RangedFlagsAcceptTheirBoundsAndQuoteWhatTheyRefuse) {
+  ExpectOneErrorLine("estimate --preset gpt2 --intra-node-bw 1000001",
+                     "--intra-node-bw: '1000001' is outside [0.001, 1000000] (GB/s per GPU); give "
+                     "a number in that range");
+  struct Flag {
+    const char* name;
+    double min;
+    double max;
+  };
+  const Flag flags[] = {{"--intra-node-bw", 0.001, 1e6},
+                        {"--inter-node-bw", 0.001, 1e6},
+                        {"--pcie-bw", 0.001, 1e6},
+                        {"--peak-tflops", 0.001, 1e6},
+                        {"--intra-node-latency", 0, 1e6},
+                        {"--inter-node-latency", 0, 1e6},
+                        {"--mfu", 0.001, 1},
+                        {"--price", 0, 1e6}};
+  const std::string base = "estimate --preset gpt2 --gpus 8 --json ";
+  std::mt19937_64 rng(zeroshard::testing::Seed());
+  auto text_of = [&](double v) {
+    const char* formats[] = {"%.17g", "%g", "%e", "%.12f"};
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), formats[rng() % 4], v);
+    return std::string(buf);
+  };
+  for (const Flag& f : flags) {
+    const std::string name(f.name);
+    // Both bounds are accepted.
+    for (double v : {f.min, f.max}) {
+      const Result r = RunCli(base + name + " " + text_of(v));
+      EXPECT_NE(r.exit_code, 2) << name << " " << v << ": " << r.err;
+    }
+    // A random value inside is accepted; one outside is quoted as given.
+    const double inside =
+        f.min + (f.max - f.min) * std::uniform_real_distribution<double>(0, 1)(rng);
+    const std::string in_text = text_of(inside);
+    const Result in = RunCli(base + name + " " + in_text);
+    EXPECT_NE(in.exit_code, 2) << name << " " << in_text << ": " << in.err
+                               << zeroshard::testing::SeedTrace();
+    const double outside =
+        rng() & 1 ? f.max * (1 + std::uniform_real_distribution<double>(1e-6, 10)(rng))
+                  : (f.min > 0 ? f.min * std::uniform_real_distribution<double>(0, 0.99)(rng)
+                               : -std::uniform_real_distribution<double>(1e-6, 1e6)(rng));
+    const std::string out_text = text_of(outside);
+    char range[96];
+    std::snprintf(range, sizeof(range), "[%s, %.0f]", f.min == 0.001 ? "0.001" : "0", f.max);
+    ExpectOneErrorLine(base + name + " " + out_text,
+                       name + ": '" + out_text + "' is outside " + range + " (");
+  }
+  // Zero reserve and workspace: the planner's range starts at 0.
+  for (const char* flag : {"--reserve", "--workspace"}) {
+    const Result r = RunCli(base + flag + " 0");
+    EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
+  }
+  ExpectOneErrorLine(base + "--reserve -1GiB", "--reserve: '-1GiB' is negative");
+  // Integer flags: their bounds accepted, one past quoted with the range.
+  EXPECT_EQ(RunCli(base + "--prefetch-depth 64").exit_code, 0);
+  ExpectOneErrorLine(base + "--prefetch-depth 65",
+                     "--prefetch-depth: '65' is not an integer in [1, 64]");
+  EXPECT_NE(RunCli("estimate --preset gpt2 --gpus 1024 --gpus-per-node 1024").exit_code, 2);
+  ExpectOneErrorLine(base + "--gpus-per-node 1025",
+                     "--gpus-per-node: '1025' is not an integer in [1, 1024]");
+  ExpectOneErrorLine(base + "--tp 1025", "--tp: '1025' is not an integer in [1, 1024]");
+  ExpectOneErrorLine(base + "--grad-accum 1048577",
+                     "--grad-accum: '1048577' is not an integer in [1, 1048576]");
+  ExpectOneErrorLine("estimate --preset gpt2 --gpus 1048577",
+                     "--gpus: '1048577' is not an integer in [1, 1048576]");
 }
 
 TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {

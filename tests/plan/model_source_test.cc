@@ -430,6 +430,13 @@ TEST(ByteUnitsTest, ParsesSizesAndCounts) {
   EXPECT_FALSE(ParseCount("1.5", "n").ok());
   EXPECT_FALSE(ParseCount("x", "n").ok());
   EXPECT_EQ(FormatGiB(int64_t{101} << 30), "101.0");
+  // Numbers in messages: as a person writes them, never "1e+06".
+  EXPECT_EQ(FormatNumber(1e6), "1000000");
+  EXPECT_EQ(FormatNumber(1000001), "1000001");
+  EXPECT_EQ(FormatNumber(0.001), "0.001");
+  EXPECT_EQ(FormatNumber(4611686018427387904.0), "4611686018427387904");
+  EXPECT_EQ(FormatNumber(1.7e308), "1.7e+308");
+  EXPECT_EQ(FormatNumber(-2.5), "-2.5");
 }
 
 }  // namespace
