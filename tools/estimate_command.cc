@@ -1,5 +1,6 @@
 #include "tools/estimate_command.h"
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -103,20 +104,17 @@ absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
   return flags;
 }
 
+// The CLI's own limits (docs/estimator.md, "Limits and overflow").
+constexpr int64_t kMaxGpus = int64_t{1} << 20;
+constexpr int64_t kMaxGpusPerNode = 1024;  // also --tp and --pp
+constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
+constexpr int64_t kMaxPrefetchDepth = 64;
+
 absl::StatusOr<int64_t> PositiveInt(const std::string& flag, const std::string& text) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(text, &v) || v < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: '%s' is not a positive integer", flag, text));
-  }
-  return v;
-}
-
-absl::StatusOr<double> PositiveNumber(const std::string& flag, const std::string& text) {
-  double v = 0;
-  if (!absl::SimpleAtod(text, &v) || !(v > 0) || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not a positive number", flag, text));
   }
   return v;
 }
@@ -141,7 +139,7 @@ absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::stri
     }
     return model;
   }
-  ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v));
+  ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v, absl::StrCat("the ", given[0], " file")));
   if (given[0] == "--hf-config") return ModelFromHfConfig(text, v);
   return ModelFromSpecJson(text, v);
 }
@@ -165,16 +163,11 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   ClusterSpec& c = r.cluster;
   PlanOptions& o = r.options;
   if (auto* v = get("--gpus")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--gpus", *v));
-    if (n > 1 << 20) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--gpus: %d is more than 2^20 (1048576) GPUs; give at most 1048576", n));
-    }
+    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--gpus", *v, 1, kMaxGpus, " (2^20 GPUs at most)"));
     c.gpus = static_cast<int>(n);
   }
   if (auto* v = get("--gpus-per-node")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--gpus-per-node", *v));
-    if (n > 1024) return absl::InvalidArgumentError("--gpus-per-node: more than 1024 GPUs");
+    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--gpus-per-node", *v, 1, kMaxGpusPerNode));
     c.gpus_per_node = static_cast<int>(n);
   } else if (c.gpus < c.gpus_per_node) {
     c.gpus_per_node = c.gpus;
@@ -185,24 +178,31 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   if (auto* v = get("--host-mem")) {
     ZS_ASSIGN_OR_RETURN(c.host_mem_bytes, ParseByteSize(*v, "--host-mem"));
   }
+  // The planner takes a zero reserve and workspace (a CPU-only estimate).
   if (auto* v = get("--reserve")) {
-    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, ParseByteSize(*v, "--reserve"));
+    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, ParseByteSize(*v, "--reserve", /*min_bytes=*/0));
   }
   if (auto* v = get("--workspace")) {
-    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, ParseByteSize(*v, "--workspace"));
+    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, ParseByteSize(*v, "--workspace", /*min_bytes=*/0));
   }
-  const std::pair<const char*, double*> numbers[] = {
-      {"--intra-node-bw", &c.intra_node_gbps},
-      {"--inter-node-bw", &c.inter_node_gbps},
-      {"--pcie-bw", &c.pcie_gbps},
-      {"--intra-node-latency", &c.intra_node_latency_us},
-      {"--inter-node-latency", &c.inter_node_latency_us},
-      {"--peak-tflops", &c.peak_tflops},
-      {"--mfu", &c.mfu},
-      {"--price", &o.price_per_gpu_hour}};
-  for (const auto& [flag, field] : numbers) {
-    if (auto* v = get(flag)) {
-      ZS_ASSIGN_OR_RETURN(*field, PositiveNumber(flag, *v));
+  struct NumberOption {
+    const char* flag;
+    double* field;
+    NumberRange range;
+    const char* unit;
+  };
+  const NumberOption numbers[] = {
+      {"--intra-node-bw", &c.intra_node_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
+      {"--inter-node-bw", &c.inter_node_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
+      {"--pcie-bw", &c.pcie_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
+      {"--intra-node-latency", &c.intra_node_latency_us, kLatencyUsRange, "us"},
+      {"--inter-node-latency", &c.inter_node_latency_us, kLatencyUsRange, "us"},
+      {"--peak-tflops", &c.peak_tflops, kPeakTflopsRange, "TFLOPS per GPU"},
+      {"--mfu", &c.mfu, kMfuRange, "fraction of peak"},
+      {"--price", &o.price_per_gpu_hour, kPricePerGpuHourRange, "USD per GPU-hour"}};
+  for (const NumberOption& n : numbers) {
+    if (auto* v = get(n.flag)) {
+      ZS_ASSIGN_OR_RETURN(*n.field, NumberFlag(n.flag, *v, n.range, n.unit));
     }
   }
   if (get("--peak-tflops")) c.peak_tflops_fp32 = c.peak_tflops;
@@ -220,13 +220,11 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
     ZS_ASSIGN_OR_RETURN(o.micro_batch, PositiveInt("--micro-batch", *v));
   }
   if (auto* v = get("--grad-accum")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--grad-accum", *v));
-    if (n > 1 << 20) return absl::InvalidArgumentError("--grad-accum: too large");
+    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--grad-accum", *v, 1, kMaxGradAccum));
     o.grad_accum_steps = static_cast<int>(n);
   }
   if (auto* v = get("--prefetch-depth")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt("--prefetch-depth", *v));
-    if (n > 64) return absl::InvalidArgumentError("--prefetch-depth: at most 64");
+    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--prefetch-depth", *v, 1, kMaxPrefetchDepth));
     o.prefetch_depth = static_cast<int>(n);
   }
   if (auto* v = get("--recompute")) {
@@ -249,8 +247,7 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   }
   for (const char* f : {"--tp", "--pp"}) {
     if (auto* v = get(f)) {
-      ZS_ASSIGN_OR_RETURN(int64_t n, PositiveInt(f, *v));
-      if (n > 1024) return absl::InvalidArgumentError(absl::StrCat(f, ": at most 1024"));
+      ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag(f, *v, 1, kMaxGpusPerNode));
       (f[2] == 't' ? o.tp : o.pp) = static_cast<int>(n);
     }
   }
@@ -261,6 +258,30 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& text, int64_t lo,
+                                int64_t hi, absl::string_view note) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(text, &n) || n < lo || n > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]%s", flag, text, lo, hi, note));
+  }
+  return n;
+}
+
+absl::StatusOr<double> NumberFlag(const std::string& flag, const std::string& text,
+                                  NumberRange range, absl::string_view unit) {
+  double v = 0;
+  const bool number = absl::SimpleAtod(text, &v) && std::isfinite(v);
+  if (!number || !range.Contains(v)) {
+    // The value as given: "1000001", not the "1e+06" of a formatted double.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is %s [%s, %s] (%s); give a number in that range", flag, text,
+                        number ? "outside" : "not a number in", FormatNumber(range.min),
+                        FormatNumber(range.max), unit));
+  }
+  return v;
+}
 
 std::string EstimateUsage() {
   return R"(usage: zeroshard estimate MODEL [CLUSTER] [TRAINING] [CHOICE] [OUTPUT]

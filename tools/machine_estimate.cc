@@ -27,16 +27,6 @@ struct MachineRequest {
   bool json = false;
 };
 
-absl::StatusOr<int64_t> Int(const std::string& flag, const std::string& v, int64_t hi,
-                            int64_t lo = 1, const char* what = "") {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]%s", flag, v, lo, hi, what));
-  }
-  return n;
-}
-
 absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& flags) {
   static const std::set<std::string> kAllowed = {
       "--machine", "--model", "--hidden", "--blocks",        "--backend",  "--micro-batch",
@@ -67,17 +57,17 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
         absl::StrFormat("--precision: '%s'; the calibrated model covers fp32 runs only", *v));
   }
   if (auto* v = get("--hidden")) {
-    ZS_ASSIGN_OR_RETURN(r.workload.hidden, Int("--hidden", *v, 65536));
+    ZS_ASSIGN_OR_RETURN(r.workload.hidden, IntFlag("--hidden", *v, 1, 65536));
   }
   if (auto* v = get("--blocks")) {
-    ZS_ASSIGN_OR_RETURN(const int64_t n, Int("--blocks", *v, kMaxUnits));
+    ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag("--blocks", *v, 1, kMaxUnits));
     r.workload.blocks = static_cast<int>(n);
   }
   if (auto* v = get("--micro-batch")) {
-    ZS_ASSIGN_OR_RETURN(r.workload.micro_batch, Int("--micro-batch", *v, 1 << 20));
+    ZS_ASSIGN_OR_RETURN(r.workload.micro_batch, IntFlag("--micro-batch", *v, 1, 1 << 20));
   }
   if (auto* v = get("--gpus")) {
-    ZS_ASSIGN_OR_RETURN(const int64_t n, Int("--gpus", *v, 1 << 20));
+    ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag("--gpus", *v, 1, 1 << 20));
     r.ranks = static_cast<int>(n);
   }
   if (auto* v = get("--stage"); v != nullptr && *v != "auto") {
@@ -95,14 +85,14 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
   }
   if (auto* v = get("--cpus-per-rank")) {
     ZS_ASSIGN_OR_RETURN(const int64_t n,
-                        Int("--cpus-per-rank", *v, 1 << 20, 0,
-                            " (0: the ranks are not bound to CPUs; K: each rank's threads may "
-                            "run on K CPUs)"));
+                        IntFlag("--cpus-per-rank", *v, 0, 1 << 20,
+                                " (0: the ranks are not bound to CPUs; K: each rank's threads may "
+                                "run on K CPUs)"));
     r.cpus_per_rank = static_cast<int>(n);
   }
   r.json = get("--json") != nullptr;
   const std::string& path = flags.at("--machine");
-  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
+  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "the --machine profile"));
   ZS_ASSIGN_OR_RETURN(r.profile, ParseMachineProfile(text, path));
   return r;
 }

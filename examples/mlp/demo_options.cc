@@ -83,13 +83,15 @@ void PrintUsage(std::FILE* out) {
       "  --sync-data        make each micro-batch on the trainer's thread when it is\n"
       "                     needed (all of it input wait: an input-bound run) instead\n"
       "                     of on the data loader's thread, %d micro-batches ahead\n"
-      "  --comm-timeout S   seconds a collective waits for a missing rank before the\n"
-      "                     run fails naming it (default: $%s, else %.0f)\n"
+      "  --comm-timeout S   seconds (or a duration: 90s, 2m) a collective waits for a\n"
+      "                     missing rank before the run fails naming it, in [%g, %.0f]\n"
+      "                     (default: $%s, else %.0f)\n"
       "  --help             this text\n"
       "A failed rank prints its error and ends the whole job (exit status 1).\n",
       d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
       d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
-      d.weight_decay, d.clip, DataLoaderOptions{}.depth, kCommTimeoutEnvVar,
+      d.weight_decay, d.clip, DataLoaderOptions{}.depth, absl::ToDoubleSeconds(kMinCommTimeout),
+      absl::ToDoubleSeconds(kMaxCommTimeout), kCommTimeoutEnvVar,
       absl::ToDoubleSeconds(kDefaultCommTimeout));
 }
 
@@ -101,7 +103,7 @@ DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts) {
 
 CommOptions MakeCommOptions(const DemoOptions& opts) {
   CommOptions options;
-  options.timeout = absl::Seconds(opts.comm_timeout_s);  // 0: the environment or the default
+  options.timeout = opts.comm_timeout;  // 0: the environment or the default
   return options;
 }
 
@@ -176,11 +178,8 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
        }},
       {"comm-timeout",
        [&](auto& f, auto& v) -> absl::Status {
-         double seconds = 0;
-         if (!absl::SimpleAtod(v, &seconds) || !(seconds > 0) || seconds > 1e6) {
-           return BadValue(f, v, "a number of seconds in (0, 1e6]");
-         }
-         opts.comm_timeout_s = seconds;
+         // The rule of ZS_COMM_TIMEOUT, range and units included.
+         ZS_ASSIGN_OR_RETURN(opts.comm_timeout, ParseCommTimeout(v, absl::StrCat("flag --", f)));
          return absl::OkStatus();
        }},
       {"precision",

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/train_spec.h"
@@ -43,8 +44,9 @@ struct DemoOptions {
   // report compares the two.
   bool device_cuda = false;
   int gpu_ordinal = 0;  // the GPU of this process's ranks (set by main)
-  // Communicator timeout per collective; 0: $ZS_COMM_TIMEOUT, else 120 s.
-  double comm_timeout_s = 0.0;
+  // Communicator timeout per collective, in [kMinCommTimeout,
+  // kMaxCommTimeout] (ParseCommTimeout); 0: $ZS_COMM_TIMEOUT, else 120 s.
+  absl::Duration comm_timeout = absl::ZeroDuration();
   // Checkpoints of the distributed run (docs/checkpoint.md): into
   // checkpoint_dir every save_every steps (0: never), keeping keep_last;
   // resume: start from checkpoint_dir/latest instead of the initial weights.

@@ -3,6 +3,7 @@
 // teardown.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -325,6 +326,84 @@ TEST(CommOptions, ResolveCommTimeout) {
   unsetenv(kCommTimeoutEnvVar);
   EXPECT_EQ(ResolveCommTimeout(Timeout(absl::Seconds(-1))).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Issue 17: ZS_COMM_TIMEOUT=1e9 was "not a positive timeout" (it is too
+// long: say so, with the range) and 1e-9 was taken, timing every collective
+// out after 1 ns. Every source of a timeout has one range,
+// [kMinCommTimeout, kMaxCommTimeout], bounds included.
+TEST(CommOptions, TimeoutsOutsideTheirRangeSayWhichBoundAndWhy) {
+  unsetenv(kCommTimeoutEnvVar);
+  auto from_env = [](const char* text) {
+    EXPECT_EQ(setenv(kCommTimeoutEnvVar, text, 1), 0);
+    absl::StatusOr<absl::Duration> got = ResolveCommTimeout(CommOptions{});
+    unsetenv(kCommTimeoutEnvVar);
+    return got;
+  };
+  absl::StatusOr<absl::Duration> got = from_env("1e9");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("environment variable ZS_COMM_TIMEOUT '1e9' is longer than the largest "
+                        "collective timeout 1000000 s (11.6 days); give a timeout in [0.1 s, "
+                        "1000000 s], or unset it for the default 2m"));
+  got = from_env("1e-9");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("environment variable ZS_COMM_TIMEOUT '1e-9' is shorter than the least "
+                        "collective timeout 100ms"));
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("give a timeout in [0.1 s, "));
+  EXPECT_THAT(std::string(from_env("soon").status().message()),
+              HasSubstr("'soon' is not a timeout; write seconds"));
+  // The bounds are in, in either notation; just past them is out.
+  EXPECT_EQ(*from_env("0.1"), absl::Milliseconds(100));
+  EXPECT_EQ(*from_env("100ms"), absl::Milliseconds(100));
+  EXPECT_EQ(*from_env("1000000"), absl::Seconds(1000000));
+  EXPECT_FALSE(from_env("99ms").ok());
+  EXPECT_FALSE(from_env("1000000.5").ok());
+  EXPECT_FALSE(from_env("277h46m41s").ok());
+}
+
+TEST(CommOptions, EveryTimeoutSourceHasOneRange) {
+  // The rule of ZS_COMM_TIMEOUT for a timeout set in code, and for
+  // mlp_demo's flag.
+  for (absl::Duration d : {absl::Nanoseconds(1), kMinCommTimeout - absl::Nanoseconds(1),
+                           kMaxCommTimeout + absl::Nanoseconds(1), -absl::Seconds(1)}) {
+    CommOptions options;
+    options.timeout = d;
+    const absl::Status status = ResolveCommTimeout(options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << d;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("CommOptions::timeout ")) << d;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("[0.1 s, 1000000 s]")) << d;
+  }
+  EXPECT_THAT(std::string(ParseCommTimeout("0.01", "flag --comm-timeout").status().message()),
+              HasSubstr("flag --comm-timeout '0.01' is shorter than the least"));
+
+  // Random timeouts from 1 ns to 10^9 s, as seconds or milliseconds: taken
+  // exactly when in range, refused naming the bound otherwise.
+  std::mt19937_64 rng(::zeroshard::testing::Seed());
+  std::uniform_real_distribution<double> log10_seconds(-9, 9);
+  for (int i = 0; i < 500; ++i) {
+    const double seconds = std::pow(10.0, log10_seconds(rng));
+    const bool as_ms = rng() & 1;
+    // absl::ParseDuration takes no exponent: milliseconds in fixed point.
+    const std::string text =
+        as_ms ? absl::StrFormat("%.6fms", seconds * 1e3) : absl::StrFormat("%.17g", seconds);
+    const absl::StatusOr<absl::Duration> parsed = ParseCommTimeout(text, "test");
+    const double number = std::strtod(text.c_str(), nullptr);
+    const absl::Duration expected = as_ms ? absl::Milliseconds(number) : absl::Seconds(number);
+    const bool in_range = expected >= kMinCommTimeout && expected <= kMaxCommTimeout;
+    if (in_range) {
+      ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status() << " "
+                               << ::zeroshard::testing::SeedTrace();
+      EXPECT_LE(absl::AbsDuration(*parsed - expected), absl::Nanoseconds(1)) << text;
+    } else {
+      ASSERT_FALSE(parsed.ok()) << text << " " << ::zeroshard::testing::SeedTrace();
+      EXPECT_THAT(std::string(parsed.status().message()),
+                  HasSubstr(expected < kMinCommTimeout ? "is shorter than the least"
+                                                       : "is longer than the largest"))
+          << text << " " << ::zeroshard::testing::SeedTrace();
+    }
+  }
 }
 
 TEST(LocalGroup, DestroyingTheGroupFailsPendingCollectives) {

@@ -1,9 +1,15 @@
 // The calibrated step-time model (PredictMlpEngineStep) against values
 // computed by hand from a made-up profile, and the profile parser's errors.
+#include <cmath>
+#include <random>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_seed.h"
 #include "zeroshard/machine_profile.h"
 #include "zeroshard/planner.h"
 
@@ -14,6 +20,8 @@ namespace {
 MachineProfile RoundProfile() {
   MachineProfile p;
   p.cores = 2;
+  p.calibrated_hidden = 64;
+  p.calibrated_micro_batch = 4;
   p.sgemm_flops_per_s = 1e9;
   p.gelu_s_per_element = 1e-9;
   p.gelu_grad_s_per_element = 2e-9;
@@ -170,13 +178,193 @@ TEST(MachineProfileTest, RoundTripsAndNamesTheBadField) {
   auto e = ParseMachineProfile(bad, "m.json");
   ASSERT_FALSE(e.ok());
   EXPECT_TRUE(absl::StrContains(e.status().message(),
-                                "m.json: field 'sgemm.gflops' must be a "
-                                "positive number (got -3)"))
+                                "m.json: field 'sgemm.gflops' is -3, outside its range "
+                                "[0.001, 1000000] (10^9 FLOP/s)"))
       << e.status();
   auto schema = ParseMachineProfile("{\"schema\": \"x\"}", "m.json");
   EXPECT_TRUE(absl::StrContains(schema.status().message(), "field 'schema'"));
   auto not_json = ParseMachineProfile("nope", "m.json");
   EXPECT_TRUE(absl::StrContains(not_json.status().message(), "not a JSON object"));
+}
+
+// Every numeric field of a profile file, with the range docs/estimator.md
+// gives it (written out here, not taken from the parser).
+struct FieldCase {
+  const char* pointer;  // JSON pointer into the file
+  const char* name;     // as the message names it
+  double min;
+  double max;
+  bool integer;
+};
+
+const FieldCase kFields[] = {
+    {"/cores", "cores", 1, 1048576, true},
+    {"/threads_per_rank", "threads_per_rank", 1, 1048576, true},
+    {"/calibrated_shapes/hidden", "calibrated_shapes.hidden", 1, 65536, true},
+    {"/calibrated_shapes/micro_batch", "calibrated_shapes.micro_batch", 1, 1048576, true},
+    {"/sgemm/gflops", "sgemm.gflops", 1e-3, 1e6, false},
+    {"/elementwise/gelu_ns", "elementwise.gelu_ns", 1e-3, 1e6, false},
+    {"/elementwise/gelu_grad_ns", "elementwise.gelu_grad_ns", 1e-3, 1e6, false},
+    {"/elementwise/copy_gbps", "elementwise.copy_gbps", 1e-3, 1e6, false},
+    {"/optimizer/ns_per_param", "optimizer.ns_per_param", 1e-3, 1e6, false},
+    {"/collectives/local/2/all_reduce/alpha_us", "collectives.local.2.all_reduce.alpha_us", 0, 1e6,
+     false},
+    {"/collectives/local/2/all_gather/beta_gbps", "collectives.local.2.all_gather.beta_gbps", 1e-3,
+     1e6, false},
+    {"/collectives/local/2/reduce_scatter/sizes_bytes/0",
+     "collectives.local.2.reduce_scatter.sizes_bytes[0]", 0, 4611686018427387904.0, false},
+    {"/collectives/local/2/reduce_scatter/seconds/1",
+     "collectives.local.2.reduce_scatter.seconds[1]", 0, 1e6, false},
+};
+
+std::string FormatBound(double v) {
+  return v == std::trunc(v) ? absl::StrFormat("%.0f", v) : absl::StrFormat("%g", v);
+}
+
+double LogUniform(std::mt19937_64& rng, double lo, double hi) {
+  return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
+}
+
+// A value outside [min, max]: above, below, negative, or (integers) a
+// fraction inside the range.
+double OutOfRangeValue(std::mt19937_64& rng, const FieldCase& f) {
+  switch (std::uniform_int_distribution<int>(0, f.integer ? 3 : 2)(rng)) {
+    case 0:  // just above, or far above up to 1.7e308
+      return rng() & 1 ? f.max * (1 + LogUniform(rng, 1e-9, 1e3))
+                       : LogUniform(rng, f.max * 1.001, 1.7e308);
+    case 1:  // negative
+      return -LogUniform(rng, 1e-300, 1.7e308);
+    case 2:  // below a positive minimum, else negative
+      return f.min > 0 ? f.min * std::uniform_real_distribution<double>(0, 0.999)(rng)
+                       : -LogUniform(rng, 1e-300, 1.0);
+    default:  // not a whole number
+      return std::floor(LogUniform(rng, f.min, f.max - 1)) + 0.5;
+  }
+}
+
+nlohmann::json ValidProfileJson() {
+  MachineProfile m = RoundProfile();
+  m.collectives["local"][2].reduce_scatter.sizes_bytes = {1024, 4096};
+  m.collectives["local"][2].reduce_scatter.seconds = {1e-5, 2e-5};
+  return nlohmann::json::parse(MachineProfileJson(m));
+}
+
+// The issue-17 profile ("ns_per_param": 1.7e308 gave inf and null with
+// exit 0), then random values outside every field's range: each is refused
+// naming the file, the field, the value and the range.
+TEST(MachineProfileTest, EveryFieldOutsideItsRangeIsRefusedNamingIt) {
+  nlohmann::json j = ValidProfileJson();
+  ASSERT_TRUE(ParseMachineProfile(j.dump(), "m.json").ok());
+  j["optimizer"]["ns_per_param"] = 1.7e308;
+  auto huge = ParseMachineProfile(j.dump(), "prof.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(huge.status().message(),
+            "prof.json: field 'optimizer.ns_per_param' is 1.7e+308, outside its range [0.001, "
+            "1000000] (ns per param); write the profile with `zeroshard calibrate` or fix the "
+            "field");
+
+  std::mt19937_64 rng(testing::Seed());
+  for (const FieldCase& f : kFields) {
+    for (int trial = 0; trial < 20; ++trial) {
+      nlohmann::json bad = ValidProfileJson();
+      const double v = OutOfRangeValue(rng, f);
+      bad[nlohmann::json::json_pointer(f.pointer)] = v;
+      auto got = ParseMachineProfile(bad.dump(), "m.json");
+      ASSERT_FALSE(got.ok()) << f.name << " = " << v << "; " << testing::SeedTrace();
+      const std::string message(got.status().message());
+      const std::string value = nlohmann::json(v).dump();
+      const bool fraction = f.integer && v >= f.min && v <= f.max;
+      EXPECT_TRUE(absl::StrContains(
+          message,
+          fraction
+              ? absl::StrCat("m.json: field '", f.name, "' is ", value, ", not a whole number")
+              : absl::StrCat("m.json: field '", f.name, "' is ", value, ", outside its range [",
+                             FormatBound(f.min), ", ", FormatBound(f.max), "]")))
+          << message << "; " << testing::SeedTrace();
+    }
+  }
+  // Names are short and printable; measured points pair up.
+  nlohmann::json long_name = ValidProfileJson();
+  long_name["cpu"] = std::string(300, 'x');
+  EXPECT_TRUE(absl::StrContains(ParseMachineProfile(long_name.dump(), "m.json").status().message(),
+                                "field 'cpu' is 300 bytes long"));
+  nlohmann::json unpaired = ValidProfileJson();
+  unpaired["collectives"]["local"]["2"]["all_reduce"]["seconds"].push_back(1.0);
+  EXPECT_TRUE(absl::StrContains(ParseMachineProfile(unpaired.dump(), "m.json").status().message(),
+                                "must be lists of the same length"));
+}
+
+// The same ranges for a profile made in code, and for every figure derived
+// from a random in-range profile and workload: finite, non-negative, at
+// most kMaxPredictedStepSeconds, or an OutOfRange error naming the figure.
+TEST(EngineStepModelTest, RandomInRangeProfilesGiveFiniteFiguresOrNameTheOverflow) {
+  MachineProfile code = RoundProfile();
+  code.optimizer_s_per_param = 1.7e308 * 1e-9;
+  auto refused = PredictMlpEngineStep(kWorkload, 0, 1, "local", code);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "field 'optimizer.ns_per_param' is 1.7"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "e+308, outside its range [0.001, 1000000] (ns per param)"))
+      << refused.status();
+
+  std::mt19937_64 rng(testing::Seed());
+  int out_of_range = 0;
+  int predicted = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    MachineProfile m = RoundProfile();
+    m.cores = static_cast<int>(LogUniform(rng, 1, 1 << 20));
+    m.sgemm_flops_per_s = LogUniform(rng, 1e-3, 1e6) * 1e9;
+    m.gelu_s_per_element = LogUniform(rng, 1e-3, 1e6) * 1e-9;
+    m.gelu_grad_s_per_element = LogUniform(rng, 1e-3, 1e6) * 1e-9;
+    m.copy_bytes_per_s = LogUniform(rng, 1e-3, 1e6) * 1e9;
+    m.optimizer_s_per_param = LogUniform(rng, 1e-3, 1e6) * 1e-9;
+    for (CollectiveFit* fit :
+         {&m.collectives["local"][2].all_reduce, &m.collectives["local"][2].reduce_scatter,
+          &m.collectives["local"][2].all_gather}) {
+      fit->alpha_s = std::uniform_real_distribution<double>(0, 1e6)(rng) * 1e-6;
+      fit->beta_bytes_per_s = LogUniform(rng, 1e-3, 1e6) * 1e9;
+    }
+    ASSERT_TRUE(ValidateMachineProfile(m).ok()) << testing::SeedTrace();
+    MlpWorkload w;
+    w.hidden = static_cast<int64_t>(LogUniform(rng, 1, 65536));
+    w.blocks = static_cast<int>(LogUniform(rng, 1, 4096));
+    w.micro_batch = static_cast<int64_t>(LogUniform(rng, 1, 1 << 20));
+    const int stage = std::uniform_int_distribution<int>(0, 3)(rng);
+    const int ranks = 1 + static_cast<int>(rng() & 1);
+    auto p = PredictMlpEngineStep(w, stage, ranks, "local", m);
+    const std::string what =
+        absl::StrFormat("hidden %d blocks %d micro-batch %d stage %d ranks %d; %s", w.hidden,
+                        w.blocks, w.micro_batch, stage, ranks, testing::SeedTrace());
+    if (!p.ok()) {
+      ASSERT_EQ(p.status().code(), absl::StatusCode::kOutOfRange) << p.status() << "; " << what;
+      EXPECT_TRUE(absl::StrContains(p.status().message(), "passes the model's bound of 1000000 s"))
+          << p.status();
+      ++out_of_range;
+      continue;
+    }
+    ++predicted;
+    for (double v :
+         {p->gemm, p->elementwise, p->compute, p->optimizer, p->comm_total, p->exposed_comm,
+          p->loader, p->critical_path, p->cpu_work, p->contention, p->total}) {
+      EXPECT_TRUE(v >= 0 && v <= kMaxPredictedStepSeconds) << v << "; " << what;
+    }
+    EXPECT_TRUE(std::isfinite(p->flops) && std::isfinite(p->comm_bytes)) << what;
+  }
+  // Both outcomes occur over the ranges.
+  EXPECT_GT(out_of_range, 0) << testing::SeedTrace();
+  EXPECT_GT(predicted, 0) << testing::SeedTrace();
+
+  // By hand: 1 MFLOP/s against hidden 65536: 8 b h^2 (6L - 1) FLOPs.
+  MachineProfile slow = RoundProfile();
+  slow.sgemm_flops_per_s = 1e6;
+  auto big = PredictMlpEngineStep(MlpWorkload{65536, 1000, 16}, 0, 1, "local", slow);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(absl::StrContains(big.status().message(), "the predicted gemm time, "))
+      << big.status();
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Runs the built `zeroshard` binary: the table, JSON that parses with the
 // documented keys, an SVG, and exit code 2 with one error line on bad input.
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -8,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_seed.h"
 
 namespace {
 
@@ -30,9 +34,10 @@ std::string TempPath(const std::string& name) {
   return std::string(dir != nullptr ? dir : "/tmp") + "/zs_estimate_cli_test_" + name;
 }
 
-Result RunCli(const std::string& args) {
+// Runs a shell command line, stdout and stderr apart.
+Result RunCommand(const std::string& command_line) {
   const std::string err_path = TempPath("stderr.txt");
-  const std::string command = std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
+  const std::string command = command_line + " 2>" + err_path;
   Result r;
   const auto begin = std::chrono::steady_clock::now();
   FILE* pipe = popen(command.c_str(), "r");
@@ -48,6 +53,14 @@ Result RunCli(const std::string& args) {
   text << err.rdbuf();
   r.err = text.str();
   return r;
+}
+
+Result RunCli(const std::string& args) { return RunCommand(std::string(ZS_BINARY) + " " + args); }
+
+// RunCli under `timeout`: a command that blocks fails the test instead of
+// hanging it (exit code 124).
+Result RunCliWithin(int seconds, const std::string& args) {
+  return RunCommand("timeout -k 1 " + std::to_string(seconds) + " " + ZS_BINARY + " " + args);
 }
 
 std::string TestData(const std::string& name) { return std::string(ZS_PLAN_TESTDATA) + "/" + name; }
@@ -216,8 +229,156 @@ TEST(EstimateCliTest, OverflowingModelsAndBatchesAreRefusedWithOneLine) {
                      "num_hidden_layers 100000000 exceeds the supported maximum 16384");
   ExpectOneErrorLine("estimate --hf-config " + TestData("mixtral-labelled-mistral-config.json"),
                      "field 'num_local_experts' is 8");
-  ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T", "--price 1e+308");
+  ExpectOneErrorLine("estimate --preset gpt2 --price 1e308 --tokens 1T",
+                     "--price: '1e308' is outside [0, 1000000]");
   ExpectOneErrorLine("estimate --preset gpt2 --mfu 1e-300", "--mfu");
+}
+
+// A FIFO, a device or a file over the 64 MiB cap given as an input file is
+// refused at once with one line naming the path (it used to block on the
+// FIFO and read /dev/zero until memory ran out). `timeout` turns a hang
+// into a failure instead of a stuck test.
+TEST(EstimateCliTest, InputFilesMustBeRegularFilesOfAtMost64MiB) {
+  const std::string fifo = TempPath("fifo.json");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  const std::string big = TempPath("big.json");
+  { std::ofstream(big) << "{}"; }
+  ASSERT_EQ(truncate(big.c_str(), (int64_t{64} << 20) + 1), 0) << big;  // sparse: no disk used
+  const std::pair<std::string, std::string> inputs[] = {
+      {fifo, "a FIFO (named pipe), where the "},
+      {"/dev/zero", "a character device, where the "},
+      {big, "67108865 bytes, but the "}};
+  for (const auto& [path, needle] : inputs) {
+    for (const std::string& flag : {"--spec", "--hf-config", "--machine"}) {
+      const std::string args =
+          "estimate " + flag + " " + path + (flag == "--machine" ? " --model mlp" : "");
+      const Result r = RunCliWithin(10, args);
+      EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+      EXPECT_TRUE(absl::StrContains(r.err, "zeroshard estimate: " + path + ": " + needle + flag))
+          << args << ": " << r.err;
+      EXPECT_TRUE(r.out.empty()) << args;
+      EXPECT_LT(r.seconds, 2.0) << args;
+    }
+  }
+  // calibrate's --out is read the same way before anything is measured.
+  const Result c = RunCliWithin(10, "calibrate --what collectives --out " + fifo);
+  EXPECT_EQ(c.exit_code, 2) << c.err;
+  EXPECT_TRUE(absl::StrContains(c.err, fifo + ": a FIFO (named pipe), where the --out profile"))
+      << c.err;
+  EXPECT_LT(c.seconds, 2.0);
+  std::remove(fifo.c_str());
+  std::remove(big.c_str());
+}
+
+// A profile made from testdata/machine-2-cores.json with `field` (a JSON
+// pointer) set to `value`.
+std::string ProfileWith(const std::string& name, const std::string& field, double value) {
+  std::ifstream in(TestData("machine-2-cores.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j[nlohmann::json::json_pointer(field)] = value;
+  const std::string path = TempPath(name);
+  std::ofstream(path) << j.dump(1);
+  return path;
+}
+
+// Issue 17: "ns_per_param": 1.7e308 printed inf (table) and null (JSON)
+// with exit 0. Every profile field has a range, every predicted time a
+// bound; neither is ever printed past it.
+TEST(EstimateMachineCliTest, OutOfRangeProfilesAndPredictionsAreOneErrorLine) {
+  const std::string huge = ProfileWith("huge.json", "/optimizer/ns_per_param", 1.7e308);
+  const std::string run = " --model mlp --gpus 2 --hidden 256 --blocks 1000";
+  for (const std::string& output : {" --json", ""}) {
+    ExpectOneErrorLine("estimate --machine " + huge + run + output,
+                       huge +
+                           ": field 'optimizer.ns_per_param' is 1.7e+308, outside its range "
+                           "[0.001, 1000000] (ns per param)");
+  }
+  // In range, but a step of hidden 65536 at 1 MFLOP/s would take 10^9 s.
+  const std::string slow = ProfileWith("slow.json", "/sgemm/gflops", 0.001);
+  ExpectOneErrorLine(
+      "estimate --machine " + slow + " --model mlp --hidden 65536 --blocks 100 --json",
+      "--machine " + slow + ": the predicted gemm time, ");
+  ExpectOneErrorLine("estimate --machine " + slow + " --model mlp --hidden 65536 --blocks 100",
+                     "passes the model's bound of 1000000 s");
+  // At the edges of every range the prediction is finite, in JSON too.
+  const std::string edge = ProfileWith("edge.json", "/sgemm/gflops", 1e6);
+  const Result r = RunCli("estimate --machine " + edge + " --model mlp --gpus 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ParseReport(r);
+}
+
+// Issue 17: a refused value is quoted as given ("1000001", not "1e+06"),
+// with its range, and every range is inclusive as docs/estimator.md says:
+// latencies and --price may be 0, --reserve and --workspace too.
+TEST(EstimateCliTest, RangedFlagsAcceptTheirBoundsAndQuoteWhatTheyRefuse) {
+  ExpectOneErrorLine("estimate --preset gpt2 --intra-node-bw 1000001",
+                     "--intra-node-bw: '1000001' is outside [0.001, 1000000] (GB/s per GPU); give "
+                     "a number in that range");
+  struct Flag {
+    const char* name;
+    double min;
+    double max;
+  };
+  const Flag flags[] = {{"--intra-node-bw", 0.001, 1e6},
+                        {"--inter-node-bw", 0.001, 1e6},
+                        {"--pcie-bw", 0.001, 1e6},
+                        {"--peak-tflops", 0.001, 1e6},
+                        {"--intra-node-latency", 0, 1e6},
+                        {"--inter-node-latency", 0, 1e6},
+                        {"--mfu", 0.001, 1},
+                        {"--price", 0, 1e6}};
+  const std::string base = "estimate --preset gpt2 --gpus 8 --json ";
+  std::mt19937_64 rng(zeroshard::testing::Seed());
+  auto text_of = [&](double v) {
+    const char* formats[] = {"%.17g", "%g", "%e", "%.12f"};
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), formats[rng() % 4], v);
+    return std::string(buf);
+  };
+  for (const Flag& f : flags) {
+    const std::string name(f.name);
+    // Both bounds are accepted.
+    for (double v : {f.min, f.max}) {
+      const Result r = RunCli(base + name + " " + text_of(v));
+      EXPECT_NE(r.exit_code, 2) << name << " " << v << ": " << r.err;
+    }
+    // A random value inside is accepted; one outside is quoted as given.
+    const double inside =
+        f.min + (f.max - f.min) * std::uniform_real_distribution<double>(0, 1)(rng);
+    const std::string in_text = text_of(inside);
+    const Result in = RunCli(base + name + " " + in_text);
+    EXPECT_NE(in.exit_code, 2) << name << " " << in_text << ": " << in.err
+                               << zeroshard::testing::SeedTrace();
+    const double outside =
+        rng() & 1 ? f.max * (1 + std::uniform_real_distribution<double>(1e-6, 10)(rng))
+                  : (f.min > 0 ? f.min * std::uniform_real_distribution<double>(0, 0.99)(rng)
+                               : -std::uniform_real_distribution<double>(1e-6, 1e6)(rng));
+    const std::string out_text = text_of(outside);
+    char range[96];
+    std::snprintf(range, sizeof(range), "[%s, %.0f]", f.min == 0.001 ? "0.001" : "0", f.max);
+    ExpectOneErrorLine(base + name + " " + out_text,
+                       name + ": '" + out_text + "' is outside " + range + " (");
+  }
+  // Zero reserve and workspace: the planner's range starts at 0.
+  for (const char* flag : {"--reserve", "--workspace"}) {
+    const Result r = RunCli(base + flag + " 0");
+    EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
+  }
+  ExpectOneErrorLine(base + "--reserve -1GiB", "--reserve: '-1GiB' is negative");
+  // Integer flags: their bounds accepted, one past quoted with the range.
+  EXPECT_EQ(RunCli(base + "--prefetch-depth 64").exit_code, 0);
+  ExpectOneErrorLine(base + "--prefetch-depth 65",
+                     "--prefetch-depth: '65' is not an integer in [1, 64]");
+  EXPECT_NE(RunCli("estimate --preset gpt2 --gpus 1024 --gpus-per-node 1024").exit_code, 2);
+  ExpectOneErrorLine(base + "--gpus-per-node 1025",
+                     "--gpus-per-node: '1025' is not an integer in [1, 1024]");
+  ExpectOneErrorLine(base + "--tp 1025", "--tp: '1025' is not an integer in [1, 1024]");
+  ExpectOneErrorLine(base + "--grad-accum 1048577",
+                     "--grad-accum: '1048577' is not an integer in [1, 1048576]");
+  ExpectOneErrorLine("estimate --preset gpt2 --gpus 1048577",
+                     "--gpus: '1048577' is not an integer in [1, 1048576]");
 }
 
 TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {
@@ -347,7 +508,9 @@ TEST(CalibrateCliTest, WritesAProfileThatEstimateMachineReads) {
   std::ofstream(bad) << text;
   const Result b = RunCli("estimate --machine " + bad + " --model mlp --gpus 2");
   EXPECT_EQ(b.exit_code, 2);
-  EXPECT_TRUE(absl::StrContains(b.err, "field 'elementwise.copy_gbps' must be a positive number"))
+  EXPECT_TRUE(absl::StrContains(b.err,
+                                "field 'elementwise.copy_gbps' is 0, outside its range [0.001, "
+                                "1000000] (10^9 bytes/s)"))
       << b.err;
 }
 

@@ -2,13 +2,22 @@
 // bare counts; clear errors for bad input.
 #include "zeroshard/model_source.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_seed.h"
 #include "zeroshard/byte_units.h"
 
 namespace zeroshard {
@@ -151,6 +160,113 @@ TEST(ModelSourceTest, BadConfigsAreRefusedWithTheFileAndField) {
                                 "gqa.json")
                   .status(),
               "do not divide");
+}
+
+// ReadTextFile reads regular files only, up to kMaxTextFileBytes: a FIFO
+// (which would block the reader) and /dev/zero (which never ends) are
+// refused before a byte is read, and every message names the path.
+TEST(ModelSourceTest, ReadTextFileRefusesFifosDevicesAndFilesOverTheCap) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp");
+  const std::string fifo = dir + "/zs_model_source_test_fifo.json";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  absl::StatusOr<std::string> text = ReadTextFile(fifo, "the --spec file");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kFailedPrecondition) << text.status();
+  ExpectError(text.status(), fifo + ": a FIFO (named pipe), where the --spec file must be a");
+  std::remove(fifo.c_str());
+
+  text = ReadTextFile("/dev/zero", "the --hf-config file");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kFailedPrecondition) << text.status();
+  ExpectError(text.status(), "/dev/zero: a character device");
+
+  const std::string big = dir + "/zs_model_source_test_big.json";
+  { std::ofstream(big) << "{}"; }
+  ASSERT_EQ(truncate(big.c_str(), kMaxTextFileBytes + 1), 0);  // sparse: no disk used
+  text = ReadTextFile(big, "the --machine profile");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kOutOfRange) << text.status();
+  ExpectError(text.status(), absl::StrCat(big, ": ", kMaxTextFileBytes + 1,
+                                          " bytes, but the --machine profile is at most ",
+                                          kMaxTextFileBytes, " bytes"));
+  ASSERT_EQ(truncate(big.c_str(), kMaxTextFileBytes), 0);  // at the cap: read
+  text = ReadTextFile(big);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(static_cast<int64_t>(text->size()), kMaxTextFileBytes);
+  std::remove(big.c_str());
+
+  const absl::Status missing =
+      ReadTextFile(dir + "/zs_no_such_file.json", "the --spec file").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  ExpectError(missing, "zs_no_such_file.json");
+  ExpectError(missing, "check the path of the --spec file");
+}
+
+// A random JSON value that is not a string: numbers, booleans, null, lists
+// and objects, which may hold long strings with control characters.
+nlohmann::json RandomNonString(std::mt19937_64& rng, int depth) {
+  auto text = [&](size_t max_len) {
+    std::string t(std::uniform_int_distribution<size_t>(0, max_len)(rng), ' ');
+    for (char& c : t) c = static_cast<char>(std::uniform_int_distribution<int>(1, 127)(rng));
+    return t;
+  };
+  switch (std::uniform_int_distribution<int>(0, depth > 0 ? 5 : 3)(rng)) {
+    case 0:
+      return std::uniform_int_distribution<int64_t>(INT64_MIN, INT64_MAX)(rng);
+    case 1:
+      return std::uniform_real_distribution<double>(-1e300, 1e300)(rng);
+    case 2:
+      return static_cast<bool>(rng() & 1);
+    case 3:
+      return nullptr;
+    case 4: {
+      nlohmann::json list = nlohmann::json::array({text(500)});
+      for (int i = 0; i < 3; ++i) list.push_back(RandomNonString(rng, depth - 1));
+      return list;
+    }
+    default:
+      return nlohmann::json{{text(20), text(500)}, {"x", RandomNonString(rng, depth - 1)}};
+  }
+}
+
+// "architectures" or "model_type" given with the wrong type is named with
+// its value, quoted short; it used to be reported as "neither is given".
+TEST(ModelSourceTest, ArchitectureFieldsOfTheWrongTypeAreNamed) {
+  const nlohmann::json shape = {{"hidden_size", 64},
+                                {"intermediate_size", 128},
+                                {"num_attention_heads", 4},
+                                {"num_hidden_layers", 2},
+                                {"vocab_size", 1000}};
+  auto parse = [&](const nlohmann::json& fields) {
+    nlohmann::json config = shape;
+    config.update(fields);
+    return ParseHfConfig(config.dump(), "cfg.json").status();
+  };
+  using nlohmann::json;
+  ExpectError(parse({{"architectures", {5}}}),
+              "cfg.json: architectures[0] is '5', not a string; it must name the model class");
+  // A malformed "architectures" is not silently replaced by model_type.
+  ExpectError(parse({{"architectures", {5}}, {"model_type", "llama"}}), "architectures[0] is '5'");
+  ExpectError(parse({{"architectures", "LlamaForCausalLM"}}),
+              "cfg.json: 'architectures' is '\\\"LlamaForCausalLM\\\"', not a list");
+  ExpectError(parse({{"model_type", 7}}), "cfg.json: 'model_type' is '7', not a string");
+  ExpectError(parse(json::object()), "neither 'architectures' nor 'model_type' is given");
+  // null or an empty list is "not given": model_type decides.
+  EXPECT_TRUE(parse({{"architectures", nullptr}, {"model_type", "llama"}}).ok());
+  EXPECT_TRUE(parse({{"architectures", json::array()}, {"model_type", "llama"}}).ok());
+
+  std::mt19937_64 rng(testing::Seed());
+  for (int i = 0; i < 200; ++i) {
+    const json value = RandomNonString(rng, 2);
+    const absl::Status status =
+        parse({{"architectures", json::array({value, "LlamaForCausalLM"})}});
+    ExpectError(status, "cfg.json: architectures[0] is '");
+    ExpectError(status, "not a string");
+    // At most 64 characters of the value, escaped: the line stays short.
+    EXPECT_LT(status.message().size(), 600u) << status.message() << "\n" << testing::SeedTrace();
+    for (char c : status.message()) {
+      ASSERT_TRUE(c >= 0x20 && c < 0x7f) << status.message() << "\n" << testing::SeedTrace();
+    }
+  }
 }
 
 TEST(ModelSourceTest, JsonSpecAndParamCount) {
@@ -314,6 +430,13 @@ TEST(ByteUnitsTest, ParsesSizesAndCounts) {
   EXPECT_FALSE(ParseCount("1.5", "n").ok());
   EXPECT_FALSE(ParseCount("x", "n").ok());
   EXPECT_EQ(FormatGiB(int64_t{101} << 30), "101.0");
+  // Numbers in messages: as a person writes them, never "1e+06".
+  EXPECT_EQ(FormatNumber(1e6), "1000000");
+  EXPECT_EQ(FormatNumber(1000001), "1000001");
+  EXPECT_EQ(FormatNumber(0.001), "0.001");
+  EXPECT_EQ(FormatNumber(4611686018427387904.0), "4611686018427387904");
+  EXPECT_EQ(FormatNumber(1.7e308), "1.7e+308");
+  EXPECT_EQ(FormatNumber(-2.5), "-2.5");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/engine_test_util.h"
+#include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
@@ -367,6 +368,76 @@ TEST(EngineApiTest, MisuseIsAnErrorNotACrash) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
+}
+
+// Issue 17: Release of a unit that was never gathered returned OK at stage
+// 1 (resident units returned early) but FailedPrecondition at stage 3. It
+// is a trainer bug at every stage: a Release without its Gather, and a
+// second Release, fail with the same message at stages 0, 1, 2 and 3.
+TEST(EngineApiTest, ReleaseWithoutItsGatherFailsAlikeAtEveryStage) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  const ModelSpec spec = mlp::BuildModelSpec(cfg);
+  // Units drawn from the test seed: one never gathered, one released twice.
+  const int never = static_cast<int>(Seed() % cfg.blocks);
+  const int twice = static_cast<int>((Seed() / cfg.blocks) % cfg.blocks);
+  const int other = (twice + 1) % cfg.blocks;
+  const std::string name_never = spec.units[never].name;
+  const std::string name_twice = spec.units[twice].name;
+  const std::string name_other = spec.units[other].name;
+  std::vector<std::vector<std::string>> messages;  // [stage][case], rank 0
+  for (int stage = 0; stage <= 3; ++stage) {
+    std::vector<std::string> got(3);
+    RunConfig run;
+    run.world = 2;
+    run.stage = stage;
+    const absl::Status status =
+        RunLocalRanks(run.world, [&](int rank, Communicator& comm) -> absl::Status {
+          auto device = CreateCpuDevice();
+          ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, MakeTrainSpec(run), *device, comm));
+          ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
+          ZS_RETURN_IF_ERROR(engine->Start());
+          std::vector<absl::Status> refused;
+          refused.push_back(engine->Release(never));  // never gathered
+          ZS_RETURN_IF_ERROR(engine->Gather(twice).status());
+          ZS_RETURN_IF_ERROR(engine->Release(twice));
+          refused.push_back(engine->Release(twice));  // released already
+          ZS_RETURN_IF_ERROR(engine->Gather(other).status());
+          refused.push_back(engine->Release(twice));  // another unit is gathered
+          ZS_RETURN_IF_ERROR(engine->Release(other));
+          for (size_t k = 0; k < refused.size(); ++k) {
+            EXPECT_EQ(refused[k].code(), absl::StatusCode::kFailedPrecondition)
+                << "stage " << stage << " case " << k << ": " << refused[k] << "; " << SeedTrace();
+            if (rank == 0) got[k] = std::string(refused[k].message());
+          }
+          // The engine is unharmed: a full micro-batch and a step still run.
+          for (int u = 0; u < cfg.blocks; ++u) {
+            ZS_RETURN_IF_ERROR(engine->Gather(u).status());
+            ZS_RETURN_IF_ERROR(engine->Release(u));
+          }
+          for (int u = cfg.blocks - 1; u >= 0; --u) {
+            ZS_RETURN_IF_ERROR(engine->Gather(u).status());
+            ZS_ASSIGN_OR_RETURN(const UnitView g, engine->GradView(u));
+            for (const TensorView& t : g.params) {
+              std::fill(t.as<float>(), t.as<float>() + t.numel, 0.01f * (rank + 1));
+            }
+            ZS_RETURN_IF_ERROR(engine->ReduceGrads(u));
+            ZS_RETURN_IF_ERROR(engine->Release(u));
+          }
+          return engine->Step().status();
+        });
+    ASSERT_TRUE(status.ok()) << "stage " << stage << ": " << status;
+    messages.push_back(got);
+  }
+  const std::string remedy = "; every Release follows a Gather of the same unit, once";
+  EXPECT_EQ(messages[0][0],
+            "Release(" + name_never + "): the unit is not gathered (no unit is gathered)" + remedy);
+  EXPECT_EQ(messages[0][1],
+            "Release(" + name_twice + "): the unit is not gathered (no unit is gathered)" + remedy);
+  EXPECT_EQ(messages[0][2], "Release(" + name_twice + "): the unit is not gathered ('" +
+                                name_other + "' is gathered)" + remedy);
+  for (int stage = 1; stage <= 3; ++stage) {
+    EXPECT_EQ(messages[stage], messages[0]) << "stage " << stage << " vs stage 0";
+  }
 }
 
 TEST(EngineApiTest, RejectsInvalidTrainSpecs) {

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +27,7 @@
 #include "tools/calibrate/machine_measure.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/machine_profile.h"
+#include "zeroshard/model_source.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::tools {
@@ -173,14 +174,14 @@ void Progress(const std::string& what) {
   std::fflush(stderr);
 }
 
-// The existing profile at `path`, if there is one that parses.
-absl::StatusOr<MachineProfile> ReadExisting(const std::string& path, bool* exists) {
-  std::ifstream in(path);
-  *exists = static_cast<bool>(in);
-  if (!*exists) return MachineProfile{};
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseMachineProfile(text.str(), path);
+// The text of the profile at `path`, or nullopt when there is none. Read as
+// `estimate --machine` reads it (ReadTextFile): a FIFO, a device or a file
+// over kMaxTextFileBytes is refused at once, not read or replaced.
+absl::StatusOr<std::optional<std::string>> ReadExistingText(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadTextFile(path, "the --out profile");
+  if (text.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+  if (!text.ok()) return text.status();
+  return std::optional<std::string>(*std::move(text));
 }
 
 absl::Status MeasureCompute(const Options& o, MachineProfile* p) {
@@ -237,6 +238,14 @@ absl::Status MeasureLocalCollectives(const Options& o, MachineProfile* p) {
 }
 
 absl::Status WriteProfile(const std::string& path, const MachineProfile& p) {
+  // What `estimate --machine` would refuse is not written: a measurement
+  // outside a field's range means the measurement went wrong.
+  if (absl::Status valid = ValidateMachineProfile(p); !valid.ok()) {
+    return absl::InternalError(absl::StrFormat(
+        "--out %s: not written, the measured profile is out of range: %s; measure again "
+        "(with a longer --min-seconds on a busy machine)",
+        path, valid.message()));
+  }
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
   out << MachineProfileJson(p);
@@ -318,8 +327,12 @@ int Main(const std::vector<std::string>& args) {
     return kExitOk;
   }
   if (!o.ok()) return Fail(o.status(), kExitBadInput);
-  bool exists = false;
-  absl::StatusOr<MachineProfile> existing = ReadExisting(o->out, &exists);
+  absl::StatusOr<std::optional<std::string>> text = ReadExistingText(o->out);
+  if (!text.ok()) return Fail(text.status(), kExitBadInput);
+  const bool exists = text->has_value();
+  const absl::StatusOr<MachineProfile> existing =
+      exists ? ParseMachineProfile(**text, o->out)
+             : absl::StatusOr<MachineProfile>(MachineProfile{});
   if (!o->measure_compute) {
     // Collectives alone are added to a profile that holds the rest.
     if (!exists) {

@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
@@ -82,6 +83,16 @@ class CommHandle {
 inline constexpr char kCommTimeoutEnvVar[] = "ZS_COMM_TIMEOUT";
 // The timeout when neither CommOptions::timeout nor ZS_COMM_TIMEOUT says.
 inline constexpr absl::Duration kDefaultCommTimeout = absl::Seconds(120);
+// The range of a collective timeout, wherever it comes from
+// (CommOptions::timeout, ZS_COMM_TIMEOUT, mlp_demo --comm-timeout).
+// At least 100 ms: a healthy collective on a loaded machine waits tens of
+// milliseconds for a peer that the scheduler has not run (4 ranks on 2
+// cores, the mpi backend's progress thread sharing the trainer's core; the
+// peer probe alone looks every 20 ms), so a shorter timeout fails healthy
+// runs, and 1 ns failed every collective at once. The tests wait 0.3 s and
+// more. At most 10^6 s (11.6 days): longer is no timeout at all.
+inline constexpr absl::Duration kMinCommTimeout = absl::Milliseconds(100);
+inline constexpr absl::Duration kMaxCommTimeout = absl::Seconds(1000000);
 
 struct CommOptions {
   // How long one collective may wait for its peers before it fails. Zero:
@@ -99,9 +110,19 @@ struct CommOptions {
 };
 
 // The timeout `options` resolves to (see CommOptions::timeout).
-// InvalidArgument for a negative timeout, or for a ZS_COMM_TIMEOUT that is not
-// a positive number of seconds or duration (the message names the variable).
+// InvalidArgument for a timeout outside [kMinCommTimeout, kMaxCommTimeout]
+// (negative included), or for a ZS_COMM_TIMEOUT that ParseCommTimeout
+// refuses (the message names the variable).
 absl::StatusOr<absl::Duration> ResolveCommTimeout(const CommOptions& options);
+
+// A timeout as a person writes it: seconds ("30", "2.5") or a duration
+// with a unit ("90s", "2m", "500ms"), within [kMinCommTimeout,
+// kMaxCommTimeout]. `what` says where the text came from ("environment
+// variable ZS_COMM_TIMEOUT", "flag --comm-timeout"). InvalidArgument
+// quoting the text: too short or too long (with the range and why), or not
+// a timeout at all. ZS_COMM_TIMEOUT and mlp_demo --comm-timeout both go
+// through it.
+absl::StatusOr<absl::Duration> ParseCommTimeout(absl::string_view text, absl::string_view what);
 
 class Communicator {
  public:

@@ -225,7 +225,14 @@ class Engine {
   // first step is recorded and later steps prefetch along it.
   virtual absl::StatusOr<UnitView> Gather(int unit) = 0;
   // Done with the unit's params for now (stage 3: its buffer returns to the
-  // pool and the view becomes invalid).
+  // pool and the view becomes invalid). Every Release pairs with a Gather
+  // of the same unit, once, at every stage: a Release of a unit that is not
+  // gathered (never gathered, or released already) is FailedPrecondition,
+  // "Release(block.0): the unit is not gathered (no unit is gathered); ...",
+  // with the same words at stages 0-3, although stages 0-2 have nothing to
+  // free, so a trainer that pairs them wrong fails on a laptop at stage 1,
+  // not first at stage 3. OutOfRange for a unit index out of range;
+  // FailedPrecondition before Start().
   virtual absl::Status Release(int unit) = 0;
 
   // A buffer for this micro-batch's gradient of `unit`, in the grad dtype;

@@ -68,12 +68,31 @@ struct MachineProfile {
   std::map<std::string, std::map<int, CollectiveProfile>> collectives;
 };
 
+// Every field has a closed range, in the file's units (docs/estimator.md,
+// "The profile"): cores and threads_per_rank integers in [1, 2^20];
+// calibrated_shapes.hidden in [1, 2^16] and .micro_batch in [1, 2^20];
+// sgemm.gflops, elementwise.copy_gbps and every beta_gbps in [0.001, 10^6];
+// elementwise.gelu_ns, .gelu_grad_ns and optimizer.ns_per_param in
+// [0.001, 10^6] ns; every alpha_us in [0, 10^6] us; the measured points
+// (sizes_bytes in [0, 2^62], seconds in [0, 10^6], paired, at most 4096);
+// machine, cpu, date, blas and backend names at most 256 bytes without
+// control characters; rank counts in [2, 2^20]. The ranges hold anything a
+// machine measures and keep every predicted time finite.
+
 // Parses a profile written by MachineProfileJson (or by hand). `source`
-// names the file in errors. InvalidArgument naming the field and what is
-// wrong: "machine.json: field 'sgemm.gflops' must be a positive number (got
-// -3)", a missing field, a wrong schema, a collective with beta <= 0.
+// names the file in errors. InvalidArgument naming the file, the field, the
+// value and its range: "machine.json: field 'optimizer.ns_per_param' is
+// 1.7e+308, outside its range [0.001, 1000000] (ns per param); write the
+// profile with `zeroshard calibrate` or fix the field"; also for a missing
+// field, a value that is not a number and a wrong schema.
 absl::StatusOr<MachineProfile> ParseMachineProfile(absl::string_view json,
                                                    absl::string_view source);
+
+// The same ranges for a profile made in code (PredictMlpEngineStep checks
+// its profile with it; `zeroshard calibrate` what it measured before it
+// writes). InvalidArgument naming the field (as the file spells it), the
+// value and the range.
+absl::Status ValidateMachineProfile(const MachineProfile& profile);
 
 // The profile as JSON (schema kMachineProfileSchema), units in the field
 // names (gflops, ns, gbps = 10^9 bytes/s, us): what `zeroshard calibrate`

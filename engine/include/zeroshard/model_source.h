@@ -55,8 +55,23 @@ std::vector<std::string> PresetNames();
 // InvalidArgument unless 1 <= num_params <= kMaxModelElements.
 absl::StatusOr<ModelDescription> ModelFromParamCount(int64_t num_params);
 
-// Whole file as text. NotFound / InvalidArgument naming the path.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+// The most ReadTextFile reads by default. Real inputs are kilobytes (a Llama
+// config.json is 1 KiB, a calibrated machine profile 4 KiB, a spec of every
+// unit and param the ModelSpec limits allow some 40 MiB); a path that names
+// something else (a dataset, a disk image) is refused before it is read.
+inline constexpr int64_t kMaxTextFileBytes = int64_t{64} << 20;  // 64 MiB
+
+// The whole of `path` as text: a spec, an HF config.json or a machine
+// profile. Only a regular file (or a symlink to one) of at most `max_bytes`
+// bytes is read; a FIFO, socket or device (/dev/zero) is refused at once,
+// without blocking and without reading a byte. `what` names the file's role
+// in messages ("the --spec file"). Every error names the path:
+// NotFound (no such file) and PermissionDenied, saying to check the path;
+// FailedPrecondition for a file that is not regular (saying what it is);
+// OutOfRange for a file above `max_bytes` (both sizes).
+absl::StatusOr<std::string> ReadTextFile(const std::string& path,
+                                         absl::string_view what = "the input file",
+                                         int64_t max_bytes = kMaxTextFileBytes);
 
 }  // namespace zeroshard
 

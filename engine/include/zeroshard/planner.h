@@ -52,13 +52,30 @@ absl::StatusOr<Offload> ParseOffload(absl::string_view name);
 
 enum class Placement { kDevice, kHost };
 
+// A closed range [min, max] of a number Planner::Plan accepts. The CLI
+// checks its flags against the same constants, so the two cannot disagree.
+struct NumberRange {
+  double min;
+  double max;
+  bool Contains(double v) const { return v >= min && v <= max; }  // false for NaN
+};
+
+// The ranges of ClusterSpec's and PlanOptions' rates (docs/estimator.md,
+// "Limits and overflow"): they keep every time and cost finite.
+inline constexpr NumberRange kBandwidthGbpsRange{1e-3, 1e6};  // every *_gbps
+inline constexpr NumberRange kPeakTflopsRange{1e-3, 1e6};     // peak_tflops, peak_tflops_fp32
+inline constexpr NumberRange kLatencyUsRange{0, 1e6};         // every *_latency_us
+inline constexpr NumberRange kMfuRange{1e-3, 1};
+inline constexpr NumberRange kCpuAdamGparamsRange{1e-6, 1e6};
+inline constexpr double kMaxPricePerGpuHour = 1e6;                           // USD
+inline constexpr double kMaxDatasetTokens = 4611686018427387904.0;           // 2^62
+inline constexpr NumberRange kPricePerGpuHourRange{0, kMaxPricePerGpuHour};  // 0: not given
+
 // The machines. Bandwidths are per GPU, in GB/s (10^9 bytes/s), as a ring
 // collective sees them (bus bandwidth); defaults describe H100 SXM nodes
 // with NVLink 4 and one 400 Gb/s NIC per GPU. Planner::Plan accepts
-// gpus in [1, 2^20], gpus_per_node in [1, 1024], byte sizes up to 2^62,
-// bandwidths and peak TFLOPS in [0.001, 10^6], latencies in [0, 10^6] us,
-// mfu in [0.001, 1], CPU Adam rates in [10^-6, 10^6] Gparams/s: ranges that
-// keep every time finite.
+// gpus in [1, 2^20], gpus_per_node in [1, 1024], byte sizes up to 2^62
+// (reserve and workspace may be 0), and the rates in the ranges above.
 struct ClusterSpec {
   int gpus = 8;
   int gpus_per_node = 8;
@@ -101,9 +118,6 @@ struct PlanOptions {
   double price_per_gpu_hour = 0.0;
   double dataset_tokens = 0.0;
 };
-
-inline constexpr double kMaxPricePerGpuHour = 1e6;                  // USD
-inline constexpr double kMaxDatasetTokens = 4611686018427387904.0;  // 2^62
 
 struct PlacedBuffer {
   PlannedBuffer buffer;
@@ -295,6 +309,11 @@ struct MlpWorkload {
   int64_t micro_batch = 16;  // samples per rank per step
 };
 
+// The longest step PredictMlpEngineStep predicts: about 11.6 days. A
+// figure beyond it comes from a workload far too large for the machine, or
+// from a profile whose rates are wrong; it is refused, never printed.
+inline constexpr double kMaxPredictedStepSeconds = 1e6;
+
 // Seconds per optimizer step, by cause; see PredictMlpEngineStep.
 struct EngineStepPrediction {
   double gemm = 0;           // the trainer's matrix products: FLOPs / sgemm rate
@@ -336,9 +355,12 @@ struct EngineStepPrediction {
 // cores), else min(profile.cores, ranks x cpus_per_rank) (each rank bound
 // to that many CPUs, as mpirun binds a rank to one core at np <= 2).
 // InvalidArgument for a workload, stage, rank
-// count or cpus_per_rank (below 0 or above 2^20) out of range, and NotFound
-// when the profile has no collectives for (backend, ranks), naming the
-// calibrate command that adds them.
+// count or cpus_per_rank (below 0 or above 2^20) out of range, or a profile
+// field outside its range (ValidateMachineProfile); NotFound when the
+// profile has no collectives for (backend, ranks), naming the calibrate
+// command that adds them; OutOfRange, naming the figure, when a predicted
+// time would pass kMaxPredictedStepSeconds. Every figure returned is
+// finite and non-negative.
 absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& workload, int stage,
                                                           int ranks, absl::string_view backend,
                                                           const MachineProfile& profile,

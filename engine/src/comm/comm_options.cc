@@ -3,41 +3,86 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "zeroshard/communicator.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
+namespace {
 
-absl::StatusOr<absl::Duration> ResolveCommTimeout(const CommOptions& options) {
-  if (options.timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("communicator timeout %s is negative; give a positive duration, or zero "
-                        "for $%s (default %s)",
-                        absl::FormatDuration(options.timeout), kCommTimeoutEnvVar,
-                        absl::FormatDuration(kDefaultCommTimeout)));
+// "[0.1 s, 1000000 s]": seconds, as the flag and the variable take them.
+std::string RangeText() {
+  return absl::StrFormat("[%g s, %.0f s]", absl::ToDoubleSeconds(kMinCommTimeout),
+                         absl::ToDoubleSeconds(kMaxCommTimeout));
+}
+
+// A timeout in range, or why not; `value` says it as the caller gave it.
+absl::Status CheckRange(absl::Duration timeout, const std::string& value) {
+  if (timeout < kMinCommTimeout) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is shorter than the least collective timeout %s: a healthy collective on a loaded "
+        "machine can wait that long for a peer the scheduler has not run; give a timeout in %s",
+        value, absl::FormatDuration(kMinCommTimeout), RangeText()));
   }
-  if (options.timeout > absl::ZeroDuration()) return options.timeout;
-  const char* env = std::getenv(kCommTimeoutEnvVar);
-  if (env == nullptr || *env == '\0') return kDefaultCommTimeout;
-  const std::string text(absl::StripAsciiWhitespace(env));
+  if (timeout > kMaxCommTimeout) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is longer than the largest collective timeout %.0f s (11.6 days); give a timeout in "
+        "%s",
+        value, absl::ToDoubleSeconds(kMaxCommTimeout), RangeText()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<absl::Duration> ParseCommTimeout(absl::string_view text, absl::string_view what) {
+  const std::string stripped(absl::StripAsciiWhitespace(text));
+  const std::string value = absl::StrFormat("%s '%s'", what, text);
   absl::Duration timeout;
   double seconds = 0;
   // A bare number is seconds; otherwise a duration with its unit ("90s").
   bool parsed = false;
-  if (absl::SimpleAtod(text, &seconds)) {
-    parsed = std::isfinite(seconds) && seconds < 1e9;
-    if (parsed) timeout = absl::Seconds(seconds);
+  if (absl::SimpleAtod(stripped, &seconds)) {
+    // NaN and inf are not timeouts; a finite number too large for a
+    // Duration is "too long" below, not a parse error.
+    parsed = std::isfinite(seconds);
+    if (parsed) {
+      timeout = seconds > absl::ToDoubleSeconds(kMaxCommTimeout) ? absl::InfiniteDuration()
+                                                                 : absl::Seconds(seconds);
+    }
   } else {
-    parsed = absl::ParseDuration(text, &timeout);
+    parsed = absl::ParseDuration(stripped, &timeout);
   }
-  if (!parsed || !(timeout > absl::ZeroDuration()) || timeout == absl::InfiniteDuration()) {
+  if (!parsed) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "environment variable %s='%s' is not a positive timeout; write seconds (\"30\", \"2.5\") "
-        "or a duration (\"90s\", \"2m\"), or unset it for the default %s",
-        kCommTimeoutEnvVar, env, absl::FormatDuration(kDefaultCommTimeout)));
+        "%s is not a timeout; write seconds (\"30\", \"2.5\") or a duration (\"90s\", \"2m\") in "
+        "%s",
+        value, RangeText()));
+  }
+  ZS_RETURN_IF_ERROR(CheckRange(timeout, value));
+  return timeout;
+}
+
+absl::StatusOr<absl::Duration> ResolveCommTimeout(const CommOptions& options) {
+  if (options.timeout != absl::ZeroDuration()) {
+    ZS_RETURN_IF_ERROR(CheckRange(
+        options.timeout,
+        absl::StrFormat("CommOptions::timeout %s", absl::FormatDuration(options.timeout))));
+    return options.timeout;
+  }
+  const char* env = std::getenv(kCommTimeoutEnvVar);
+  if (env == nullptr || *env == '\0') return kDefaultCommTimeout;
+  absl::StatusOr<absl::Duration> timeout =
+      ParseCommTimeout(env, absl::StrCat("environment variable ", kCommTimeoutEnvVar));
+  if (!timeout.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s, or unset it for the default %s",
+                                                      timeout.status().message(),
+                                                      absl::FormatDuration(kDefaultCommTimeout)));
   }
   return timeout;
 }

@@ -26,12 +26,14 @@ constexpr double kMaxBytes = 4.611686018427388e18;  // 2^62
 
 }  // namespace
 
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view what) {
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view what,
+                                      int64_t min_bytes) {
   double number = 0;
   std::string suffix;
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: '%s' %s; write a size such as 80GiB, 1TiB, 40GB or 512MiB", what, text, why));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' %s; write a size such as 80GiB, 1TiB, 40GB or 512MiB%s", what,
+                        text, why, min_bytes == 0 ? ", or 0" : ""));
   };
   if (!SplitNumber(text, &number, &suffix)) return bad("is not a number with a unit");
   double scale = 0;
@@ -57,8 +59,12 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view 
     return bad("has an unknown unit");
   }
   const double bytes = number * scale;
-  if (!(bytes >= 1)) return bad("is not a positive size");
-  if (bytes > kMaxBytes) return bad("is too large");
+  if (!(bytes >= static_cast<double>(min_bytes))) {
+    return bad(min_bytes == 1   ? "is not a positive size"
+               : min_bytes == 0 ? "is negative"
+                                : absl::StrFormat("is below %d bytes", min_bytes));
+  }
+  if (bytes > kMaxBytes) return bad("is more than 2^62 bytes");
   return static_cast<int64_t>(std::llround(bytes));
 }
 
@@ -93,6 +99,19 @@ absl::StatusOr<int64_t> ParseCount(absl::string_view text, absl::string_view wha
 
 std::string FormatGiB(int64_t bytes) {
   return absl::StrFormat("%.1f", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+std::string FormatNumber(double value) {
+  if (!std::isfinite(value)) return absl::StrFormat("%g", value);
+  // Whole numbers below 2^63 print exactly ("%.0f" of a double is exact).
+  if (value == std::trunc(value) && std::abs(value) < 9223372036854775808.0) {
+    return absl::StrFormat("%.0f", value);
+  }
+  for (int digits = 1; digits < 17; ++digits) {
+    const std::string text = absl::StrFormat("%.*g", digits, value);
+    if (std::strtod(text.c_str(), nullptr) == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);
 }
 
 }  // namespace zeroshard

@@ -2,11 +2,15 @@
 // (PredictMlpEngineStep, zeroshard/planner.h; docs/estimator.md,
 // "Calibrated step time").
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "engine/src/layout/flat_layout.h"
+#include "zeroshard/byte_units.h"
+#include "zeroshard/machine_profile.h"
 #include "zeroshard/planner.h"
 #include "zeroshard/status.h"
 
@@ -67,6 +71,42 @@ double Seconds(const TrainerWork& t, const MachineProfile& p) {
          t.gelu_grad_elements * p.gelu_grad_s_per_element + t.copy_bytes / p.copy_bytes_per_s;
 }
 
+// The promise of the prediction: every figure finite, non-negative, and
+// every time at most kMaxPredictedStepSeconds. The profile and workload
+// ranges keep each figure finite; a time past the bound names itself.
+absl::Status CheckFigures(const EngineStepPrediction& p) {
+  const std::pair<const char*, double> times[] = {{"gemm", p.gemm},
+                                                  {"element-wise", p.elementwise},
+                                                  {"compute", p.compute},
+                                                  {"optimizer", p.optimizer},
+                                                  {"communication", p.comm_total},
+                                                  {"exposed communication", p.exposed_comm},
+                                                  {"loader", p.loader},
+                                                  {"critical path", p.critical_path},
+                                                  {"CPU work", p.cpu_work},
+                                                  {"contention", p.contention},
+                                                  {"total", p.total}};
+  for (const auto& [what, seconds] : times) {
+    if (!(seconds >= 0 && seconds <= kMaxPredictedStepSeconds)) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "the predicted %s time, %s s per step, passes the model's bound of %s s (%.1f days): "
+          "the workload is far too large for the profile's measured rates (or the rates are "
+          "wrong); lower --hidden, --blocks or --micro-batch, or check the profile",
+          what, FormatNumber(seconds), FormatNumber(kMaxPredictedStepSeconds),
+          kMaxPredictedStepSeconds / 86400));
+    }
+  }
+  for (const auto& [what, count] : {std::pair<const char*, double>{"FLOP count", p.flops},
+                                    {"communication bytes", p.comm_bytes}}) {
+    if (!(count >= 0 && std::isfinite(count))) {
+      return absl::InternalError(absl::StrFormat(
+          "the predicted %s per step is %s; please report this with the command line", what,
+          FormatNumber(count)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, int stage,
@@ -91,13 +131,7 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
         "the CPUs each rank may run on (mpirun binds a rank to 1 core at np <= 2)",
         cpus_per_rank));
   }
-  if (p.cores < 1 || !(p.sgemm_flops_per_s > 0) || !(p.copy_bytes_per_s > 0) ||
-      !(p.gelu_s_per_element > 0) || !(p.gelu_grad_s_per_element > 0) ||
-      !(p.optimizer_s_per_param > 0)) {
-    return absl::InvalidArgumentError(
-        "machine profile: cores, sgemm, element-wise and optimizer rates must be positive "
-        "(ParseMachineProfile checks a file)");
-  }
+  ZS_RETURN_IF_ERROR(ValidateMachineProfile(p));
 
   // Unit sizes as the engine lays them out (alignment and rank padding).
   const int64_t inner = 4 * w.hidden;
@@ -177,6 +211,7 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
           : static_cast<int>(std::min<int64_t>(p.cores, int64_t{ranks} * int64_t{cpus_per_rank}));
   out.total = std::max(out.critical_path, n * out.cpu_work / out.usable_cores);
   out.contention = out.total - out.critical_path;
+  ZS_RETURN_IF_ERROR(CheckFigures(out));
   return out;
 }
 

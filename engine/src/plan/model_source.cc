@@ -1,12 +1,11 @@
 #include "zeroshard/model_source.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/src/common/bounded_read.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/plan/presets/hf_presets.h"
 #include "engine/src/plan/transformer_spec.h"
@@ -160,21 +159,53 @@ absl::Status RefuseExperts(const json& doc, const std::string& architecture,
   return absl::OkStatus();
 }
 
+// A JSON value of an untrusted config for a message: its text, at most 64
+// characters, control bytes escaped.
+std::string QuoteJson(const json& value) {
+  return internal::QuoteForMessage(value.dump(
+      /*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false, json::error_handler_t::replace));
+}
+
+// "architectures" (a list whose first entry names the class) wins over
+// "model_type". Absent, null or an empty list means "not given"; any other
+// value that is not a list of strings is an error naming it, never a
+// silent fall-back to model_type.
 absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view source) {
-  if (doc.contains("architectures") && doc["architectures"].is_array() &&
-      !doc["architectures"].empty() && doc["architectures"][0].is_string()) {
-    return doc["architectures"][0].get<std::string>();
+  const auto architectures = doc.find("architectures");
+  if (architectures != doc.end() && !architectures->is_null()) {
+    if (!architectures->is_array()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: 'architectures' is %s, not a list; write it as Hugging Face does, e.g. "
+          "\"architectures\": [\"LlamaForCausalLM\"]",
+          source, QuoteJson(*architectures)));
+    }
+    if (!architectures->empty()) {
+      const json& first = architectures->front();
+      if (!first.is_string()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: architectures[0] is %s, not a string; it must name the model class, e.g. "
+            "\"LlamaForCausalLM\" (supported: %s)",
+            source, QuoteJson(first), kSupportedArchitectures));
+      }
+      return first.get<std::string>();
+    }
   }
-  if (doc.contains("model_type") && doc["model_type"].is_string()) {
-    const std::string type = doc["model_type"].get<std::string>();
+  const auto model_type = doc.find("model_type");
+  if (model_type != doc.end() && !model_type->is_null()) {
+    if (!model_type->is_string()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: 'model_type' is %s, not a string; write e.g. \"model_type\": \"llama\"", source,
+          QuoteJson(*model_type)));
+    }
+    const std::string type = model_type->get<std::string>();
     if (type == "llama") return std::string("LlamaForCausalLM");
     if (type == "mistral") return std::string("MistralForCausalLM");
     if (type == "mixtral") return std::string("MixtralForCausalLM");
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
     if (type == "gpt2") return std::string("GPT2LMHeadModel");
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: model_type '%s' is not supported; supported architectures: %s", source,
-                        type, kSupportedArchitectures));
+        absl::StrFormat("%s: model_type %s is not supported; supported architectures: %s", source,
+                        internal::QuoteForMessage(type), kSupportedArchitectures));
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s: neither 'architectures' nor 'model_type' is given; is this a Hugging Face "
@@ -266,9 +297,9 @@ absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
   if (architecture == "GPT2LMHeadModel") return ParseGpt2Config(fields);
   if (dense) return ParseLlamaFamilyConfig(fields, architecture);
   return absl::InvalidArgumentError(
-      absl::StrFormat("%s: architecture '%s' is not supported; supported: %s (or describe the "
+      absl::StrFormat("%s: architecture %s is not supported; supported: %s (or describe the "
                       "model with --spec)",
-                      source, architecture, kSupportedArchitectures));
+                      source, internal::QuoteForMessage(architecture), kSupportedArchitectures));
 }
 
 absl::StatusOr<ModelDescription> ModelFromHfConfig(absl::string_view json_text,
@@ -395,16 +426,15 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
   return model;
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrFormat("%s: cannot open the file; check the path and permissions", path));
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view what,
+                                         int64_t max_bytes) {
+  absl::StatusOr<std::string> text = internal::ReadRegularFile(path, max_bytes, what);
+  if (text.status().code() == absl::StatusCode::kNotFound ||
+      text.status().code() == absl::StatusCode::kPermissionDenied) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(text.status().message(), "; check the path of ", what));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
-  return text.str();
+  return text;
 }
 
 }  // namespace zeroshard

@@ -3,7 +3,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/src/runtime/engine_impl.h"
@@ -93,6 +96,7 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
   }
   gather_slots_.resize(plan_.gather_slots);
   unit_gather_slot_.assign(units, -1);
+  gathered_.assign(units, 0);
   prefetch_depth_ = std::max(0, plan_.gather_slots - 1);
   if (train_.precision == Precision::kFp16Mixed) {
     loss_scale_ = train_.loss_scale.initial_scale;
@@ -427,20 +431,40 @@ absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
   // Stages 1-3: the updated params of the last step arrive asynchronously;
   // waiting here (not in Step) lets them overlap the forward of earlier units.
   ZS_RETURN_IF_ERROR(WaitComm(param_gathers_[unit], WaitSite::kParamGather));
+  gathered_[unit] = 1;
   return MakeView(ParamsAt(unit, 0), param_dtype_, unit);
+}
+
+std::string EngineImpl::DescribeGathered() const {
+  // At most a few names: a message stays one short line.
+  constexpr int kMaxNames = 3;
+  std::vector<std::string> names;
+  int count = 0;
+  for (size_t u = 0; u < gathered_.size(); ++u) {
+    if (!gathered_[u]) continue;
+    if (++count <= kMaxNames) names.push_back("'" + model_.units[u].name + "'");
+  }
+  if (count == 0) return "no unit is gathered";
+  std::string text = absl::StrJoin(names, ", ");
+  if (count > kMaxNames) absl::StrAppend(&text, " and ", count - kMaxNames, " more");
+  return absl::StrCat(text, count == 1 ? " is" : " are", " gathered");
 }
 
 absl::Status EngineImpl::Release(int unit) {
   StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("Release"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "Release"));
-  if (plan_.unit_resident[unit]) return absl::OkStatus();
-  if (held_unit_ != unit) {
+  // A Release without its Gather (or a second one) is a trainer bug at every
+  // stage, with the same words at every stage, though only stage 3 has a
+  // buffer to give back.
+  if (!gathered_[unit]) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "Release(%s): the unit is not gathered (%s); Release follows its Gather",
-        model_.units[unit].name,
-        held_unit_ < 0 ? "no unit is" : "'" + model_.units[held_unit_].name + "' is"));
+        "Release(%s): the unit is not gathered (%s); every Release follows a Gather of the same "
+        "unit, once",
+        model_.units[unit].name, DescribeGathered()));
   }
+  gathered_[unit] = 0;
+  if (plan_.unit_resident[unit]) return absl::OkStatus();
   // The slot keeps the unit's data until it is needed for another unit, so
   // a Gather of the same unit right after (forward to backward) is free.
   gather_slots_[unit_gather_slot_[unit]].held = false;

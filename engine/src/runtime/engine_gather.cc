@@ -202,6 +202,7 @@ absl::StatusOr<UnitView> EngineImpl::GatherSharded(int unit) {
   ZS_RETURN_IF_ERROR(WaitComm(gather_slots_[slot].gather, WaitSite::kStage3Gather));
   gather_slots_[slot].held = true;
   held_unit_ = unit;
+  gathered_[unit] = 1;
   // Look ahead while the trainer computes with this unit.
   if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(order_pos_));
   return MakeView(GatherSlotData(slot), param_dtype_, unit);

@@ -183,6 +183,8 @@ class EngineImpl final : public Engine {
   ElementRange OwnedRange(int unit) const;
 
   UnitView MakeView(void* base, DType dtype, int unit) const;
+  // "no unit is gathered", or the units that are ("'block.1' is gathered").
+  std::string DescribeGathered() const;
   absl::StatusOr<int> AcquireStagingSlot();
   // Finishes the oldest in-flight staging slot: waits for its reduction and
   // (stage 2, micro-batch > 0) adds the reduced shard into the gradient shard.
@@ -343,6 +345,10 @@ class EngineImpl final : public Engine {
   std::vector<GatherSlot> gather_slots_;
   std::vector<int> unit_gather_slot_;  // per unit: slot holding it, -1
   int held_unit_ = -1;
+  // Per unit, every stage: between a Gather and its Release. Resident units
+  // need no work on Release, but their pairing is checked all the same, so
+  // that a trainer's missing Gather fails at stage 0 as at stage 3.
+  std::vector<char> gathered_;
   int64_t gather_issue_counter_ = 0;
   std::vector<int> recorded_order_;  // Gather() calls of the first step
   size_t order_pos_ = 0;             // this step's position in it

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/layout/flat_layout.h"
+#include "zeroshard/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -29,18 +30,18 @@ constexpr int64_t kMaxBytes = int64_t{1} << 62;
 struct Range {
   const char* name;
   double value;
-  double min;
-  double max;
+  NumberRange range;
 };
 
-// "--mfu 0 is outside [0.001, 1]; give a value in that range"; NaN fails
-// every comparison.
+// "--mfu 0 is outside the supported range [0.001, 1]; give a value in it",
+// the value in as few digits as read back the same ("1000001", not
+// "1e+06"); NaN fails every comparison.
 absl::Status CheckRanges(std::initializer_list<Range> ranges) {
   for (const Range& r : ranges) {
-    if (!(r.value >= r.min && r.value <= r.max)) {
-      return InvalidArgument(
-          absl::StrFormat("%s %g is outside the supported range [%g, %g]; give a value in it",
-                          r.name, r.value, r.min, r.max));
+    if (!r.range.Contains(r.value)) {
+      return InvalidArgument(absl::StrFormat(
+          "%s %s is outside the supported range [%s, %s]; give a value in it", r.name,
+          FormatNumber(r.value), FormatNumber(r.range.min), FormatNumber(r.range.max)));
     }
   }
   return absl::OkStatus();
@@ -76,16 +77,16 @@ absl::Status ValidateCluster(const ClusterSpec& c) {
   }
   // Bounds that keep every time and cost finite: a step's FLOPs stay below
   // 10^60, divided by at least 10^6 FLOP/s.
-  return CheckRanges({{"--intra-node-bw", c.intra_node_gbps, 1e-3, 1e6},
-                      {"--inter-node-bw", c.inter_node_gbps, 1e-3, 1e6},
-                      {"--pcie-bw", c.pcie_gbps, 1e-3, 1e6},
-                      {"--peak-tflops", c.peak_tflops, 1e-3, 1e6},
-                      {"--peak-tflops (fp32)", c.peak_tflops_fp32, 1e-3, 1e6},
-                      {"--mfu", c.mfu, 1e-3, 1.0},
-                      {"comm overlap", c.comm_overlap, 0.0, 1.0},
-                      {"--intra-node-latency", c.intra_node_latency_us, 0.0, 1e6},
-                      {"--inter-node-latency", c.inter_node_latency_us, 0.0, 1e6},
-                      {"CPU Adam rate", c.cpu_adam_gparams_per_s, 1e-6, 1e6}});
+  return CheckRanges({{"--intra-node-bw", c.intra_node_gbps, kBandwidthGbpsRange},
+                      {"--inter-node-bw", c.inter_node_gbps, kBandwidthGbpsRange},
+                      {"--pcie-bw", c.pcie_gbps, kBandwidthGbpsRange},
+                      {"--peak-tflops", c.peak_tflops, kPeakTflopsRange},
+                      {"--peak-tflops (fp32)", c.peak_tflops_fp32, kPeakTflopsRange},
+                      {"--mfu", c.mfu, kMfuRange},
+                      {"comm overlap", c.comm_overlap, NumberRange{0, 1}},
+                      {"--intra-node-latency", c.intra_node_latency_us, kLatencyUsRange},
+                      {"--inter-node-latency", c.inter_node_latency_us, kLatencyUsRange},
+                      {"CPU Adam rate", c.cpu_adam_gparams_per_s, kCpuAdamGparamsRange}});
 }
 
 absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
@@ -164,8 +165,9 @@ absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
         "--grad-accum %d x --gpus %d micro-batches per step pass 2^31; lower --grad-accum",
         o.grad_accum_steps, cluster.gpus));
   }
-  ZS_RETURN_IF_ERROR(CheckRanges({{"--price", o.price_per_gpu_hour, 0.0, kMaxPricePerGpuHour},
-                                  {"--tokens", o.dataset_tokens, 0.0, kMaxDatasetTokens}}));
+  ZS_RETURN_IF_ERROR(
+      CheckRanges({{"--price", o.price_per_gpu_hour, kPricePerGpuHourRange},
+                   {"--tokens", o.dataset_tokens, NumberRange{0, kMaxDatasetTokens}}}));
   return o;
 }
 
