@@ -24,6 +24,7 @@
 #include "engine/src/checkpoint/safetensors.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/runtime/engine_test_util.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
@@ -35,32 +36,14 @@
 namespace zeroshard::testing {
 namespace {
 
-// A whole file the test wrote (or NotFound).
-absl::StatusOr<std::string> ReadTestFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 struct Result {
   int exit_code = -1;
   std::string out;
   std::string err;
 };
 
-class CheckpointCliTest : public ::testing::Test {
+class CheckpointCliTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    char name[] = "/tmp/zs_checkpoint_cli_test_XXXXXX";
-    ASSERT_NE(mkdtemp(name), nullptr);
-    dir_ = name;
-  }
-  void TearDown() override { internal::RemoveTree(dir_).IgnoreError(); }
-
-  std::string Sub(const std::string& name) const { return internal::JoinPath(dir_, name); }
-
   Result Run(const std::string& args) const {
     const std::string err_path = Sub("stderr.txt");
     // A command that blocks (on a FIFO, say) ends after 60 s with exit 124.
@@ -119,8 +102,6 @@ class CheckpointCliTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << status;
     return params;
   }
-
-  std::string dir_;
 };
 
 std::vector<std::string> Lines(const std::string& text) {

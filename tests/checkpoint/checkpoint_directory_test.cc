@@ -22,6 +22,7 @@
 #include "engine/src/checkpoint/format.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/runtime/engine_test_util.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
@@ -29,67 +30,27 @@
 namespace zeroshard::testing {
 namespace {
 
-class CheckpointDirectoryTest : public ::testing::Test {
+class CheckpointDirectoryTest : public ScratchDirTest {
  protected:
   void SetUp() override {
-    char name[] = "/tmp/zs_checkpoint_directory_XXXXXX";
-    ASSERT_NE(mkdtemp(name), nullptr);
-    dir_ = name;
+    ScratchDirTest::SetUp();
     cfg_ = SmallMlp();
   }
-  void TearDown() override { internal::RemoveTree(dir_).IgnoreError(); }
-  std::string Sub(const std::string& name) const { return internal::JoinPath(dir_, name); }
 
-  // Runs `body` on `world` local ranks with a started engine (one step
-  // trained); returns each rank's status of `body`.
+  // body(rank, engine) on `world` local ranks, each with an engine started
+  // and trained one step (stage 1); each rank's status of `body`.
   std::vector<absl::Status> OnRanks(int world,
-                                    const std::function<absl::Status(int rank, Engine&)>& body,
-                                    const std::string& load = "") {
+                                    const std::function<absl::Status(int rank, Engine&)>& body) {
     RunConfig run;
     run.world = world;
     run.stage = 1;
-    const TrainSpec train = MakeTrainSpec(run);
-    const ModelSpec spec = mlp::BuildModelSpec(cfg_);
-    std::vector<absl::Status> results(world);
-    std::mutex mu;
-    absl::Status all = RunLocalRanks(
-        world,
-        [&](int rank, Communicator& comm) -> absl::Status {
-          auto device = CreateCpuDevice();
-          ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-          if (load.empty()) {
-            ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg_));
-          } else {
-            ZS_RETURN_IF_ERROR(engine->Load(load).status());
-          }
-          ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(cfg_)));
-          mlp::MlpTrainer trainer(cfg_, *engine, comm);
-          ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
-          const absl::Status status = body(rank, *engine);
-          std::lock_guard<std::mutex> lock(mu);
-          results[rank] = status;
-          return absl::OkStatus();
-        },
-        CommOptions{absl::Seconds(30)});
-    EXPECT_TRUE(all.ok()) << all;
-    return results;
+    absl::StatusOr<std::vector<absl::Status>> results = OnTrainedRanks(cfg_, run, "", 1, body);
+    EXPECT_TRUE(results.ok()) << results.status();
+    return results.ok() ? *results : std::vector<absl::Status>(world, results.status());
   }
 
-  std::string dir_;
   mlp::MlpConfig cfg_;
 };
-
-std::vector<std::string> Entries(const std::string& dir) {
-  absl::StatusOr<std::vector<std::string>> names = internal::ListDirectory(dir);
-  return names.ok() ? *names : std::vector<std::string>{};
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 TEST_F(CheckpointDirectoryTest, PrepareCheckpointDirectoryFindsRanksThatSeeAnotherDirectory) {
   const std::string a = Sub("a");

@@ -34,6 +34,7 @@
 #include "engine/src/checkpoint/safetensors.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/runtime/engine_test_util.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
@@ -117,36 +118,15 @@ absl::Status TrainAndSave(const mlp::MlpConfig& cfg, const std::string& root, in
   run.world = 1;
   run.stage = 1;
   run.steps = 8;
-  const TrainSpec train = MakeTrainSpec(run);
-  const ModelSpec spec = mlp::BuildModelSpec(cfg);
-  return RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
-    auto device = CreateCpuDevice();
-    ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-    if (internal::PathExists(root + "/latest")) {
-      ZS_RETURN_IF_ERROR(engine->Load(root).status());
-    } else {
-      ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
-    }
-    ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(cfg)));
-    mlp::MlpTrainer trainer(cfg, *engine, comm);
-    for (int s = 0; s < steps; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
-    CheckpointOptions options;
-    options.keep_last = kKeepLast;
-    ZS_RETURN_IF_ERROR(engine->Save(root, "{}", options));
-    return engine->WaitForCheckpoint();
-  });
-}
-
-std::vector<std::string> Entries(const std::string& dir) {
-  absl::StatusOr<std::vector<std::string>> names = internal::ListDirectory(dir);
-  return names.ok() ? *names : std::vector<std::string>{};
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  const std::string load = internal::PathExists(root + "/latest") ? root : "";
+  ZS_ASSIGN_OR_RETURN(std::vector<absl::Status> saved,
+                      OnTrainedRanks(cfg, run, load, steps, [&](int, Engine& engine) {
+                        CheckpointOptions options;
+                        options.keep_last = kKeepLast;
+                        ZS_RETURN_IF_ERROR(engine.Save(root, "{}", options));
+                        return engine.WaitForCheckpoint();
+                      }));
+  return saved[0];
 }
 
 // What a directory may hold after a save: `latest` naming its newest
@@ -175,17 +155,13 @@ void ExpectTidy(const std::string& root, const std::string& what) {
   EXPECT_TRUE(problems.empty()) << what << ": " << absl::StrJoin(problems, "; ");
 }
 
-class CheckpointKillTest : public ::testing::Test {
+class CheckpointKillTest : public ScratchDirTest {
  protected:
   void SetUp() override {
-    char name[] = "/tmp/zs_checkpoint_kill_XXXXXX";
-    ASSERT_NE(mkdtemp(name), nullptr);
-    dir_ = name;
+    ScratchDirTest::SetUp();
     cfg_ = SmallMlp();
     cfg_.blocks = 2;
   }
-  void TearDown() override { internal::RemoveTree(dir_).IgnoreError(); }
-  std::string Sub(const std::string& name) const { return dir_ + "/" + name; }
 
   // The template state: `saves` saves of one step each into `template_dir`.
   void MakeTemplate(const std::string& template_dir, int saves) {
@@ -240,7 +216,6 @@ class CheckpointKillTest : public ::testing::Test {
                 name.c_str(), static_cast<long long>(ops), absl::StrJoin(parts, ", ").c_str());
   }
 
-  std::string dir_;
   mlp::MlpConfig cfg_;
 };
 

@@ -26,6 +26,7 @@
 #include "engine/src/checkpoint/file_ops.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/runtime/engine_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/checkpoint.h"
@@ -34,22 +35,16 @@
 namespace zeroshard::testing {
 namespace {
 
-class CheckpointRecoveryTest : public ::testing::Test {
+class CheckpointRecoveryTest : public ScratchDirTest {
  protected:
   void SetUp() override {
-    char name[] = "/tmp/zs_checkpoint_recovery_XXXXXX";
-    ASSERT_NE(mkdtemp(name), nullptr);
-    dir_ = name;
+    ScratchDirTest::SetUp();
     cfg_ = SmallMlp();
   }
-  void TearDown() override { internal::RemoveTree(dir_).IgnoreError(); }
-  std::string Sub(const std::string& name) const { return internal::JoinPath(dir_, name); }
 
   // On `world` local ranks: Load `load` (or the initial weights), train
   // `steps` steps, then Save into dir_of(rank) and wait for the checkpoint.
-  // Returns each rank's status of the save (Save, then WaitForCheckpoint);
-  // NotFound with an empty vector's place is never used: a failure before
-  // the save is returned as the error.
+  // Returns each rank's status of the save (Save, then WaitForCheckpoint).
   absl::StatusOr<std::vector<absl::Status>> TrainThenSave(
       int world, const std::string& load, int steps, const std::function<std::string(int)>& dir_of,
       int keep_last = 2) {
@@ -58,33 +53,12 @@ class CheckpointRecoveryTest : public ::testing::Test {
     run.stage = 2;
     run.precision = Precision::kBf16Mixed;
     run.steps = 8;
-    const TrainSpec train = MakeTrainSpec(run);
-    const ModelSpec spec = mlp::BuildModelSpec(cfg_);
-    std::vector<absl::Status> saved(world);
-    std::mutex mu;
-    ZS_RETURN_IF_ERROR(RunLocalRanks(
-        world,
-        [&](int rank, Communicator& comm) -> absl::Status {
-          auto device = CreateCpuDevice();
-          ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-          if (load.empty()) {
-            ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg_));
-          } else {
-            ZS_RETURN_IF_ERROR(engine->Load(load).status());
-          }
-          ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(cfg_)));
-          mlp::MlpTrainer trainer(cfg_, *engine, comm);
-          for (int s = 0; s < steps; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
-          CheckpointOptions options;
-          options.keep_last = keep_last;
-          absl::Status status = engine->Save(dir_of(rank), "{}", options);
-          if (status.ok()) status = engine->WaitForCheckpoint();
-          std::lock_guard<std::mutex> lock(mu);
-          saved[rank] = status;
-          return absl::OkStatus();
-        },
-        CommOptions{absl::Seconds(30)}));
-    return saved;
+    return OnTrainedRanks(cfg_, run, load, steps, [&](int rank, Engine& engine) {
+      CheckpointOptions options;
+      options.keep_last = keep_last;
+      ZS_RETURN_IF_ERROR(engine.Save(dir_of(rank), "{}", options));
+      return engine.WaitForCheckpoint();
+    });
   }
 
   // The same directory for every rank.
@@ -121,21 +95,8 @@ class CheckpointRecoveryTest : public ::testing::Test {
     return info;
   }
 
-  std::string dir_;
   mlp::MlpConfig cfg_;
 };
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> Entries(const std::string& dir) {
-  absl::StatusOr<std::vector<std::string>> names = internal::ListDirectory(dir);
-  return names.ok() ? *names : std::vector<std::string>{};
-}
 
 // A sound checkpoint `path` (InspectCheckpoint finds no problem), at `step`.
 void ExpectSound(const std::string& path, int64_t step) {

@@ -27,21 +27,13 @@
 #include "engine/src/runtime/engine_impl.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/runtime/engine_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::testing {
 namespace {
-
-// A whole file the test wrote (or NotFound).
-absl::StatusOr<std::string> ReadTestFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 constexpr int kSteps = 10;
 
