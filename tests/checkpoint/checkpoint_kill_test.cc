@@ -290,7 +290,9 @@ TEST_F(CheckpointKillTest, AnExport) {
       auto index = internal::ParseSafetensorsHeader(bytes, static_cast<int64_t>(bytes.size()), out);
       EXPECT_TRUE(index.ok()) << what << ": " << index.status();
     }
-    if (must_exist) EXPECT_FALSE(internal::PathExists(out + ".tmp")) << what << ": temporary left";
+    if (must_exist) {
+      EXPECT_FALSE(internal::PathExists(out + ".tmp")) << what << ": temporary left";
+    }
   };
   KillAtEveryOperation(
       "export", one, export_to,

@@ -250,7 +250,7 @@ TEST(EstimateCliTest, InputFilesMustBeRegularFilesOfAtMost64MiB) {
       {"/dev/zero", "a character device, where the "},
       {big, "67108865 bytes, but the "}};
   for (const auto& [path, needle] : inputs) {
-    for (const std::string& flag : {"--spec", "--hf-config", "--machine"}) {
+    for (const std::string flag : {"--spec", "--hf-config", "--machine"}) {
       const std::string args =
           "estimate " + flag + " " + path + (flag == "--machine" ? " --model mlp" : "");
       const Result r = RunCliWithin(10, args);
@@ -289,7 +289,7 @@ std::string ProfileWith(const std::string& name, const std::string& field, doubl
 TEST(EstimateMachineCliTest, OutOfRangeProfilesAndPredictionsAreOneErrorLine) {
   const std::string huge = ProfileWith("huge.json", "/optimizer/ns_per_param", 1.7e308);
   const std::string run = " --model mlp --gpus 2 --hidden 256 --blocks 1000";
-  for (const std::string& output : {" --json", ""}) {
+  for (const std::string output : {" --json", ""}) {
     ExpectOneErrorLine("estimate --machine " + huge + run + output,
                        huge +
                            ": field 'optimizer.ns_per_param' is 1.7e+308, outside its range "
