@@ -1,0 +1,504 @@
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/src/checkpoint/crc32c.h"
+#include "engine/src/checkpoint/file_ops.h"
+#include "engine/src/checkpoint/format.h"
+#include "engine/src/common/bounded_read.h"
+#include "engine/src/common/spec_fingerprint.h"
+#include "engine/src/layout/flat_layout.h"
+#include "nlohmann/json.hpp"
+#include "zeroshard/status.h"
+
+// manifest.json: writing it, and reading it with every field checked.
+namespace zeroshard::internal {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kFormatName[] = "zeroshard-checkpoint";
+constexpr char kManifestCrcField[] = "manifest_crc32c";
+
+bool HostIsLittleEndian() {
+  const uint32_t one = 1;
+  unsigned char first;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+// Reads one field with an error that names it ("manifest.json: field
+// 'optimizer.beta1' is missing").
+class Fields {
+ public:
+  Fields(const json& object, std::string source, std::string prefix)
+      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  absl::StatusOr<const json*> Get(const char* key, json::value_t type) const {
+    if (!object_.is_object() || !object_.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: field '%s%s' is missing; the manifest is damaged or from another tool", source_,
+          prefix_, key));
+    }
+    const json& v = object_.at(key);
+    const bool number = type == json::value_t::number_float;
+    const bool ok = number                                  ? v.is_number()
+                    : type == json::value_t::number_integer ? v.is_number_integer()
+                                                            : v.type() == type;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, of the wrong type",
+                                                        source_, prefix_, key, v.dump()));
+    }
+    return &v;
+  }
+  absl::StatusOr<int64_t> Int(const char* key, int64_t min, int64_t max) const {
+    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_integer));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
+      return OutOfRange(key, v->dump(), min, max);
+    }
+    const int64_t value = v->get<int64_t>();
+    if (value < min || value > max) return OutOfRange(key, v->dump(), min, max);
+    return value;
+  }
+  absl::StatusOr<double> Real(const char* key) const {
+    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_float));
+    return v->get<double>();
+  }
+  absl::StatusOr<std::string> String(const char* key) const {
+    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::string));
+    return v->get<std::string>();
+  }
+  absl::StatusOr<bool> Bool(const char* key) const {
+    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::boolean));
+    return v->get<bool>();
+  }
+  // Every key of the object must be one of `known`: a manifest is written
+  // by one function, so another key means another writer (or an edit the
+  // checksum did not catch).
+  absl::Status CheckKeys(std::initializer_list<const char*> known) const {
+    if (!object_.is_object()) return absl::OkStatus();
+    for (const auto& item : object_.items()) {
+      bool found = false;
+      for (const char* k : known) found |= item.key() == k;
+      if (!found) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %s holds a field %s that a zeroshard manifest does not have (another tool or "
+            "version wrote it?)",
+            source_,
+            prefix_.empty() ? "the top level" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'",
+            QuoteForMessage(item.key())));
+      }
+    }
+    return absl::OkStatus();
+  }
+  Fields Child(const json& object, const std::string& name) const {
+    return Fields(object, source_, prefix_ + name + ".");
+  }
+  const std::string& source() const { return source_; }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  absl::Status OutOfRange(const char* key, const std::string& value, int64_t min,
+                          int64_t max) const {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, outside [%d, %d]",
+                                                      source_, prefix_, key, value, min, max));
+  }
+
+  const json& object_;
+  std::string source_;
+  std::string prefix_;
+};
+
+json TrainToJson(const TrainSpec& t) {
+  json j;
+  j["zero_stage"] = t.zero_stage;
+  j["precision"] = PrecisionName(t.precision);
+  j["grad_dtype"] = DTypeName(t.effective_grad_dtype());
+  j["optimizer"] = {{"kind", t.optimizer.kind == OptimizerKind::kAdamW ? "AdamW" : "AdamL2"},
+                    {"lr", t.optimizer.lr},
+                    {"beta1", t.optimizer.beta1},
+                    {"beta2", t.optimizer.beta2},
+                    {"eps", t.optimizer.eps},
+                    {"weight_decay", t.optimizer.weight_decay}};
+  j["schedule"] = {
+      {"kind", t.schedule.kind == LrSchedule::Kind::kConstant ? "constant" : "warmup-cosine"},
+      {"warmup_steps", t.schedule.warmup_steps},
+      {"total_steps", t.schedule.total_steps},
+      {"min_lr_ratio", t.schedule.min_lr_ratio}};
+  j["max_grad_norm"] = t.max_grad_norm;
+  j["grad_accum_steps"] = t.grad_accum_steps;
+  return j;
+}
+
+absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f) {
+  TrainSpec t;
+  ZS_RETURN_IF_ERROR(f.CheckKeys({"zero_stage", "precision", "grad_dtype", "optimizer", "schedule",
+                                  "max_grad_norm", "grad_accum_steps"}));
+  ZS_ASSIGN_OR_RETURN(t.zero_stage, f.Int("zero_stage", 0, 3));
+  ZS_ASSIGN_OR_RETURN(std::string precision, f.String("precision"));
+  absl::StatusOr<Precision> p = ParsePrecision(precision);
+  if (!p.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: field '%sprecision': %s", f.source(),
+                                                      f.prefix(), p.status().message()));
+  }
+  t.precision = *p;
+  ZS_ASSIGN_OR_RETURN(std::string grad, f.String("grad_dtype"));
+  absl::StatusOr<DType> g = ParseDType(grad);
+  if (!g.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field '%sgrad_dtype' is '%s'", f.source(), f.prefix(), grad));
+  }
+  t.grad_dtype = *g;
+  ZS_ASSIGN_OR_RETURN(const json* opt, f.Get("optimizer", json::value_t::object));
+  const Fields o = f.Child(*opt, "optimizer");
+  ZS_RETURN_IF_ERROR(o.CheckKeys({"kind", "lr", "beta1", "beta2", "eps", "weight_decay"}));
+  ZS_ASSIGN_OR_RETURN(std::string kind, o.String("kind"));
+  if (kind != "AdamW" && kind != "AdamL2") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field '%soptimizer.kind' is '%s', not AdamW or AdamL2", f.source(), f.prefix(), kind));
+  }
+  t.optimizer.kind = kind == "AdamW" ? OptimizerKind::kAdamW : OptimizerKind::kAdamL2;
+  ZS_ASSIGN_OR_RETURN(t.optimizer.lr, o.Real("lr"));
+  ZS_ASSIGN_OR_RETURN(t.optimizer.beta1, o.Real("beta1"));
+  ZS_ASSIGN_OR_RETURN(t.optimizer.beta2, o.Real("beta2"));
+  ZS_ASSIGN_OR_RETURN(t.optimizer.eps, o.Real("eps"));
+  ZS_ASSIGN_OR_RETURN(t.optimizer.weight_decay, o.Real("weight_decay"));
+  ZS_ASSIGN_OR_RETURN(const json* sched, f.Get("schedule", json::value_t::object));
+  const Fields s = f.Child(*sched, "schedule");
+  ZS_RETURN_IF_ERROR(s.CheckKeys({"kind", "warmup_steps", "total_steps", "min_lr_ratio"}));
+  ZS_ASSIGN_OR_RETURN(std::string skind, s.String("kind"));
+  if (skind != "constant" && skind != "warmup-cosine") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field '%sschedule.kind' is '%s', not constant or warmup-cosine",
+                        f.source(), f.prefix(), skind));
+  }
+  t.schedule.kind =
+      skind == "constant" ? LrSchedule::Kind::kConstant : LrSchedule::Kind::kWarmupCosine;
+  ZS_ASSIGN_OR_RETURN(t.schedule.warmup_steps, s.Int("warmup_steps", 0, int64_t{1} << 50));
+  ZS_ASSIGN_OR_RETURN(t.schedule.total_steps, s.Int("total_steps", 0, int64_t{1} << 50));
+  ZS_ASSIGN_OR_RETURN(t.schedule.min_lr_ratio, s.Real("min_lr_ratio"));
+  ZS_ASSIGN_OR_RETURN(t.max_grad_norm, f.Real("max_grad_norm"));
+  ZS_ASSIGN_OR_RETURN(const int64_t accum, f.Int("grad_accum_steps", 1, 1 << 20));
+  t.grad_accum_steps = static_cast<int>(accum);
+  absl::Status valid = t.Validate();
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'train': %s", f.source(), valid.message()));
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string ManifestToJson(const Manifest& m) {
+  json j;
+  j["format"] = kFormatName;
+  j["version"] = m.version;
+  j["step"] = m.step;
+  j["applied_steps"] = m.applied_steps;
+  j["skipped_steps"] = m.skipped_steps;
+  j["world_size"] = m.world_size;
+  j["train"] = TrainToJson(m.train);
+  j["loss_scale"] = {{"scale", m.loss_scale},
+                     {"hysteresis_left", m.hysteresis_left},
+                     {"clean_steps", m.clean_steps},
+                     {"skips_at_min_scale", m.skips_at_min_scale}};
+  json units = json::array();
+  for (size_t u = 0; u < m.model.units.size(); ++u) {
+    const UnitSpec& unit = m.model.units[u];
+    json params = json::array();
+    for (const ParamSpec& p : unit.params) {
+      params.push_back({{"name", p.name}, {"shape", p.shape}, {"no_decay", p.no_decay}});
+    }
+    units.push_back({{"name", unit.name},
+                     {"params", params},
+                     {"used_numel", m.used_numel[u]},
+                     {"shard_numel", m.shard_numel[u]}});
+  }
+  j["model"] = {{"fingerprint", absl::StrFormat("%016x", m.model_fingerprint)},
+                {"num_params", m.model.NumParams()},
+                {"units", units}};
+  j["layout"] = {{"byte_order", "little"},
+                 {"tensors", {kTensorNames[0], kTensorNames[1], kTensorNames[2]}},
+                 {"chunk_elements", m.chunk_elements},
+                 {"param_alignment", kParamAlignment},
+                 {"shard_quantum", kShardQuantum}};
+  json files = json::array();
+  for (const FileRecord& f : m.files) {
+    files.push_back({{"name", f.name},
+                     {"bytes", f.bytes},
+                     {"crc32c", f.crc32c},
+                     {"index_crc32c", f.index_crc32c},
+                     {"unit_crc32c", f.unit_crc32c}});
+  }
+  j["files"] = files;
+  j["trainer_state"] = json::parse(m.trainer_state.empty() ? "{}" : m.trainer_state, nullptr,
+                                   /*allow_exceptions=*/false);
+  // The manifest's own checksum: over the document without this field, as
+  // dumped here. Dumping is canonical (sorted keys, shortest round-trip
+  // numbers), so the reader recomputes it from the parsed document.
+  const std::string body = j.dump(1);
+  j[kManifestCrcField] = Crc32c(body.data(), body.size());
+  return j.dump(1) + "\n";
+}
+
+absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::string& source) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: not a JSON object; the manifest is damaged: load an earlier checkpoint", source));
+  }
+  const auto crc = doc.find(kManifestCrcField);
+  if (crc == doc.end() || !crc->is_number_unsigned() || crc->get<uint64_t>() > UINT32_MAX) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: field '%s' is missing or not a CRC32C; the manifest is damaged: load an earlier "
+        "checkpoint",
+        source, kManifestCrcField));
+  }
+  const uint32_t stored = static_cast<uint32_t>(crc->get<uint64_t>());
+  doc.erase(crc);
+  const std::string body = doc.dump(1);
+  const uint32_t actual = Crc32c(body.data(), body.size());
+  if (actual != stored) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: CRC32C mismatch (stored %08x, computed %08x): the manifest was damaged or edited; "
+        "load an earlier checkpoint",
+        source, stored, actual));
+  }
+  return ParseManifestContent(doc.dump(), source);
+}
+
+absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std::string& source) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: not a JSON object; the manifest is damaged: load an earlier checkpoint", source));
+  }
+  const Fields f(doc, source, "");
+  ZS_ASSIGN_OR_RETURN(std::string format, f.String("format"));
+  ZS_RETURN_IF_ERROR(
+      f.CheckKeys({"format", "version", "step", "applied_steps", "skipped_steps", "world_size",
+                   "train", "loss_scale", "model", "layout", "files", "trainer_state"}));
+  if (format != kFormatName) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'format' is '%s', not '%s': not a zeroshard checkpoint", source,
+                        format, kFormatName));
+  }
+  Manifest m;
+  ZS_ASSIGN_OR_RETURN(const int64_t version, f.Int("version", 1, 1 << 20));
+  if (version != kFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'version' is %d; this build reads version %d (a newer zeroshard wrote it?)",
+        source, version, kFormatVersion));
+  }
+  ZS_ASSIGN_OR_RETURN(m.step, f.Int("step", 0, int64_t{1} << 50));
+  ZS_ASSIGN_OR_RETURN(m.applied_steps, f.Int("applied_steps", 0, m.step));
+  ZS_ASSIGN_OR_RETURN(m.skipped_steps, f.Int("skipped_steps", 0, m.step));
+  if (m.applied_steps + m.skipped_steps != m.step) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: fields 'applied_steps' %d and 'skipped_steps' %d do not add up to 'step' %d", source,
+        m.applied_steps, m.skipped_steps, m.step));
+  }
+  ZS_ASSIGN_OR_RETURN(const int64_t world, f.Int("world_size", 1, kMaxWorldSize));
+  m.world_size = static_cast<int>(world);
+  ZS_ASSIGN_OR_RETURN(const json* files, f.Get("files", json::value_t::array));
+  if (files->size() != static_cast<size_t>(m.world_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'files' lists %d files for a world of %d ranks", source,
+                        files->size(), m.world_size));
+  }
+  ZS_ASSIGN_OR_RETURN(const json* train, f.Get("train", json::value_t::object));
+  ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train")));
+  ZS_ASSIGN_OR_RETURN(const json* ls, f.Get("loss_scale", json::value_t::object));
+  const Fields l = f.Child(*ls, "loss_scale");
+  ZS_RETURN_IF_ERROR(
+      l.CheckKeys({"scale", "hysteresis_left", "clean_steps", "skips_at_min_scale"}));
+  ZS_ASSIGN_OR_RETURN(m.loss_scale, l.Real("scale"));
+  if (!(m.loss_scale > 0) || !std::isfinite(m.loss_scale)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'loss_scale.scale' %g is not a positive number", source, m.loss_scale));
+  }
+  ZS_ASSIGN_OR_RETURN(const int64_t hysteresis, l.Int("hysteresis_left", 0, 1 << 20));
+  m.hysteresis_left = static_cast<int>(hysteresis);
+  ZS_ASSIGN_OR_RETURN(m.clean_steps, l.Int("clean_steps", 0, int64_t{1} << 50));
+  ZS_ASSIGN_OR_RETURN(const int64_t skips, l.Int("skips_at_min_scale", 0, 1 << 20));
+  m.skips_at_min_scale = static_cast<int>(skips);
+
+  ZS_ASSIGN_OR_RETURN(const json* model, f.Get("model", json::value_t::object));
+  const Fields mf = f.Child(*model, "model");
+  ZS_RETURN_IF_ERROR(mf.CheckKeys({"fingerprint", "num_params", "units"}));
+  ZS_ASSIGN_OR_RETURN(std::string fingerprint, mf.String("fingerprint"));
+  if (fingerprint.size() != 16 ||
+      fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'model.fingerprint' is %s, not 16 lowercase hex digits", source,
+                        QuoteForMessage(fingerprint)));
+  }
+  m.model_fingerprint = std::strtoull(fingerprint.c_str(), nullptr, 16);
+  ZS_ASSIGN_OR_RETURN(const int64_t num_params, mf.Int("num_params", 1, kMaxModelElements));
+  ZS_ASSIGN_OR_RETURN(const json* units, mf.Get("units", json::value_t::array));
+  if (units->empty() || units->size() > static_cast<size_t>(kMaxUnits)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'model.units' has %d entries; expected 1..%d", source,
+                        units->size(), kMaxUnits));
+  }
+  for (size_t u = 0; u < units->size(); ++u) {
+    const Fields uf = mf.Child((*units)[u], absl::StrFormat("units[%d]", u));
+    ZS_RETURN_IF_ERROR(uf.CheckKeys({"name", "params", "used_numel", "shard_numel"}));
+    UnitSpec unit;
+    ZS_ASSIGN_OR_RETURN(unit.name, uf.String("name"));
+    ZS_ASSIGN_OR_RETURN(const json* params, uf.Get("params", json::value_t::array));
+    for (size_t p = 0; p < params->size(); ++p) {
+      const Fields pf = uf.Child((*params)[p], absl::StrFormat("params[%d]", p));
+      ZS_RETURN_IF_ERROR(pf.CheckKeys({"name", "shape", "no_decay"}));
+      ParamSpec param;
+      ZS_ASSIGN_OR_RETURN(param.name, pf.String("name"));
+      ZS_ASSIGN_OR_RETURN(param.no_decay, pf.Bool("no_decay"));
+      ZS_ASSIGN_OR_RETURN(const json* shape, pf.Get("shape", json::value_t::array));
+      for (const json& d : *shape) {
+        if (!d.is_number_integer()) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "%s: field '%sshape' holds %s, not an integer", source, pf.prefix(), d.dump()));
+        }
+        param.shape.push_back(d.get<int64_t>());
+      }
+      unit.params.push_back(std::move(param));
+    }
+    ZS_ASSIGN_OR_RETURN(const int64_t used, uf.Int("used_numel", 0, kMaxModelElements));
+    ZS_ASSIGN_OR_RETURN(const int64_t shard, uf.Int("shard_numel", 0, kMaxModelElements));
+    m.used_numel.push_back(used);
+    m.shard_numel.push_back(shard);
+    m.model.units.push_back(std::move(unit));
+  }
+  absl::Status valid = m.model.Validate();
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": field 'model': ", valid.message()));
+  }
+  if (num_params != m.model.NumParams()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: field 'model.num_params' is %d, but its units hold %d params", source,
+                        num_params, m.model.NumParams()));
+  }
+  if (m.model_fingerprint != FingerprintModelSpec(m.model)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'model.fingerprint' is %s, but the units it lists fingerprint as %016x", source,
+        fingerprint, FingerprintModelSpec(m.model)));
+  }
+  // The layout rules that wrote the file must be this build's (checked
+  // before any size is derived from the shard sizes).
+  ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(m.model, m.world_size));
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (layout.unit(u).used_numel != m.used_numel[u] ||
+        layout.unit(u).shard_numel != m.shard_numel[u]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: unit '%s' has used_numel %d and shard_numel %d, but this build lays it out as %d "
+          "and %d for %d ranks: the checkpoint was written with other layout rules",
+          source, m.model.units[u].name, m.used_numel[u], m.shard_numel[u],
+          layout.unit(u).used_numel, layout.unit(u).shard_numel, m.world_size));
+    }
+  }
+  ZS_ASSIGN_OR_RETURN(const json* layout_json, f.Get("layout", json::value_t::object));
+  const Fields lf = f.Child(*layout_json, "layout");
+  ZS_RETURN_IF_ERROR(lf.CheckKeys(
+      {"byte_order", "tensors", "chunk_elements", "param_alignment", "shard_quantum"}));
+  ZS_ASSIGN_OR_RETURN(const json* tensors, lf.Get("tensors", json::value_t::array));
+  if (*tensors != json::array({kTensorNames[0], kTensorNames[1], kTensorNames[2]})) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'layout.tensors' is %s; this build stores [\"%s\", \"%s\", \"%s\"] per unit",
+        source, QuoteForMessage(tensors->dump()), kTensorNames[0], kTensorNames[1],
+        kTensorNames[2]));
+  }
+  // The layout rules (compared unit by unit above) are these two constants.
+  ZS_RETURN_IF_ERROR(lf.Int("param_alignment", kParamAlignment, kParamAlignment).status());
+  ZS_RETURN_IF_ERROR(lf.Int("shard_quantum", kShardQuantum, kShardQuantum).status());
+  ZS_ASSIGN_OR_RETURN(std::string order, lf.String("byte_order"));
+  if (order != "little" || !HostIsLittleEndian()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: field 'layout.byte_order' is '%s'; this build reads little-endian checkpoints on "
+        "little-endian hosts",
+        source, order));
+  }
+  ZS_ASSIGN_OR_RETURN(m.chunk_elements, lf.Int("chunk_elements", 1, int64_t{1} << 30));
+  const int64_t expected_bytes = FileBytes(m.shard_numel, m.chunk_elements);
+  for (size_t r = 0; r < files->size(); ++r) {
+    const Fields ff = f.Child((*files)[r], absl::StrFormat("files[%d]", r));
+    ZS_RETURN_IF_ERROR(ff.CheckKeys({"name", "bytes", "crc32c", "index_crc32c", "unit_crc32c"}));
+    FileRecord rec;
+    ZS_ASSIGN_OR_RETURN(rec.name, ff.String("name"));
+    if (rec.name != RankFileName(static_cast<int>(r))) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: field 'files[%d].name' is '%s', expected '%s'", source, r, rec.name,
+                          RankFileName(static_cast<int>(r))));
+    }
+    ZS_ASSIGN_OR_RETURN(rec.bytes, ff.Int("bytes", 0, int64_t{1} << 62));
+    if (rec.bytes != expected_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: field 'files[%d].bytes' is %d, but the layout gives %d", source, r,
+                          rec.bytes, expected_bytes));
+    }
+    ZS_ASSIGN_OR_RETURN(const int64_t crc, ff.Int("crc32c", 0, UINT32_MAX));
+    ZS_ASSIGN_OR_RETURN(const int64_t index_crc, ff.Int("index_crc32c", 0, UINT32_MAX));
+    rec.crc32c = static_cast<uint32_t>(crc);
+    rec.index_crc32c = static_cast<uint32_t>(index_crc);
+    ZS_ASSIGN_OR_RETURN(const json* unit_crcs, ff.Get("unit_crc32c", json::value_t::array));
+    if (unit_crcs->size() != m.model.units.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: field 'files[%d].unit_crc32c' has %d entries for %d units", source,
+                          r, unit_crcs->size(), m.model.units.size()));
+    }
+    for (const json& c : *unit_crcs) {
+      if (!c.is_number_unsigned() || c.get<uint64_t>() > UINT32_MAX) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: field 'files[%d].unit_crc32c' holds %s, not a CRC32C", source, r, c.dump()));
+      }
+      rec.unit_crc32c.push_back(static_cast<uint32_t>(c.get<uint64_t>()));
+    }
+    m.files.push_back(std::move(rec));
+  }
+  ZS_ASSIGN_OR_RETURN(const json* state, f.Get("trainer_state", json::value_t::object));
+  m.trainer_state = state->dump();
+  return m;
+}
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
+  const std::string path = JoinPath(step_dir, kManifestName);
+  absl::StatusOr<bool> inside = ResolvesInside(path, step_dir);
+  if (!inside.ok()) {
+    if (absl::IsNotFound(inside.status())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: no %s: not a complete checkpoint (a save that did not finish?); load the step "
+          "that `latest` names",
+          step_dir, kManifestName));
+    }
+    return inside.status();
+  }
+  if (!*inside) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s resolves to %s, outside %s; a checkpoint's files must be inside its step "
+        "directory: copy the file there",
+        path, ResolvedPath(path), step_dir));
+  }
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(path, kMaxManifestBytes, "a checkpoint's manifest");
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: no %s: not a complete checkpoint (a save that did not finish?); load the step "
+          "that `latest` names",
+          step_dir, kManifestName));
+    }
+    if (absl::IsOutOfRange(text.status()) || absl::IsFailedPrecondition(text.status())) {
+      return absl::DataLossError(absl::StrCat(
+          text.status().message(), "; the manifest is damaged: load an earlier checkpoint"));
+    }
+    return text.status();
+  }
+  return ParseManifest(*text, path);
+}
+
+}  // namespace zeroshard::internal
