@@ -107,6 +107,17 @@ TEST_F(CheckpointDirectoryTest, OneRanksBadArgumentFailsTheSaveOnEveryRankWithou
               std::string::npos)
         << too_big[r];
   }
+  // A trainer state nested past 32 levels (writing and checksumming JSON
+  // recurse once per level).
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += "{\"a\": ";
+  deep += "1" + std::string(40, '}');
+  auto too_deep = OnRanks(2, [&](int, Engine& engine) { return engine.Save(root, deep); });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(too_deep[r].code(), absl::StatusCode::kInvalidArgument) << too_deep[r];
+    EXPECT_NE(too_deep[r].message().find("nested 40 levels deep, more than 32"), std::string::npos)
+        << too_deep[r];
+  }
   EXPECT_FALSE(internal::PathExists(root + "/latest"));
 }
 

@@ -434,6 +434,15 @@ TEST(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedAndTheEngineIsUnchange
          RewriteManifest(d, [](nlohmann::json& doc) { doc["train"]["dropout"] = 0.1; });
        },
        absl::StatusCode::kInvalidArgument, "'train' holds a field 'dropout'"},
+      {"a trainer state nested 100 levels deep (checksum updated)",
+       [](const std::string& d) {
+         RewriteManifest(d, [](nlohmann::json& doc) {
+           nlohmann::json deep = 1;
+           for (int i = 0; i < 100; ++i) deep = nlohmann::json::array({deep});
+           doc["trainer_state"]["deep"] = deep;
+         });
+       },
+       absl::StatusCode::kDataLoss, "levels deep, more than the 40 a manifest has"},
       {"a half-written step (no manifest)",
        [](const std::string& d) { ASSERT_EQ(unlink((d + "/manifest.json").c_str()), 0); },
        absl::StatusCode::kFailedPrecondition, "not a complete checkpoint"},

@@ -51,6 +51,12 @@ inline constexpr int64_t kTrailerBytes = 24;
 inline constexpr int64_t kMaxLatestBytes = 256;
 inline constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
 inline constexpr int64_t kMaxTrainerStateBytes = int64_t{1} << 20;
+// JSON nesting: a trainer state at most kMaxTrainerStateDepth levels deep, a
+// whole manifest at most kMaxManifestDepth (its own 5 levels around the
+// trainer state). Writing and checksumming JSON recurses once per level, so
+// a deeper document is refused before it is walked.
+inline constexpr int kMaxTrainerStateDepth = 32;
+inline constexpr int kMaxManifestDepth = kMaxTrainerStateDepth + 8;
 
 // "step_00000100", "rank_00003.bin".
 std::string StepDirName(int64_t step);
@@ -95,6 +101,11 @@ struct Manifest {
 };
 
 std::string ManifestToJson(const Manifest& manifest);
+// Whether Save may store `state` as the trainer state: a JSON object of at
+// most kMaxTrainerStateBytes, nested at most kMaxTrainerStateDepth deep.
+// Returns how many bytes more it takes in manifest.json than "{}" does;
+// InvalidArgument saying which rule it breaks (the message starts "Save: ").
+absl::StatusOr<int64_t> TrainerStateManifestBytes(const std::string& state);
 // Parses and validates manifest.json, starting with its own CRC32C (field
 // 'manifest_crc32c'); `source` names it in errors (which name the field and
 // say what to do).

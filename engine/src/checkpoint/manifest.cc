@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,20 @@ using nlohmann::json;
 
 constexpr char kFormatName[] = "zeroshard-checkpoint";
 constexpr char kManifestCrcField[] = "manifest_crc32c";
+
+// `text` parsed, without exceptions (discarded when it is not JSON), and how
+// deep it nests: the parser is iterative, so depth is measured before any
+// recursive walk (dump, comparison) of the document.
+json ParseMeasuringDepth(const std::string& text, int* depth) {
+  *depth = 0;
+  return json::parse(
+      text,
+      [depth](int level, json::parse_event_t, json&) {
+        *depth = std::max(*depth, level);
+        return true;
+      },
+      /*allow_exceptions=*/false);
+}
 
 bool HostIsLittleEndian() {
   const uint32_t one = 1;
@@ -247,8 +262,39 @@ std::string ManifestToJson(const Manifest& m) {
   return j.dump(1) + "\n";
 }
 
+absl::StatusOr<int64_t> TrainerStateManifestBytes(const std::string& state) {
+  if (static_cast<int64_t>(state.size()) > kMaxTrainerStateBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Save: the trainer state is %d bytes, more than the %d a checkpoint holds; keep it to "
+        "positions and RNG states and store larger data beside the checkpoint",
+        state.size(), kMaxTrainerStateBytes));
+  }
+  int depth = 0;
+  const json parsed = ParseMeasuringDepth(state, &depth);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return absl::InvalidArgumentError(
+        "Save: the trainer state is not a JSON object; pass e.g. {\"sampler_step\": 1200}");
+  }
+  if (depth > kMaxTrainerStateDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Save: the trainer state is nested %d levels deep, more than %d", depth,
+                        kMaxTrainerStateDepth));
+  }
+  // As ManifestToJson places it: one level in, with dump(1)'s indentation.
+  const json with = {{"trainer_state", parsed}};
+  const json without = {{"trainer_state", json::object()}};
+  return static_cast<int64_t>(with.dump(1).size() - without.dump(1).size());
+}
+
 absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::string& source) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  int depth = 0;
+  json doc = ParseMeasuringDepth(text, &depth);
+  if (!doc.is_discarded() && depth > kMaxManifestDepth) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: nested %d levels deep, more than the %d a manifest has; the manifest is damaged: "
+        "load an earlier checkpoint",
+        source, depth, kMaxManifestDepth));
+  }
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::DataLossError(absl::StrFormat(
         "%s: not a JSON object; the manifest is damaged: load an earlier checkpoint", source));
@@ -274,7 +320,14 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::strin
 }
 
 absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std::string& source) {
-  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  int depth = 0;
+  const json doc = ParseMeasuringDepth(text, &depth);
+  if (!doc.is_discarded() && depth > kMaxManifestDepth) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: nested %d levels deep, more than the %d a manifest has; the manifest is damaged: "
+        "load an earlier checkpoint",
+        source, depth, kMaxManifestDepth));
+  }
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::DataLossError(absl::StrFormat(
         "%s: not a JSON object; the manifest is damaged: load an earlier checkpoint", source));

@@ -31,7 +31,6 @@
 #include "engine/src/common/bounded_read.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "engine/src/runtime/fingerprint.h"
-#include "nlohmann/json.hpp"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
@@ -83,11 +82,6 @@ uint64_t FreshNonce() {
   const uint64_t clock =
       static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
   return ((static_cast<uint64_t>(device()) << 32) ^ device() ^ (clock * 0x9e3779b97f4a7c15ull)) | 1;
-}
-
-bool IsJsonObject(const std::string& text) {
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return !doc.is_discarded() && doc.is_object();
 }
 
 // What differs between the checkpoint's model and the engine's, or "".
@@ -260,15 +254,14 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
         "Save: keep_last %d must be >= 1 (the newest complete checkpoint is always kept)",
         options.keep_last));
   }
-  if (local.ok() && static_cast<int64_t>(state.size()) > kMaxTrainerStateBytes) {
-    local = absl::InvalidArgumentError(absl::StrFormat(
-        "Save: the trainer state is %d bytes, more than the %d a checkpoint holds; keep it to "
-        "positions and RNG states and store larger data beside the checkpoint",
-        state.size(), kMaxTrainerStateBytes));
-  }
-  if (local.ok() && !IsJsonObject(state)) {
-    local = absl::InvalidArgumentError(
-        "Save: the trainer state is not a JSON object; pass e.g. {\"sampler_step\": 1200}");
+  int64_t state_bytes = 0;
+  if (local.ok()) {
+    absl::StatusOr<int64_t> measured = TrainerStateManifestBytes(state);
+    if (measured.ok()) {
+      state_bytes = *measured;
+    } else {
+      local = measured.status();
+    }
   }
   if (!started_) return local;  // CheckBetweenSteps said so, on every rank alike
   // The previous checkpoint becomes complete (or reports its failure) first.
@@ -302,16 +295,21 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
   m.trainer_state = state;
   if (local.ok()) {
     // The largest manifest this save can produce (every file record at its
-    // widest) must be one a reader accepts.
-    Manifest widest = m;
-    FileRecord wide;
-    wide.name = RankFileName(world_ - 1);
-    wide.bytes = FileBytes(m.shard_numel, kChunkElements);
-    wide.crc32c = wide.index_crc32c = UINT32_MAX;
-    wide.unit_crc32c.assign(m.shard_numel.size(), UINT32_MAX);
-    widest.files.assign(static_cast<size_t>(world_), wide);
-    const size_t bytes = ManifestToJson(widest).size();
-    if (static_cast<int64_t>(bytes) > kMaxManifestBytes) {
+    // widest) must be one a reader accepts. Only the trainer state changes
+    // from save to save, so the rest is measured once.
+    if (widest_manifest_bytes_ < 0) {
+      Manifest widest = m;
+      widest.trainer_state = "{}";
+      FileRecord wide;
+      wide.name = RankFileName(world_ - 1);
+      wide.bytes = FileBytes(m.shard_numel, kChunkElements);
+      wide.crc32c = wide.index_crc32c = UINT32_MAX;
+      wide.unit_crc32c.assign(m.shard_numel.size(), UINT32_MAX);
+      widest.files.assign(static_cast<size_t>(world_), wide);
+      widest_manifest_bytes_ = static_cast<int64_t>(ManifestToJson(widest).size());
+    }
+    const int64_t bytes = widest_manifest_bytes_ + state_bytes;
+    if (bytes > kMaxManifestBytes) {
       local = absl::InvalidArgumentError(absl::StrFormat(
           "Save: the manifest would be %d bytes, more than the %d a reader accepts (%d ranks x "
           "%d units); group small layers into fewer units",

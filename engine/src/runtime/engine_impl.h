@@ -309,6 +309,9 @@ class EngineImpl final : public Engine {
   // the writer thread until WaitForCheckpoint joins it; kept between saves
   // unless CheckpointOptions::keep_snapshot is false.
   std::vector<float> checkpoint_snapshot_;
+  // The size of this engine's widest manifest with an empty trainer state
+  // ("{}"), measured at the first Save (-1 before).
+  int64_t widest_manifest_bytes_ = -1;
 
   // Start-up (engine_start.cc).
   // What Start() compares when the fixed-size header matched.
