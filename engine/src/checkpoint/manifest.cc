@@ -286,7 +286,11 @@ absl::StatusOr<int64_t> TrainerStateManifestBytes(const std::string& state) {
   return static_cast<int64_t>(with.dump(1).size() - without.dump(1).size());
 }
 
-absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::string& source) {
+namespace {
+
+// manifest.json's text as a JSON object, refused as damaged when it is not
+// one or nests deeper than a manifest does.
+absl::StatusOr<json> ParseManifestDocument(const std::string& text, const std::string& source) {
   int depth = 0;
   json doc = ParseMeasuringDepth(text, &depth);
   if (!doc.is_discarded() && depth > kMaxManifestDepth) {
@@ -299,6 +303,16 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::strin
     return absl::DataLossError(absl::StrFormat(
         "%s: not a JSON object; the manifest is damaged: load an earlier checkpoint", source));
   }
+  return doc;
+}
+
+// The fields of a parsed manifest, each checked (ParseManifestContent).
+absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string& source);
+
+}  // namespace
+
+absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::string& source) {
+  ZS_ASSIGN_OR_RETURN(json doc, ParseManifestDocument(text, source));
   const auto crc = doc.find(kManifestCrcField);
   if (crc == doc.end() || !crc->is_number_unsigned() || crc->get<uint64_t>() > UINT32_MAX) {
     return absl::DataLossError(absl::StrFormat(
@@ -316,22 +330,17 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::strin
         "load an earlier checkpoint",
         source, stored, actual));
   }
-  return ParseManifestContent(doc.dump(), source);
+  return ManifestFromDocument(doc, source);
 }
 
 absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std::string& source) {
-  int depth = 0;
-  const json doc = ParseMeasuringDepth(text, &depth);
-  if (!doc.is_discarded() && depth > kMaxManifestDepth) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: nested %d levels deep, more than the %d a manifest has; the manifest is damaged: "
-        "load an earlier checkpoint",
-        source, depth, kMaxManifestDepth));
-  }
-  if (doc.is_discarded() || !doc.is_object()) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: not a JSON object; the manifest is damaged: load an earlier checkpoint", source));
-  }
+  ZS_ASSIGN_OR_RETURN(const json doc, ParseManifestDocument(text, source));
+  return ManifestFromDocument(doc, source);
+}
+
+namespace {
+
+absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string& source) {
   const Fields f(doc, source, "");
   ZS_ASSIGN_OR_RETURN(std::string format, f.String("format"));
   ZS_RETURN_IF_ERROR(
@@ -517,6 +526,8 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
   m.trainer_state = state->dump();
   return m;
 }
+
+}  // namespace
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
   const std::string path = JoinPath(step_dir, kManifestName);
