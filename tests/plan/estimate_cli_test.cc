@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/plan/llama3_8b_hand_count.h"
 #include "tests/test_seed.h"
 
 namespace {
@@ -395,6 +396,20 @@ TEST(EstimateCliTest, FullRecomputationAtLongContextIsNotOverstated) {
   EXPECT_LT(full_bytes["activations"].get<int64_t>(),
             selective_bytes["activations"].get<int64_t>());
   EXPECT_NEAR(full_bytes["total"].get<double>() / (1 << 30), 21.2, 0.1);
+  // The report's bytes are the hand count's (tests/plan/llama3_8b_hand_count.h)
+  // to the byte, field by field.
+  const zeroshard::testing::HandCountedBytes hand =
+      zeroshard::testing::Llama3_8bTp8Dp8Stage1FullRecompute128k();
+  EXPECT_NEAR(static_cast<double>(hand.total()) / (1 << 30), 21.2, 0.05);
+  EXPECT_EQ(full_bytes["params"].get<int64_t>(), hand.params);
+  EXPECT_EQ(full_bytes["grads"].get<int64_t>(), hand.grads);
+  EXPECT_EQ(full_bytes["master"].get<int64_t>(), hand.master);
+  EXPECT_EQ(full_bytes["optimizer"].get<int64_t>(), hand.optimizer);
+  EXPECT_EQ(full_bytes["buffers"].get<int64_t>(), hand.buffers);
+  EXPECT_EQ(full_bytes["activations"].get<int64_t>(), hand.activations);
+  EXPECT_EQ(full_bytes["workspace"].get<int64_t>(), hand.workspace);
+  EXPECT_EQ(full_bytes["reserve"].get<int64_t>(), hand.reserve);
+  EXPECT_EQ(full_bytes["total"].get<int64_t>(), hand.total());
 }
 
 TEST(EstimateCliTest, PlansClustersAbove1024GpusQuickly) {

@@ -14,6 +14,7 @@
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
 #include "gtest/gtest.h"
+#include "tests/plan/llama3_8b_hand_count.h"
 #include "tests/test_env.h"
 #include "zeroshard/model_source.h"
 
@@ -315,6 +316,20 @@ TEST(PlannerTest, FullRecomputationNeverNeedsMoreActivationsThanSelective) {
   const Candidate c = Only(Planner::Plan(*model, Cluster(64), options));
   EXPECT_TRUE(c.fits) << c.verdict;
   EXPECT_NEAR(static_cast<double>(c.per_gpu.total()) / (1 << 30), 21.2, 0.1);
+  // The 21.2 GiB is the hand count's (tests/plan/llama3_8b_hand_count.h),
+  // and the planner's breakdown is it to the byte.
+  const testing::HandCountedBytes hand = testing::Llama3_8bTp8Dp8Stage1FullRecompute128k();
+  EXPECT_NEAR(static_cast<double>(hand.total()) / (1 << 30), 21.2, 0.05);
+  EXPECT_EQ(c.dp, 8);
+  EXPECT_EQ(c.per_gpu.params, hand.params);
+  EXPECT_EQ(c.per_gpu.grads, hand.grads);
+  EXPECT_EQ(c.per_gpu.master, hand.master);
+  EXPECT_EQ(c.per_gpu.optimizer, hand.optimizer);
+  EXPECT_EQ(c.per_gpu.buffers, hand.buffers);
+  EXPECT_EQ(c.per_gpu.activations, hand.activations);
+  EXPECT_EQ(c.per_gpu.workspace, hand.workspace);
+  EXPECT_EQ(c.per_gpu.reserve, hand.reserve);
+  EXPECT_EQ(c.per_gpu.total(), hand.total());
 }
 
 TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
