@@ -96,21 +96,24 @@ void ExpectHandCountedBatch(const MlpConfig& cfg, int world, int rank, int accum
   std::vector<double> want_x(x.size());
   int failures = 0;
   for (size_t k = 0; k < ids.size(); ++k) {
+    int64_t first_wrong = -1;
     for (int64_t j = 0; j < h; ++j) {
-      const float want = inputs.InputAt(ids[k], j);
-      want_x[k * h + j] = want;
-      if (x[k * h + j] != want && ++failures <= 3) {
-        ADD_FAILURE() << "x of step " << step << " micro " << micro << " (world " << world
-                      << ", rank " << rank << ", accum " << accum << ") row " << k
-                      << " is not sample " << ids[k] << ": element " << j << " is " << x[k * h + j]
-                      << ", sample " << ids[k] << " has " << want;
-      }
+      want_x[k * h + j] = inputs.InputAt(ids[k], j);
+      if (x[k * h + j] != want_x[k * h + j] && first_wrong < 0) first_wrong = j;
+    }
+    if (first_wrong >= 0 && ++failures <= 3) {
+      const size_t i = k * h + static_cast<size_t>(first_wrong);
+      ADD_FAILURE() << "x of step " << step << " micro " << micro << " (world " << world
+                    << ", rank " << rank << ", accum " << accum << ") row " << k
+                    << " is not sample " << ids[k] << ": element " << first_wrong << " is " << x[i]
+                    << ", sample " << ids[k] << " has " << want_x[i];
     }
   }
   const std::vector<double> want_y = TeacherForward(cfg, want_x);
+  int y_failures = 0;
   for (size_t i = 0; i < y.size(); ++i) {
     const double tol = 1e-4 * (1.0 + std::fabs(want_y[i]));
-    if (!(std::fabs(y[i] - want_y[i]) <= tol) && ++failures <= 6) {
+    if (!(std::fabs(y[i] - want_y[i]) <= tol) && ++y_failures <= 3) {
       ADD_FAILURE() << "y of step " << step << " micro " << micro << " element " << i << " is "
                     << y[i] << ", the double-precision teacher gives " << want_y[i];
     }
@@ -134,15 +137,16 @@ void ExpectBatch(MicroBatchLoader& loader, const MlpConfig& cfg, int world, int 
 // Destroys `loader` on another thread and fails, instead of hanging the
 // binary, when the destructor does not return (its thread never stopped).
 void ExpectDestroyed(std::unique_ptr<MicroBatchLoader> loader, const char* what) {
-  std::promise<void> done;
-  std::future<void> finished = done.get_future();
-  std::thread destroyer([&done, l = std::move(loader)]() mutable {
+  // Shared: a destroyer left blocked must not outlive what it writes to.
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread destroyer([done, l = std::move(loader)]() mutable {
     l.reset();
-    done.set_value();
+    done->set_value();
   });
-  if (finished.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+  if (finished.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
     destroyer.detach();  // still blocked: leave it, the test has failed
-    ADD_FAILURE() << what << ": the loader's destructor did not return within 60 s";
+    ADD_FAILURE() << what << ": the loader's destructor did not return within 30 s";
     return;
   }
   destroyer.join();
