@@ -1,6 +1,6 @@
 // Planner: ZeRO paper numbers, the automatic choice and its fallbacks, and
 // buffers that are PlanBuffers verbatim where the engine runs the plan.
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "engine/src/plan/internal/step_time.h"
 #include "gtest/gtest.h"
 #include "tests/test_env.h"
-#include "zeroshard/model_source.h"
+#include "zeroshard/estimate/model_source.h"
 
 namespace zeroshard::internal {
 namespace {
@@ -59,7 +59,7 @@ TEST(PlannerTest, ZeroPaperFigure1) {
 TEST(PlannerTest, EngineConfigurationsUsePlanBuffersVerbatim) {
   auto model = ModelFromPreset("gpt2");
   ASSERT_TRUE(model.ok());
-  for (PlanPrecision precision : {PlanPrecision::kFp32, PlanPrecision::kBf16}) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
     for (int stage = 0; stage <= 2; ++stage) {
       for (int accum : {1, 3}) {
         PlanOptions options;
@@ -99,7 +99,7 @@ TEST(PlannerTest, Stage3OffloadAndFp16AreDerivedFromTheSameLayout) {
   options.stage = 3;
   options.tp = options.pp = 1;
   options.offload = Offload::kOptimizerAndParams;
-  options.precision = PlanPrecision::kFp16;
+  options.precision = Precision::kFp16Mixed;
   auto plan = Planner::Plan(*model, Cluster(8), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->candidates.size(), 1u);
