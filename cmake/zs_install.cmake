@@ -2,7 +2,8 @@
 # a project finds the engine with
 #   find_package(zeroshard REQUIRED)   # -DCMAKE_PREFIX_PATH=P
 #   target_link_libraries(app PRIVATE zeroshard::engine)
-# P/include holds the public headers (engine/include), P/lib the static
+# P/include holds the public headers (engine/include) and the 16-bit float
+# rules (kernels/common/float16_rules.h, host_device.h), P/lib the static
 # libraries, P/lib/cmake/zeroshard the package files, P/bin the command line.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -16,6 +17,11 @@ install(TARGETS zeroshard ${ZS_ENGINE_LIBRARIES}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/engine/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
+# The 16-bit float rules, for a trainer's own CUDA kernels (kernels/CMakeLists.txt).
+foreach(header ${ZS_KERNELS_PUBLIC_HDRS})
+  get_filename_component(header_dir ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${header_dir})
+endforeach()
 if(TARGET zeroshard_cli)
   install(TARGETS zeroshard_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   if(TARGET zeroshard_calibrate)

@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "tools/estimate_command.h"
-#include "zeroshard/byte_units.h"
 #include "zeroshard/checkpoint.h"
+#include "zeroshard/estimate/byte_units.h"
 
 namespace zeroshard::tools {
 namespace {

@@ -13,10 +13,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tools/machine_estimate.h"
-#include "zeroshard/byte_units.h"
-#include "zeroshard/model_source.h"
-#include "zeroshard/plan_report.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/estimate/model_source.h"
+#include "zeroshard/estimate/planner.h"
+#include "zeroshard/estimate/report.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::tools {
@@ -211,7 +211,12 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
     o.dataset_tokens = static_cast<double>(tokens);
   }
   if (auto* v = get("--precision")) {
-    ZS_ASSIGN_OR_RETURN(o.precision, ParsePlanPrecision(*v));
+    absl::StatusOr<Precision> precision = ParsePrecision(*v);
+    if (!precision.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--precision: ", precision.status().message()));
+    }
+    o.precision = *precision;
   }
   if (auto* v = get("--seq")) {
     ZS_ASSIGN_OR_RETURN(o.seq, PositiveInt("--seq", *v));

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard::tools {
 
@@ -32,7 +32,7 @@ std::string EstimateUsage();
 //   IntFlag:    an integer in [lo, hi]: "--tp: '5000' is not an integer in
 //               [1, 1024]", then `note`;
 //   NumberFlag: a finite number in `range`, the planner's own
-//               (zeroshard/planner.h): "--intra-node-bw: '1000001' is
+//               (zeroshard/estimate/planner.h): "--intra-node-bw: '1000001' is
 //               outside [0.001, 1000000] (GB/s per GPU); give a number in
 //               that range".
 absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& text, int64_t lo,

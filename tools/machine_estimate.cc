@@ -9,9 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "tools/estimate_command.h"
-#include "zeroshard/machine_profile.h"
-#include "zeroshard/model_source.h"
-#include "zeroshard/planner.h"
+#include "tools/machine_profile.h"
+#include "tools/mlp_step_model.h"
+#include "zeroshard/estimate/model_source.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::tools {

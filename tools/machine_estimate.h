@@ -1,5 +1,5 @@
 // `zeroshard estimate --machine PROFILE --model mlp ...`: the calibrated
-// step time of an engine run (PredictMlpEngineStep, zeroshard/planner.h).
+// step time of an engine run (PredictMlpEngineStep, tools/mlp_step_model.h).
 #ifndef ZEROSHARD_TOOLS_MACHINE_ESTIMATE_H_
 #define ZEROSHARD_TOOLS_MACHINE_ESTIMATE_H_
 

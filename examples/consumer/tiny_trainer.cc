@@ -17,8 +17,8 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
-#include "zeroshard/model_source.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_source.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/status.h"
 
 namespace {

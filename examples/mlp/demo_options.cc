@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "examples/common/flags.h"
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "examples/mlp/demo_options.h"
 #include "zeroshard/device.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/process_grid.h"
 
 namespace zeroshard {

@@ -28,7 +28,7 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/process_grid.h"
 #include "zeroshard/status.h"
 #if ZS_HAVE_CUDA

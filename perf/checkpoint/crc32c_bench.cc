@@ -8,9 +8,8 @@
 // 1e9 bytes per GB. memcpy reads B bytes and writes B, a CRC only reads them:
 // a CRC as fast as memcpy is not yet at the memory's limit.
 //
-// The benchmark reaches into the checkpoint library's internals (there is no
-// public CRC API: the checksum is a detail of the checkpoint format) the way
-// its test does.
+// The CRC is a kernel (kernels/cpu/crc32c.h), benchmarked directly as
+// perf/kernels benchmarks the Adam, norm and cast kernels.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -22,15 +21,15 @@
 #include <random>
 #include <vector>
 
-#include "engine/src/checkpoint/crc32c.h"
-#include "engine/src/checkpoint/internal/crc32c_impl.h"
+#include "kernels/cpu/crc32c.h"
+#include "kernels/cpu/internal/crc32c_impl.h"
 
 namespace {
 
-using zeroshard::internal::Crc32cHardware;
-using zeroshard::internal::Crc32cHardwareSupported;
-using zeroshard::internal::Crc32cImplementation;
-using zeroshard::internal::Crc32cPortable;
+using zeroshard::kernels::Crc32cHardware;
+using zeroshard::kernels::Crc32cHardwareSupported;
+using zeroshard::kernels::Crc32cImplementation;
+using zeroshard::kernels::Crc32cPortable;
 
 constexpr int kRounds = 7;
 

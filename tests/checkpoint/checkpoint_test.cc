@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/safetensors.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/crc32c.h"
 #include "nlohmann/json.hpp"
 #include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/runtime/engine_test_util.h"
@@ -324,7 +324,7 @@ void RewriteManifest(const std::string& step_dir,
   doc.erase("manifest_crc32c");
   edit(doc);
   const std::string body = doc.dump(1);
-  doc["manifest_crc32c"] = internal::Crc32c(body.data(), body.size());
+  doc["manifest_crc32c"] = kernels::Crc32c(body.data(), body.size());
   std::ofstream(path, std::ios::trunc) << doc.dump(1) << "\n";
 }
 

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "zeroshard/model_source.h"
+#include "zeroshard/estimate/model_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view text(reinterpret_cast<const char*>(data), size);

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/grid_test_util.h"
 #include "zeroshard/buffer_plan.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard {
 namespace {

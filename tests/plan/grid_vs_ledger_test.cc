@@ -13,7 +13,7 @@
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
 #include "zeroshard/engine.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

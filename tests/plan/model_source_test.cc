@@ -1,6 +1,6 @@
 // Exact parameter counts from presets, config.json files, JSON specs and
 // bare counts; clear errors for bad input.
-#include "zeroshard/model_source.h"
+#include "zeroshard/estimate/model_source.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_seed.h"
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
 
 namespace zeroshard {
 namespace {

@@ -11,8 +11,8 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
-#include "zeroshard/model_description.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_description.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -94,8 +94,7 @@ TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
   for (int world = 1; world <= 4; ++world) {
     cluster.gpus = world;
     cluster.gpus_per_node = world;
-    for (PlanPrecision precision :
-         {PlanPrecision::kFp32, PlanPrecision::kBf16, PlanPrecision::kFp16}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
       for (int stage = 0; stage <= 3; ++stage) {
         for (int accum : {1, 2}) {
           PlanOptions options;
@@ -112,15 +111,13 @@ TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
           // The engine gets the TrainSpec a trainer would write by hand.
           TrainSpec train;
           train.zero_stage = stage;
-          train.precision = precision == PlanPrecision::kFp32   ? Precision::kFp32
-                            : precision == PlanPrecision::kFp16 ? Precision::kFp16Mixed
-                                                                : Precision::kBf16Mixed;
+          train.precision = precision;
           train.grad_accum_steps = accum;
           auto ranks = MeasureRanks(cfg, train, world);
           ASSERT_TRUE(ranks.ok()) << ranks.status();
           const std::string where = std::string("world ") + std::to_string(world) + " " +
-                                    PlanPrecisionName(precision) + " stage " +
-                                    std::to_string(stage) + " accum " + std::to_string(accum);
+                                    PrecisionName(precision) + " stage " + std::to_string(stage) +
+                                    " accum " + std::to_string(accum);
           for (int r = 0; r < world; ++r) {
             const RankMemory& m = (*ranks)[r];
             for (int cat = 0; cat < kNumMemoryCategories; ++cat) {

@@ -9,8 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "zeroshard/model_source.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_source.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard {
 namespace {

@@ -16,9 +16,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_seed.h"
-#include "zeroshard/model_source.h"
-#include "zeroshard/plan_report.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_source.h"
+#include "zeroshard/estimate/planner.h"
+#include "zeroshard/estimate/report.h"
 
 namespace zeroshard {
 namespace {
@@ -194,8 +194,7 @@ void RandomCluster(Draw& d, ClusterSpec& c, PlanOptions& o) {
   o.micro_batch = d.Coin(0.5) ? 1 : std::min<int64_t>(d.LogUniform(bits), int64_t{1} << 62);
   o.seq = d.Coin(0.4) ? 0 : std::min<int64_t>(d.LogUniform(bits), int64_t{1} << 62);
   o.grad_accum_steps = static_cast<int>(d.LogUniform(d.Coin(0.8) ? 4 : 20));
-  o.precision =
-      d.Pick<PlanPrecision>({PlanPrecision::kFp32, PlanPrecision::kBf16, PlanPrecision::kFp16});
+  o.precision = d.Pick<Precision>({Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed});
   o.recompute = d.Pick<Recompute>({Recompute::kNone, Recompute::kSelective, Recompute::kFull});
   o.sequence_parallel = d.Coin();
   o.prefetch_depth = d.Int(1, 64);

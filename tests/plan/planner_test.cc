@@ -1,6 +1,6 @@
 // Planner: ZeRO paper numbers, the automatic choice and its fallbacks, and
 // buffers that are PlanBuffers verbatim where the engine runs the plan.
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/plan/llama3_8b_hand_count.h"
 #include "tests/test_env.h"
-#include "zeroshard/model_source.h"
+#include "zeroshard/estimate/model_source.h"
 
 namespace zeroshard::internal {
 namespace {
@@ -60,7 +60,7 @@ TEST(PlannerTest, ZeroPaperFigure1) {
 TEST(PlannerTest, EngineConfigurationsUsePlanBuffersVerbatim) {
   auto model = ModelFromPreset("gpt2");
   ASSERT_TRUE(model.ok());
-  for (PlanPrecision precision : {PlanPrecision::kFp32, PlanPrecision::kBf16}) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed}) {
     for (int stage = 0; stage <= 2; ++stage) {
       for (int accum : {1, 3}) {
         PlanOptions options;
@@ -100,7 +100,7 @@ TEST(PlannerTest, Stage3OffloadAndFp16AreDerivedFromTheSameLayout) {
   options.stage = 3;
   options.tp = options.pp = 1;
   options.offload = Offload::kOptimizerAndParams;
-  options.precision = PlanPrecision::kFp16;
+  options.precision = Precision::kFp16Mixed;
   auto plan = Planner::Plan(*model, Cluster(8), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->candidates.size(), 1u);

@@ -1,7 +1,7 @@
 // zeroshard-calibrate: `zeroshard calibrate` (the `zeroshard` command runs
 // this binary, which sits beside it). Measures this machine for the
 // calibrated step-time model and writes a machine profile
-// (zeroshard/machine_profile.h; docs/estimator.md, "Calibrated step time").
+// (tools/machine_profile.h; docs/estimator.md, "Calibrated step time").
 //
 //   zeroshard calibrate --out machine.json                       # compute + local collectives
 //   mpirun -np 2 zeroshard calibrate --backend mpi --out machine.json   # adds mpi, 2 ranks
@@ -25,9 +25,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tools/calibrate/machine_measure.h"
+#include "tools/machine_profile.h"
 #include "zeroshard/communicator.h"
-#include "zeroshard/machine_profile.h"
-#include "zeroshard/model_source.h"
+#include "zeroshard/estimate/model_source.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::tools {

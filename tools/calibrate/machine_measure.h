@@ -1,5 +1,5 @@
 // The measurements of `zeroshard calibrate` (tools/calibrate/calibrate_main.cc):
-// each returns one field group of a MachineProfile (zeroshard/machine_profile.h).
+// each returns one field group of a MachineProfile (tools/machine_profile.h).
 // They link BLAS and the engine; the planner, which reads the profile, links
 // neither.
 #ifndef ZEROSHARD_TOOLS_CALIBRATE_MACHINE_MEASURE_H_
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/machine_profile.h"
 #include "zeroshard/communicator.h"
-#include "zeroshard/machine_profile.h"
 
 namespace zeroshard::tools {
 

@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/common/bounded_read.h"
 #include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/layout/flat_layout.h"
+#include "kernels/cpu/crc32c.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/status.h"
 
@@ -258,7 +258,7 @@ std::string ManifestToJson(const Manifest& m) {
   // dumped here. Dumping is canonical (sorted keys, shortest round-trip
   // numbers), so the reader recomputes it from the parsed document.
   const std::string body = j.dump(1);
-  j[kManifestCrcField] = Crc32c(body.data(), body.size());
+  j[kManifestCrcField] = kernels::Crc32c(body.data(), body.size());
   return j.dump(1) + "\n";
 }
 
@@ -323,7 +323,7 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::strin
   const uint32_t stored = static_cast<uint32_t>(crc->get<uint64_t>());
   doc.erase(crc);
   const std::string body = doc.dump(1);
-  const uint32_t actual = Crc32c(body.data(), body.size());
+  const uint32_t actual = kernels::Crc32c(body.data(), body.size());
   if (actual != stored) {
     return absl::DataLossError(absl::StrFormat(
         "%s: CRC32C mismatch (stored %08x, computed %08x): the manifest was damaged or edited; "

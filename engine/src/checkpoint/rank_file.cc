@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/common/bounded_read.h"
+#include "kernels/cpu/crc32c.h"
 #include "zeroshard/status.h"
 
 // The rank files: their exact header and trailer, the streaming writer, the
@@ -159,7 +159,7 @@ absl::StatusOr<FileRecord> WriteRankFile(const std::string& final_path, int rank
   rec.name = RankFileName(rank);
   uint32_t file_crc = 0;
   auto put = [&](const void* bytes, size_t n) -> absl::Status {
-    file_crc = Crc32cExtend(file_crc, bytes, n);
+    file_crc = kernels::Crc32cExtend(file_crc, bytes, n);
     return file.Write(bytes, n);
   };
   const std::string header = RankFileHeader(rank, world, shard_numel, kChunkElements);
@@ -172,15 +172,15 @@ absl::StatusOr<FileRecord> WriteRankFile(const std::string& final_path, int rank
       for (int64_t begin = 0; begin < shard_numel[u]; begin += kChunkElements) {
         const int64_t n = std::min(kChunkElements, shard_numel[u] - begin);
         const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-        index.push_back(Crc32c(p, bytes));
-        unit_crc = Crc32cExtend(unit_crc, p, bytes);
+        index.push_back(kernels::Crc32c(p, bytes));
+        unit_crc = kernels::Crc32cExtend(unit_crc, p, bytes);
         ZS_RETURN_IF_ERROR(put(p, bytes));
         p += n;
       }
     }
     rec.unit_crc32c.push_back(unit_crc);
   }
-  rec.index_crc32c = Crc32c(index.data(), index.size() * sizeof(uint32_t));
+  rec.index_crc32c = kernels::Crc32c(index.data(), index.size() * sizeof(uint32_t));
   ZS_RETURN_IF_ERROR(put(index.data(), index.size() * sizeof(uint32_t)));
   const std::string trailer = RankFileTrailer(shard_numel, kChunkElements);
   ZS_RETURN_IF_ERROR(put(trailer.data(), trailer.size()));
@@ -265,7 +265,8 @@ absl::StatusOr<RankFileReader> RankFileReader::Open(const std::string& step_dir,
   reader.index_.resize(static_cast<size_t>(entries));
   ZS_RETURN_IF_ERROR(ReadAt(reader.fd_, index_offset, reader.index_.data(),
                             reader.index_.size() * sizeof(uint32_t), path));
-  const uint32_t index_crc = Crc32c(reader.index_.data(), reader.index_.size() * sizeof(uint32_t));
+  const uint32_t index_crc =
+      kernels::Crc32c(reader.index_.data(), reader.index_.size() * sizeof(uint32_t));
   if (index_crc != rec.index_crc32c) {
     return Damaged(
         path,
@@ -288,7 +289,7 @@ absl::Status RankFileReader::Read(int unit, int tensor, int64_t begin, int64_t e
     const int64_t offset = base + c_begin * static_cast<int64_t>(sizeof(float));
     const size_t bytes = chunk_.size() * sizeof(float);
     ZS_RETURN_IF_ERROR(ReadAt(fd_, offset, chunk_.data(), bytes, path_));
-    const uint32_t crc = Crc32c(chunk_.data(), bytes);
+    const uint32_t crc = kernels::Crc32c(chunk_.data(), bytes);
     const uint32_t expected = index_[static_cast<size_t>(first + c)];
     if (crc != expected) {
       return Damaged(
@@ -311,7 +312,8 @@ absl::Status RankFileReader::ReadUnit(int unit, std::vector<float> (&tensors)[kT
   for (int t = 0; t < kTensorsPerUnit; ++t) {
     tensors[t].resize(static_cast<size_t>(n));
     ZS_RETURN_IF_ERROR(Read(unit, t, 0, n, tensors[t].data()));
-    unit_crc = Crc32cExtend(unit_crc, tensors[t].data(), tensors[t].size() * sizeof(float));
+    unit_crc =
+        kernels::Crc32cExtend(unit_crc, tensors[t].data(), tensors[t].size() * sizeof(float));
   }
   const uint32_t expected = manifest_->files[rank_].unit_crc32c[unit];
   if (unit_crc != expected) {
@@ -349,7 +351,7 @@ void VerifyRankFile(const std::string& step_dir, const Manifest& manifest, int r
       problems->push_back(std::string(read.message()));
       return;
     }
-    crc = Crc32cExtend(crc, block.data(), n);
+    crc = kernels::Crc32cExtend(crc, block.data(), n);
     offset += static_cast<int64_t>(n);
   }
   // One line per problem: a damaged chunk already named changes the whole

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/src/comm/peer_watch.h"
-#include "engine/src/device/cuda_device.h"
+#include "engine/src/device/scoped_cuda_device.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 

@@ -103,6 +103,10 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max
   return out;
 }
 
+}  // namespace zeroshard::internal
+
+namespace zeroshard {
+
 std::string QuoteForMessage(absl::string_view text, size_t max_chars) {
   const absl::string_view head = text.substr(0, max_chars);
   std::string quoted = absl::StrCat("'", absl::CHexEscape(head), "'");
@@ -112,4 +116,4 @@ std::string QuoteForMessage(absl::string_view text, size_t max_chars) {
   return quoted;
 }
 
-}  // namespace zeroshard::internal
+}  // namespace zeroshard

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "zeroshard/quote.h"
 
 namespace zeroshard::internal {
 
@@ -28,10 +29,8 @@ namespace zeroshard::internal {
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes,
                                             absl::string_view what);
 
-// `text` for an error message: at most `max_chars` characters, control and
-// non-ASCII bytes escaped (\n, \x01), "..." and the full length appended
-// when it was cut. Untrusted input never makes a message long or unprintable.
-std::string QuoteForMessage(absl::string_view text, size_t max_chars = 64);
+// QuoteForMessage (zeroshard/quote.h): how every message quotes what was read.
+using ::zeroshard::QuoteForMessage;
 
 }  // namespace zeroshard::internal
 

@@ -24,22 +24,6 @@ absl::Status CudaStatus(cudaError_t error, int ordinal, const char* call) {
                                              cudaGetErrorName(error), cudaGetErrorString(error)));
 }
 
-ScopedCudaDevice::ScopedCudaDevice(int ordinal) {
-  status_ = CudaStatus(cudaGetDevice(&previous_), ordinal, "cudaGetDevice");
-  if (status_.ok() && previous_ != ordinal) {
-    status_ = CudaStatus(cudaSetDevice(ordinal), ordinal, "cudaSetDevice");
-    if (!status_.ok()) previous_ = -1;
-  } else {
-    previous_ = -1;  // nothing to restore
-  }
-}
-
-ScopedCudaDevice::~ScopedCudaDevice() {
-  // Best effort: a destructor cannot report, and the device was current a
-  // moment ago.
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
 absl::StatusOr<std::unique_ptr<CudaStream>> CudaStream::Create(int ordinal) {
   ScopedCudaDevice guard(ordinal);
   ZS_RETURN_IF_ERROR(guard.status());

@@ -1,6 +1,8 @@
 // The CUDA device's internals, shared by cuda_device.cc and
 // cuda_device_ops.cc: the Stream behind a cudaStream_t, the Device's
 // ordinal, and the one conversion of a CUDA return code into a Status.
+// Other layers (the nccl communicator) use the device layer's interface,
+// zeroshard/device.h and scoped_cuda_device.h, not this header.
 // Built only when zeroshard is built with CUDA (zs_device_cuda).
 #ifndef ZEROSHARD_DEVICE_CUDA_DEVICE_H_
 #define ZEROSHARD_DEVICE_CUDA_DEVICE_H_
@@ -8,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "engine/src/device/scoped_cuda_device.h"
 #include "zeroshard/device.h"
 
 namespace zeroshard::internal {
@@ -18,23 +21,6 @@ namespace zeroshard::internal {
 // Clears the thread's last CUDA error, so that a later launch check does not
 // report this one again.
 absl::Status CudaStatus(cudaError_t error, int ordinal, const char* call);
-
-// Makes GPU `ordinal` current on the calling thread for the guard's life and
-// restores the previous device afterwards, so that a library call does not
-// change the caller's current device.
-class ScopedCudaDevice {
- public:
-  explicit ScopedCudaDevice(int ordinal);
-  ~ScopedCudaDevice();
-  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
-  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
-  // The result of switching to `ordinal`.
-  const absl::Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  absl::Status status_;
-};
 
 // A non-blocking CUDA stream of GPU `ordinal` (it does not synchronize with
 // the legacy default stream).

@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "zeroshard/model_description.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_description.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard::internal {
 

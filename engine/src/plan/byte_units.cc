@@ -1,4 +1,4 @@
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
 
 #include <cctype>
 #include <cmath>

@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/layout/flat_layout.h"
 #include "zeroshard/buffer_plan.h"
-#include "zeroshard/byte_units.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

@@ -1,4 +1,4 @@
-#include "zeroshard/model_source.h"
+#include "zeroshard/estimate/model_source.h"
 
 #include <limits>
 

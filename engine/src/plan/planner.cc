@@ -1,4 +1,4 @@
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,30 +14,10 @@
 #include "engine/src/plan/internal/plan_inputs.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
-
-const char* PlanPrecisionName(PlanPrecision p) {
-  switch (p) {
-    case PlanPrecision::kFp32:
-      return "fp32";
-    case PlanPrecision::kBf16:
-      return "bf16";
-    case PlanPrecision::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
-
-absl::StatusOr<PlanPrecision> ParsePlanPrecision(absl::string_view name) {
-  if (name == "fp32") return PlanPrecision::kFp32;
-  if (name == "bf16") return PlanPrecision::kBf16;
-  if (name == "fp16") return PlanPrecision::kFp16;
-  return absl::InvalidArgumentError(
-      absl::StrFormat("--precision: '%s' is not one of fp32, bf16, fp16", name));
-}
 
 const char* OffloadName(Offload o) {
   switch (o) {
@@ -84,9 +64,7 @@ int Candidate::Tier() const {
 TrainSpec Planner::EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches) {
   TrainSpec train;
   train.zero_stage = stage;
-  train.precision = options.precision == PlanPrecision::kFp32   ? Precision::kFp32
-                    : options.precision == PlanPrecision::kFp16 ? Precision::kFp16Mixed
-                                                                : Precision::kBf16Mixed;
+  train.precision = options.precision;
   // prefetch_depth counts gather buffers: the unit in use plus those ahead.
   train.prefetch_units = options.prefetch_depth - 1;
   train.grad_accum_steps = micro_batches;

@@ -1,3 +1,5 @@
+#include "zeroshard/estimate/report.h"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -6,8 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "nlohmann/json.hpp"
-#include "zeroshard/byte_units.h"
-#include "zeroshard/plan_report.h"
+#include "zeroshard/estimate/byte_units.h"
 
 namespace zeroshard {
 namespace {
@@ -34,13 +35,13 @@ std::string WithCommas(double x) {
 
 std::string Billions(int64_t n) { return absl::StrFormat("%.2f B", static_cast<double>(n) / 1e9); }
 
-const char* PrecisionText(PlanPrecision p) {
+const char* PrecisionText(Precision p) {
   switch (p) {
-    case PlanPrecision::kFp32:
+    case Precision::kFp32:
       return "fp32 (params are the master copy)";
-    case PlanPrecision::kBf16:
+    case Precision::kBf16Mixed:
       return "bf16 mixed (fp32 master and moments)";
-    case PlanPrecision::kFp16:
+    case Precision::kFp16Mixed:
       return "fp16 mixed (fp32 master and moments)";
   }
   return "?";
@@ -197,11 +198,11 @@ std::string FormatJson(const Plan& plan, bool all) {
       {"pcie_gbps", cl.pcie_gbps},
       {"intra_node_latency_us", cl.intra_node_latency_us},
       {"inter_node_latency_us", cl.inter_node_latency_us},
-      {"peak_tflops", o.precision == PlanPrecision::kFp32 ? cl.peak_tflops_fp32 : cl.peak_tflops},
+      {"peak_tflops", o.precision == Precision::kFp32 ? cl.peak_tflops_fp32 : cl.peak_tflops},
       {"mfu", cl.mfu},
       {"reserve_bytes", cl.reserve_bytes},
       {"workspace_bytes", cl.workspace_bytes}};
-  doc["training"] = {{"precision", PlanPrecisionName(o.precision)},
+  doc["training"] = {{"precision", PrecisionName(o.precision)},
                      {"seq", o.seq},
                      {"micro_batch", o.micro_batch},
                      {"grad_accum_steps", o.grad_accum_steps},

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "zeroshard/byte_units.h"
-#include "zeroshard/plan_report.h"
+#include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/estimate/report.h"
 
 namespace zeroshard {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "zeroshard/model_description.h"
+#include "zeroshard/estimate/model_description.h"
 
 namespace zeroshard::internal {
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/layout/flat_layout.h"
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {

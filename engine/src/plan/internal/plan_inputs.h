@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "zeroshard/model_description.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_description.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard {
 namespace internal {

@@ -9,7 +9,7 @@
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/activations.h"
 #include "engine/src/plan/buffer_plan.h"
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -87,7 +87,7 @@ absl::StatusOr<int64_t> StageActivationBytes(const ModelDescription& model,
   shape.tp = c.tp;
   shape.sequence_parallel = options.sequence_parallel && c.tp > 1;
   shape.recompute = options.recompute;
-  shape.activation_bytes = options.precision == PlanPrecision::kFp32 ? 4 : 2;
+  shape.activation_bytes = options.precision == Precision::kFp32 ? 4 : 2;
   ZS_ASSIGN_OR_RETURN(const int64_t per_layer, LayerActivationBytes(t, shape));
   CheckedInt64 bytes = CheckedInt64(layers) * per_layer * in_flight;
   if (layers > 0) {

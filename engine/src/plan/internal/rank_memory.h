@@ -12,9 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/src/layout/flat_layout.h"
-#include "zeroshard/model_description.h"
+#include "zeroshard/estimate/model_description.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/model_spec.h"
-#include "zeroshard/planner.h"
 
 namespace zeroshard {
 namespace internal {

@@ -22,7 +22,7 @@ double ActiveParams(const ModelDescription& model) {
                                                      : model.spec.NumParams());
 }
 
-int ParamBytes(PlanPrecision p) { return p == PlanPrecision::kFp32 ? 4 : 2; }
+int ParamBytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 }  // namespace
 
@@ -50,7 +50,7 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
   if (options.recompute == Recompute::kFull) flops += tokens * (2.0 * n + attention / 3.0);
   if (options.recompute == Recompute::kSelective) flops += tokens * attention / 3.0;
   const double peak =
-      (options.precision == PlanPrecision::kFp32 ? cluster.peak_tflops_fp32 : cluster.peak_tflops) *
+      (options.precision == Precision::kFp32 ? cluster.peak_tflops_fp32 : cluster.peak_tflops) *
       1e12;
   time.compute = flops / static_cast<double>(cluster.gpus) / (peak * cluster.mfu);
   const double m = static_cast<double>(c.micro_batches);
@@ -82,7 +82,7 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
   }
   time.dp_comm = dp_comm - cluster.comm_overlap * std::min(dp_comm, time.compute);
 
-  const double act_bytes = options.precision == PlanPrecision::kFp32 ? 4.0 : 2.0;
+  const double act_bytes = options.precision == Precision::kFp32 ? 4.0 : 2.0;
   // In double: s x b x h may pass 2^63 even where the activations per GPU
   // (divided by t with sequence parallelism) fit.
   const double sbh_bytes = model.transformer.has_value()

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "engine/src/plan/internal/rank_memory.h"
-#include "zeroshard/model_description.h"
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/model_description.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard {
 namespace internal {

@@ -1,13 +1,13 @@
-#include "zeroshard/machine_profile.h"
+#include "tools/machine_profile.h"
 
 #include <cmath>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/common/bounded_read.h"
 #include "nlohmann/json.hpp"
-#include "zeroshard/byte_units.h"
+#include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/quote.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -103,7 +103,7 @@ class FieldReader {
   // A number in `range`; an integer too when the range's unit says so.
   absl::StatusOr<double> Number(const Json& value, const std::string& path,
                                 const FieldRange& range) const {
-    const std::string text = internal::QuoteForMessage(value.dump(), 32);
+    const std::string text = QuoteForMessage(value.dump(), 32);
     if (!value.is_number()) {
       return Error(path, absl::StrFormat("must be a number (got %s)", text));
     }
@@ -128,8 +128,8 @@ class FieldReader {
     auto it = parent.find(name);
     if (it == parent.end()) return std::string("unknown");
     if (!it->is_string()) {
-      return Error(name, absl::StrFormat("must be a string (got %s)",
-                                         internal::QuoteForMessage(it->dump(), 32)));
+      return Error(name,
+                   absl::StrFormat("must be a string (got %s)", QuoteForMessage(it->dump(), 32)));
     }
     std::string text = it->get<std::string>();
     if (absl::Status s = CheckString(text); !s.ok()) return Error(name, std::string(s.message()));
@@ -145,8 +145,8 @@ class FieldReader {
     }
     for (char c : text) {
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        return absl::InvalidArgumentError(absl::StrFormat("is %s, which holds a control character",
-                                                          internal::QuoteForMessage(text, 32)));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("is %s, which holds a control character", QuoteForMessage(text, 32)));
       }
     }
     return absl::OkStatus();
@@ -268,7 +268,7 @@ absl::Status ValidateMachineProfile(const MachineProfile& p) {
     if (backend.empty() || !FieldReader::CheckString(backend).ok()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("machine profile: collectives backend %s is not a short name",
-                          internal::QuoteForMessage(backend, 32)));
+                          QuoteForMessage(backend, 32)));
     }
     for (const auto& [ranks, c] : by_ranks) {
       const std::string path = absl::StrCat("collectives.", backend, ".", ranks);
@@ -296,11 +296,11 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(absl::string_view json,
   const FieldReader r(source);
   if (!j.contains("schema") || !j["schema"].is_string() ||
       j["schema"].get<std::string>() != kMachineProfileSchema) {
-    return r.Error("schema", absl::StrCat("must be \"", kMachineProfileSchema, "\" (got ",
-                                          j.contains("schema")
-                                              ? internal::QuoteForMessage(j["schema"].dump(), 32)
-                                              : "nothing",
-                                          ")"));
+    return r.Error(
+        "schema",
+        absl::StrCat("must be \"", kMachineProfileSchema, "\" (got ",
+                     j.contains("schema") ? QuoteForMessage(j["schema"].dump(), 32) : "nothing",
+                     ")"));
   }
   MachineProfile p;
   ZS_ASSIGN_OR_RETURN(p.machine, r.String(j, "machine"));
@@ -334,7 +334,7 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(absl::string_view json,
   for (const auto& [backend, by_ranks] : colls->items()) {
     const std::string bpath = absl::StrCat("collectives.", backend);
     if (backend.empty() || !FieldReader::CheckString(backend).ok()) {
-      return r.Error(absl::StrCat("collectives.", internal::QuoteForMessage(backend, 32)),
+      return r.Error(absl::StrCat("collectives.", QuoteForMessage(backend, 32)),
                      "must be keyed by a backend name (local, mpi)");
     }
     if (!by_ranks.is_object()) return r.Error(bpath, "must be an object keyed by rank count");

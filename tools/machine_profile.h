@@ -2,14 +2,16 @@
 // (matrix-product rate, element-wise rates, the engine's optimizer rate, and
 // each backend's collectives as latency + bytes / bandwidth), and the
 // calibrated step-time model that predicts an engine run from it
-// (PredictMlpEngineStep in zeroshard/planner.h). docs/estimator.md,
+// (PredictMlpEngineStep in tools/mlp_step_model.h). docs/estimator.md,
 // "Calibrated step time", gives every field and equation.
 //
-// Pure: parsing and formatting only, no measurement (the measuring lives in
-// tools/calibrate, which links the engine and BLAS; this header is part of
-// the planner, which links neither).
-#ifndef ZEROSHARD_MACHINE_PROFILE_H_
-#define ZEROSHARD_MACHINE_PROFILE_H_
+// A command-line helper (zs_tools_machine), not part of the installed API:
+// `zeroshard calibrate` writes a profile and `zeroshard estimate --machine`
+// reads it. Pure: parsing and formatting only, no measurement (the measuring
+// lives in tools/calibrate, which links the engine and BLAS; `zeroshard
+// estimate` links neither).
+#ifndef ZEROSHARD_TOOLS_MACHINE_PROFILE_H_
+#define ZEROSHARD_TOOLS_MACHINE_PROFILE_H_
 
 #include <cstdint>
 #include <map>
@@ -101,4 +103,4 @@ std::string MachineProfileJson(const MachineProfile& profile);
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_MACHINE_PROFILE_H_
+#endif  // ZEROSHARD_TOOLS_MACHINE_PROFILE_H_

@@ -1,12 +1,12 @@
 // Renders a Plan for people and programs: a fixed-width table, JSON (schema
 // in docs/estimator.md) and an SVG stacked-bar chart of the per-GPU bytes.
-#ifndef ZEROSHARD_PLAN_REPORT_H_
-#define ZEROSHARD_PLAN_REPORT_H_
+#ifndef ZEROSHARD_ESTIMATE_REPORT_H_
+#define ZEROSHARD_ESTIMATE_REPORT_H_
 
 #include <string>
 #include <vector>
 
-#include "zeroshard/planner.h"
+#include "zeroshard/estimate/planner.h"
 
 namespace zeroshard {
 
@@ -31,4 +31,4 @@ std::string FormatSvg(const Plan& plan, bool all);
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_PLAN_REPORT_H_
+#endif  // ZEROSHARD_ESTIMATE_REPORT_H_

@@ -1,8 +1,8 @@
 // Where a ModelDescription comes from: a JSON spec, a Hugging Face
 // config.json, a built-in preset, or a bare parameter count. Every error
 // names the source (file or preset) and the field, and says what to do.
-#ifndef ZEROSHARD_MODEL_SOURCE_H_
-#define ZEROSHARD_MODEL_SOURCE_H_
+#ifndef ZEROSHARD_ESTIMATE_MODEL_SOURCE_H_
+#define ZEROSHARD_ESTIMATE_MODEL_SOURCE_H_
 
 #include <cstdint>
 #include <string>
@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "zeroshard/model_description.h"
+#include "zeroshard/estimate/model_description.h"
 
 namespace zeroshard {
 
@@ -75,4 +75,4 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path,
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_MODEL_SOURCE_H_
+#endif  // ZEROSHARD_ESTIMATE_MODEL_SOURCE_H_

@@ -1,9 +1,9 @@
 // The portable CRC-32C and the once-per-process choice of implementation.
-#include "engine/src/checkpoint/crc32c.h"
+#include "kernels/cpu/crc32c.h"
 
-#include "engine/src/checkpoint/internal/crc32c_impl.h"
+#include "kernels/cpu/internal/crc32c_impl.h"
 
-namespace zeroshard::internal {
+namespace zeroshard::kernels {
 namespace {
 
 // Slicing-by-8 (Intel's method, as in LevelDB and zlib): kSlices[k][b] is the
@@ -95,4 +95,4 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
 
 const char* Crc32cImplementation() { return Chosen().name; }
 
-}  // namespace zeroshard::internal
+}  // namespace zeroshard::kernels

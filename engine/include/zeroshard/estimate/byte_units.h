@@ -1,8 +1,8 @@
 // Byte sizes as people write them ("80GiB", "1TiB", "40GB", "512MiB") and as
 // the estimator prints them. GiB = 2^30 bytes; GB = 10^9 bytes (the ZeRO
 // paper's unit).
-#ifndef ZEROSHARD_BYTE_UNITS_H_
-#define ZEROSHARD_BYTE_UNITS_H_
+#ifndef ZEROSHARD_ESTIMATE_BYTE_UNITS_H_
+#define ZEROSHARD_ESTIMATE_BYTE_UNITS_H_
 
 #include <cstdint>
 #include <string>
@@ -41,4 +41,4 @@ std::string FormatNumber(double value);
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_BYTE_UNITS_H_
+#endif  // ZEROSHARD_ESTIMATE_BYTE_UNITS_H_

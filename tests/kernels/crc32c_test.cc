@@ -1,7 +1,7 @@
 // CRC-32C: published check values, and fresh random buffers of random lengths
 // and alignments against bit-at-a-time references, for each implementation
 // (portable, SSE4.2, and the one Crc32c dispatches to).
-#include "engine/src/checkpoint/crc32c.h"
+#include "kernels/cpu/crc32c.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/src/checkpoint/internal/crc32c_impl.h"
+#include "kernels/cpu/internal/crc32c_impl.h"
 #include "tests/test_seed.h"
 
-namespace zeroshard::internal {
+namespace zeroshard::kernels {
 namespace {
 
 using testing::Seed;
@@ -212,4 +212,4 @@ TEST(Crc32cTest, CrcAndExtendAgree) {
 }
 
 }  // namespace
-}  // namespace zeroshard::internal
+}  // namespace zeroshard::kernels

@@ -1,5 +1,7 @@
 // The calibrated step-time model (PredictMlpEngineStep) against values
 // computed by hand from a made-up profile, and the profile parser's errors.
+#include "tools/mlp_step_model.h"
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -10,8 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_seed.h"
-#include "zeroshard/machine_profile.h"
-#include "zeroshard/planner.h"
+#include "tools/machine_profile.h"
 
 namespace zeroshard {
 namespace {

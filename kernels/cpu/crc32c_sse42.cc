@@ -1,5 +1,5 @@
 // CRC-32C with the SSE4.2 crc32 instruction (x86-64). Compiled with -msse4.2
-// (engine/src/checkpoint/CMakeLists.txt) and called only when the CPU has it
+// (kernels/CMakeLists.txt) and called only when the CPU has it
 // (Crc32cHardwareSupported). Everything here but Crc32cHardware has internal
 // linkage, so no function compiled for SSE4.2 can stand in for a portable
 // one at link time.
@@ -7,9 +7,9 @@
 
 #include <cstring>
 
-#include "engine/src/checkpoint/internal/crc32c_impl.h"
+#include "kernels/cpu/internal/crc32c_impl.h"
 
-namespace zeroshard::internal {
+namespace zeroshard::kernels {
 namespace {
 
 // The crc32 instruction takes 3 cycles but a new one can start every cycle,
@@ -92,4 +92,4 @@ uint32_t Crc32cHardware(uint32_t crc, const void* data, size_t n) {
   return ~state;
 }
 
-}  // namespace zeroshard::internal
+}  // namespace zeroshard::kernels

@@ -7,8 +7,8 @@
 // plan equals the engine's ledger by construction. Offload and
 // tensor/pipeline splits are derived from the same list analytically
 // (docs/memory_model.md gives every formula).
-#ifndef ZEROSHARD_PLANNER_H_
-#define ZEROSHARD_PLANNER_H_
+#ifndef ZEROSHARD_ESTIMATE_PLANNER_H_
+#define ZEROSHARD_ESTIMATE_PLANNER_H_
 
 #include <cstdint>
 #include <optional>
@@ -18,8 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "zeroshard/buffer_plan.h"
-#include "zeroshard/machine_profile.h"
-#include "zeroshard/model_description.h"
+#include "zeroshard/estimate/model_description.h"
 #include "zeroshard/model_spec.h"
 #include "zeroshard/train_spec.h"
 
@@ -34,12 +33,6 @@ enum class Recompute {
 };
 const char* RecomputeName(Recompute r);  // "none", "selective", "full"
 absl::StatusOr<Recompute> ParseRecompute(absl::string_view name);
-
-// Training precision as the planner sees it (the engine runs fp32 and bf16
-// today; fp16 has the same sizes as bf16).
-enum class PlanPrecision { kFp32, kBf16, kFp16 };
-const char* PlanPrecisionName(PlanPrecision p);  // "fp32", "bf16", "fp16"
-absl::StatusOr<PlanPrecision> ParsePlanPrecision(absl::string_view name);
 
 // Where the optimizer step and the fp32 states live.
 enum class Offload {
@@ -96,7 +89,9 @@ struct ClusterSpec {
 };
 
 struct PlanOptions {
-  PlanPrecision precision = PlanPrecision::kBf16;
+  // The sizes of kBf16Mixed and kFp16Mixed are the same (2-byte params,
+  // grads and activations); kFp32 also selects peak_tflops_fp32.
+  Precision precision = Precision::kBf16Mixed;
   int64_t seq = 0;  // 0: the model's max positions capped at 4096; 2048 without one
   int64_t micro_batch = 1;
   // Micro-batches per data-parallel rank per step with tp = pp = 1; the
@@ -296,76 +291,6 @@ struct GridPlan {
 absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base, int world,
                                   int64_t per_rank_cap_bytes);
 
-// The calibrated step-time model (docs/estimator.md, "Calibrated step
-// time"): an engine run of the example residual MLP (examples/mlp: `blocks`
-// units of W1 [4h, h], b1 [4h], W2 [h, 4h], b2 [h]; MlpTrainer, one
-// micro-batch per step, fp32, AdamW with clipping, prefetch 1, the data
-// loader on its own thread) on `ranks` ranks of one machine, predicted from
-// a MachineProfile. The planner cannot read a trainer's arithmetic from a
-// ModelSpec, so the workload names the model whose FLOPs are exact.
-struct MlpWorkload {
-  int64_t hidden = 256;
-  int blocks = 5;
-  int64_t micro_batch = 16;  // samples per rank per step
-};
-
-// The longest step PredictMlpEngineStep predicts: about 11.6 days. A
-// figure beyond it comes from a workload far too large for the machine, or
-// from a profile whose rates are wrong; it is refused, never printed.
-inline constexpr double kMaxPredictedStepSeconds = 1e6;
-
-// Seconds per optimizer step, by cause; see PredictMlpEngineStep.
-struct EngineStepPrediction {
-  double gemm = 0;           // the trainer's matrix products: FLOPs / sgemm rate
-  double elementwise = 0;    // GELU, its derivative, and the view copies
-  double compute = 0;        // gemm + elementwise (StepTimes::compute)
-  double optimizer = 0;      // params of the shard x optimizer rate
-  double comm_total = 0;     // every collective, alpha + bytes / beta
-  double exposed_comm = 0;   // the part not hidden behind compute
-  double loader = 0;         // the data loader's work (teacher forward), on its own thread
-  double critical_path = 0;  // compute + optimizer + exposed_comm
-  double cpu_work = 0;       // CPU seconds one rank's threads need per step
-  double contention = 0;     // total - critical_path: waiting for a core
-  double total = 0;          // max(critical_path, ranks x cpu_work / usable_cores)
-  int usable_cores = 0;      // the cores the ranks' threads share (see below)
-  double flops = 0;          // the trainer's matrix-product FLOPs per step
-  int collectives = 0;       // collectives per step (the two small ones included)
-  double comm_bytes = 0;     // nccl-tests bytes of those collectives per step
-};
-
-// Predicts one step of `workload` at ZeRO `stage` (0-3) on `ranks` ranks of
-// `backend` ("local" or "mpi") from `profile`:
-//   compute    = FLOPs / sgemm rate + GELU elements x t_gelu + GELU' x t_gelu'
-//                + view copies / copy rate
-//   optimizer  = shard params (all params at stage 0) x t_param
-//   comm       = sum over the stage's collectives of alpha + bytes / beta
-//                (stage 0: all-reduce per unit; 1: + all-gather per unit;
-//                2: reduce-scatter + all-gather per unit; 3: reduce-scatter
-//                per unit + an all-gather per unit in the forward and again
-//                in the backward), plus a small all-gather (norm) and a
-//                small all-reduce (loss) per step
-//   exposed    = the last reduction + the first gather + the small ones +
-//                max(0, the rest - compute)
-//   total      = max(compute + optimizer + exposed,
-//                    ranks x (compute + loader + optimizer
-//                             + comm x min(1, cores / ranks)) / usable)
-// where `usable` (EngineStepPrediction::usable_cores) is the CPUs the
-// ranks' threads may run on: profile.cores when `cpus_per_rank` is 0 (not
-// bound: every rank's trainer, loader and progress threads share all the
-// cores), else min(profile.cores, ranks x cpus_per_rank) (each rank bound
-// to that many CPUs, as mpirun binds a rank to one core at np <= 2).
-// InvalidArgument for a workload, stage, rank
-// count or cpus_per_rank (below 0 or above 2^20) out of range, or a profile
-// field outside its range (ValidateMachineProfile); NotFound when the
-// profile has no collectives for (backend, ranks), naming the calibrate
-// command that adds them; OutOfRange, naming the figure, when a predicted
-// time would pass kMaxPredictedStepSeconds. Every figure returned is
-// finite and non-negative.
-absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& workload, int stage,
-                                                          int ranks, absl::string_view backend,
-                                                          const MachineProfile& profile,
-                                                          int cpus_per_rank = 0);
-
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_PLANNER_H_
+#endif  // ZEROSHARD_ESTIMATE_PLANNER_H_

@@ -1,8 +1,8 @@
 // ModelDescription: a ModelSpec plus what the planner needs beyond the params
 // themselves (transformer shape for activations and tensor parallelism,
 // which units are layers for pipeline stages).
-#ifndef ZEROSHARD_MODEL_DESCRIPTION_H_
-#define ZEROSHARD_MODEL_DESCRIPTION_H_
+#ifndef ZEROSHARD_ESTIMATE_MODEL_DESCRIPTION_H_
+#define ZEROSHARD_ESTIMATE_MODEL_DESCRIPTION_H_
 
 #include <cstdint>
 #include <optional>
@@ -68,4 +68,4 @@ struct ModelDescription {
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_MODEL_DESCRIPTION_H_
+#endif  // ZEROSHARD_ESTIMATE_MODEL_DESCRIPTION_H_

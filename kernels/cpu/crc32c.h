@@ -5,13 +5,13 @@
 // Two implementations give the same values: SSE4.2's crc32 instruction on
 // x86-64 CPUs that have it, and a portable table-driven one elsewhere. The
 // choice is made once per process from CPUID. Thread-safe; no allocation.
-#ifndef ZEROSHARD_CHECKPOINT_CRC32C_H_
-#define ZEROSHARD_CHECKPOINT_CRC32C_H_
+#ifndef ZEROSHARD_KERNELS_CPU_CRC32C_H_
+#define ZEROSHARD_KERNELS_CPU_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
 
-namespace zeroshard::internal {
+namespace zeroshard::kernels {
 
 // CRC-32C of n bytes at data (data may be null when n is 0).
 uint32_t Crc32c(const void* data, size_t n);
@@ -24,6 +24,6 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 // "sse4.2" or "portable": the implementation chosen once per process.
 const char* Crc32cImplementation();
 
-}  // namespace zeroshard::internal
+}  // namespace zeroshard::kernels
 
-#endif  // ZEROSHARD_CHECKPOINT_CRC32C_H_
+#endif  // ZEROSHARD_KERNELS_CPU_CRC32C_H_

@@ -1,13 +1,13 @@
-// The two CRC-32C implementations behind Crc32c (checkpoint/crc32c.h), each
+// The two CRC-32C implementations behind Crc32c (kernels/cpu/crc32c.h), each
 // callable on its own so that tests and the benchmark can hold them side by
 // side, and the GF(2) arithmetic both derive their tables from.
-#ifndef ZEROSHARD_CHECKPOINT_INTERNAL_CRC32C_IMPL_H_
-#define ZEROSHARD_CHECKPOINT_INTERNAL_CRC32C_IMPL_H_
+#ifndef ZEROSHARD_KERNELS_CPU_INTERNAL_CRC32C_IMPL_H_
+#define ZEROSHARD_KERNELS_CPU_INTERNAL_CRC32C_IMPL_H_
 
 #include <cstddef>
 #include <cstdint>
 
-namespace zeroshard::internal {
+namespace zeroshard::kernels {
 
 // The Castagnoli polynomial, bit-reflected (0x1EDC6F41 written LSB first).
 inline constexpr uint32_t kCrc32cPolynomial = 0x82F63B78u;
@@ -52,6 +52,6 @@ bool Crc32cHardwareSupported();
 // it (not x86-64) it is the portable implementation.
 uint32_t Crc32cHardware(uint32_t crc, const void* data, size_t n);
 
-}  // namespace zeroshard::internal
+}  // namespace zeroshard::kernels
 
-#endif  // ZEROSHARD_CHECKPOINT_INTERNAL_CRC32C_IMPL_H_
+#endif  // ZEROSHARD_KERNELS_CPU_INTERNAL_CRC32C_IMPL_H_

@@ -1,18 +1,22 @@
 // The calibrated step-time model of an engine run of the example MLP
-// (PredictMlpEngineStep, zeroshard/planner.h; docs/estimator.md,
+// (PredictMlpEngineStep, tools/mlp_step_model.h; docs/estimator.md,
 // "Calibrated step time").
+#include "tools/mlp_step_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/layout/flat_layout.h"
-#include "zeroshard/byte_units.h"
-#include "zeroshard/machine_profile.h"
-#include "zeroshard/planner.h"
+#include "tools/machine_profile.h"
+#include "zeroshard/buffer_plan.h"
+#include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/model_spec.h"
 #include "zeroshard/status.h"
+#include "zeroshard/train_spec.h"
 
 namespace zeroshard {
 namespace {
@@ -107,6 +111,47 @@ absl::Status CheckFigures(const EngineStepPrediction& p) {
   return absl::OkStatus();
 }
 
+// The workload's flat buffer as the engine lays it out (alignment and rank
+// padding): every unit has the same segment, split into `ranks` shards.
+struct MlpLayout {
+  int64_t total_numel = 0;        // all units, padded
+  int64_t shard_numel = 0;        // one rank's shard of every unit
+  int64_t unit_padded_numel = 0;  // one unit's segment
+};
+
+// The engine's own plan for the workload's ModelSpec (`blocks` units of
+// W1 [4h, h], b1 [4h], W2 [h, 4h], b2 [h]) at stage 1, fp32: its Adam
+// moments are one rank's shard, and ranks x shard is the padded whole.
+absl::StatusOr<MlpLayout> LayOut(const MlpWorkload& w, int ranks) {
+  ModelSpec spec;
+  spec.units.resize(static_cast<size_t>(w.blocks));
+  const int64_t h = w.hidden;
+  const std::pair<const char*, std::vector<int64_t>> params[] = {
+      {"w1", {4 * h, h}}, {"b1", {4 * h}}, {"w2", {h, 4 * h}}, {"b2", {h}}};
+  for (int b = 0; b < w.blocks; ++b) {
+    UnitSpec& unit = spec.units[static_cast<size_t>(b)];
+    unit.name = absl::StrCat("block.", b);
+    for (const auto& [name, shape] : params) {
+      ParamSpec param;
+      param.name = name;
+      param.shape = shape;
+      unit.params.push_back(std::move(param));
+    }
+  }
+  TrainSpec train;  // fp32, as the calibrated trainer runs
+  train.zero_stage = 1;
+  ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(spec, train, ranks));
+  const PlannedBuffer* moments = plan.Find(kAdamMBuffer);
+  if (moments == nullptr) {
+    return absl::InternalError("the engine's plan has no Adam moment buffer; please report this");
+  }
+  MlpLayout layout;
+  layout.shard_numel = moments->numel;
+  layout.total_numel = moments->numel * ranks;
+  layout.unit_padded_numel = layout.total_numel / w.blocks;
+  return layout;
+}
+
 }  // namespace
 
 absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, int stage,
@@ -133,15 +178,10 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
   }
   ZS_RETURN_IF_ERROR(ValidateMachineProfile(p));
 
-  // Unit sizes as the engine lays them out (alignment and rank padding).
-  const int64_t inner = 4 * w.hidden;
-  ZS_ASSIGN_OR_RETURN(const int64_t used,
-                      internal::FlatLayout::UsedNumel(std::vector<int64_t>{
-                          inner * w.hidden, inner, w.hidden * inner, w.hidden}));
-  ZS_ASSIGN_OR_RETURN(const internal::FlatLayout layout,
-                      internal::FlatLayout::FromUsedNumels(
-                          std::vector<int64_t>(static_cast<size_t>(w.blocks), used), ranks));
-
+  // The params this rank's optimizer updates, as the engine lays them out
+  // (alignment and rank padding): the Adam moments PlanEngineBuffers sizes,
+  // every element at stage 0, the rank's shard at stages 1-3.
+  ZS_ASSIGN_OR_RETURN(const MlpLayout layout, LayOut(w, ranks));
   EngineStepPrediction out;
   const TrainerWork trainer = TrainerMicroBatch(w);
   out.flops = trainer.gemm_flops;
@@ -150,8 +190,7 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
   out.elementwise = out.compute - out.gemm;
   out.loader = Seconds(LoaderMicroBatch(w), p);
   // Stage 0 updates every param on every rank; stages 1-3 their shard.
-  const double updated =
-      static_cast<double>(stage == 0 ? layout.total_numel() : layout.shard_numel());
+  const double updated = static_cast<double>(stage == 0 ? layout.total_numel : layout.shard_numel);
   out.optimizer = updated * p.optimizer_s_per_param;
 
   if (ranks > 1) {
@@ -171,8 +210,8 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
     const int gathers_per_unit = stage == 0 ? 0 : stage == 3 ? 2 : 1;
     double reductions = 0, gathers = 0;
     double first_reduce = 0, first_gather = 0;
-    for (int u = 0; u < layout.num_units(); ++u) {
-      const double bytes = static_cast<double>(layout.unit(u).padded_numel) * 4.0;
+    for (int u = 0; u < w.blocks; ++u) {
+      const double bytes = static_cast<double>(layout.unit_padded_numel) * 4.0;
       const double r = reduce.Seconds(bytes);
       const double g = c.all_gather.Seconds(bytes);
       reductions += r;
@@ -183,7 +222,7 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
     }
     const double small =
         c.all_gather.Seconds(kNormRecordBytesPerRank * ranks) + c.all_reduce.Seconds(kLossBytes);
-    out.collectives = layout.num_units() * (1 + gathers_per_unit) + 2;
+    out.collectives = w.blocks * (1 + gathers_per_unit) + 2;
     out.comm_bytes += kNormRecordBytesPerRank * ranks + kLossBytes;
     out.comm_total = reductions + gathers + small;
     // Reductions run behind the backward of the units after them and the
