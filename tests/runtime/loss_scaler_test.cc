@@ -1,12 +1,21 @@
 // LossScaler on its own: its transitions against a sequence worked by hand.
 #include "engine/src/runtime/loss_scaler.h"
 
+#include <ostream>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
 
 namespace zeroshard::internal {
+
+// How gtest prints a state in a failure: {scale, hysteresis left, clean
+// steps, skips at min scale}.
+void PrintTo(const LossScaler::State& s, std::ostream* os) {
+  *os << "{" << s.scale << ", " << s.hysteresis_left << ", " << s.clean_steps << ", "
+      << s.skips_at_min_scale << "}";
+}
+
 namespace {
 
 LossScaleSpec SmallSpec() {
@@ -50,10 +59,7 @@ TEST(LossScalerTest, FollowsTheHandWorkedSequence) {
   for (const Row& row : rows) {
     ++step;
     ASSERT_TRUE(scaler.Update(row.overflow, step).ok()) << "step " << step;
-    const LossScaler::State& s = scaler.state();
-    EXPECT_EQ(s, row.after) << "after step " << step << ": scale " << s.scale << ", hysteresis "
-                            << s.hysteresis_left << ", clean " << s.clean_steps << ", skips "
-                            << s.skips_at_min_scale;
+    EXPECT_EQ(scaler.state(), row.after) << "after step " << step;
   }
   // 14: the second skip in a row at the minimum scale is an error.
   const absl::Status failed = scaler.Update(true, 14);
