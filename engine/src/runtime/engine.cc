@@ -81,8 +81,9 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
       buffers_(layout_, plan_, rank_, param_dtype_, grad_dtype_),
       log_(train.check_collective_sequence),
       loss_scaler_(train.precision, train.loss_scale),
-      optimizer_(train, BuildDecayRuns(layout_, model_,
-                                       [this](int u) { return buffers_.OwnedRange(u); })) {
+      optimizer_(train,
+                 BuildDecayRuns(layout_, model_, [this](int u) { return buffers_.OwnedRange(u); })),
+      norm_(layout_, rank_, grad_dtype_, device.host_accessible(), buffers_, *this) {
   const int units = layout_.num_units();
   param_hashes_.resize(units);
   for (int u = 0; u < units; ++u) param_hashes_[u].assign(model_.units[u].params.size(), 0);
@@ -92,7 +93,8 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
                                               services);
   reducer_ = std::make_unique<GradReducer>(model_, layout_, plan_, rank_, grad_dtype_,
                                            train_.grad_accum_steps, buffers_, services);
-  reducer_->set_final_grad_hook([this](int u) { return OnGradFinal(u); });
+  // A unit's norm block sums are queued as soon as its gradient is final.
+  reducer_->set_final_grad_hook([this](int u) { return norm_.OnGradFinal(u); });
 }
 
 EngineImpl::~EngineImpl() {
@@ -112,9 +114,6 @@ absl::Status EngineImpl::Allocate() {
   ZS_RETURN_IF_ERROR(buffers_.Allocate(device_));
   ZS_ASSIGN_OR_RETURN(compute_, device_.CreateStream());
   ZS_ASSIGN_OR_RETURN(ops_, CreateDeviceOps(device_, *compute_));
-  if (!device_.host_accessible()) {
-    host_norm_blocks_.resize(static_cast<size_t>(buffers_.norm_blocks.bytes()) / sizeof(double));
-  }
   return absl::OkStatus();
 }
 
@@ -206,31 +205,7 @@ absl::Status EngineImpl::SyncCompute() {
 }
 
 void EngineImpl::SetModelParallel(const ModelParallelOptions& parallel) {
-  model_parallel_ = parallel.group;
-  norm_ranges_.assign(layout_.num_units(), {});
-  if (parallel.count_replicated) return;
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitSegment& seg = layout_.unit(u);
-    const UnitSpec& spec = model_.units[u];
-    bool any_replicated = false;
-    for (const ParamSpec& p : spec.params) any_replicated |= p.tp_split_dim < 0;
-    if (!any_replicated) continue;
-    // Runs of params alike (counted or replicated), each param taken with
-    // the alignment gap after it (zero padding, so its squares are moot):
-    // the runs then start at param offsets, multiples of 64, so no norm
-    // block holds two runs of one kind and the blocks buffer suffices.
-    std::vector<NormRange>& runs = norm_ranges_[u];
-    for (size_t p = 0; p < seg.params.size(); ++p) {
-      const bool counted = spec.params[p].tp_split_dim >= 0;
-      const int64_t begin = p == 0 ? 0 : seg.params[p].offset;
-      const int64_t end = p + 1 < seg.params.size() ? seg.params[p + 1].offset : seg.padded_numel;
-      if (!runs.empty() && runs.back().counted == counted) {
-        runs.back().range.end = end;
-      } else {
-        runs.push_back({{begin, end}, counted});
-      }
-    }
-  }
+  norm_.SetModelParallel(model_, parallel);
 }
 
 absl::Status EngineImpl::CheckUnit(int unit, const char* call) const {

@@ -5,6 +5,7 @@
 //   ShardBuffers      the plan's buffers and where each unit's elements live
 //   GradReducer       staging slots, the queue of gradient reductions, the
 //                     final-gradient hook (the norm's block sums)
+//   GradNorm          this rank's exact sum of squares, model-parallel runs
 //   ParamGatherer     Gather/Release, the updated params' all-gathers, the
 //                     stage-3 gather pool and prefetch
 //   ShardOptimizer    the update of the owned range (Adam, decay runs)
@@ -12,7 +13,7 @@
 //   CollectiveLog     the collective count, sequence hash and wait sites
 //   CheckpointWriter  snapshot, writer thread, commit, `latest`, retention
 // EngineImpl itself keeps the public calls' checks, the start-up agreement
-// (engine_start.cc), the global norm and Step's phases (engine_step.cc),
+// (engine_start.cc), Step's phases and the norm's exchange (engine_step.cc),
 // Load (engine_checkpoint.cc), the compute stream and the record exchanges.
 #ifndef ZEROSHARD_RUNTIME_ENGINE_IMPL_H_
 #define ZEROSHARD_RUNTIME_ENGINE_IMPL_H_
@@ -28,6 +29,7 @@
 #include "engine/src/plan/buffer_plan.h"
 #include "engine/src/runtime/checkpoint_writer.h"
 #include "engine/src/runtime/collective_log.h"
+#include "engine/src/runtime/grad_norm.h"
 #include "engine/src/runtime/grad_reducer.h"
 #include "engine/src/runtime/loss_scaler.h"
 #include "engine/src/runtime/param_gatherer.h"
@@ -35,7 +37,6 @@
 #include "engine/src/runtime/shard_buffers.h"
 #include "engine/src/runtime/shard_optimizer.h"
 #include "engine/src/runtime/step_timeline.h"
-#include "kernels/cpu/norm.h"
 #include "zeroshard/engine.h"
 
 namespace zeroshard::internal {
@@ -123,23 +124,10 @@ class EngineImpl final : public Engine, private RuntimeServices {
   void* ParamsAt(int unit, int64_t seg_index) const { return buffers_.ParamsAt(unit, seg_index); }
   ElementRange OwnedRange(int unit) const { return buffers_.OwnedRange(unit); }
 
-  // The gradient norm (engine_step.cc).
-  // True when a unit's norm block sums are computed as soon as its gradient
-  // is final (GradReducer's final-gradient hook: into the unit's own part of
-  // norm_blocks, summed in Step); false with model parallelism, whose norm
-  // cuts shards into runs.
-  bool EarlyNorm() const { return norm_ranges_.empty(); }
-  // The final-gradient hook: enqueues the block sums of squares of this
-  // rank's shard of unit `u` into the unit's blocks of norm_blocks.
-  absl::Status OnGradFinal(int u);
-  // Exact sum of squares of the reduced gradient over all ranks, fused with
-  // the collective-sequence check (one all-gather per step); with model
-  // parallelism also over the model-parallel group (one all-reduce more).
+  // Exact sum of squares of the reduced gradient over all ranks (GradNorm),
+  // fused with the collective-sequence check (one all-gather per step);
+  // with model parallelism also over the model-parallel group.
   absl::StatusOr<double> GlobalSumSquaresAndCheckSequence();
-  // Adds the squares of this rank's shard of unit `u` to `sum`, block by
-  // block; of its runs that do not count (norm_ranges_) only the number of
-  // non-finite values.
-  absl::Status AddShardSquares(int u, kernels::ExactSum& sum);
   // The phases of Step(), in order (engine_step.cc).
   absl::Status CheckStepPreconditions() const;
   // Global norm (with the sequence check), clipping and the fused update on
@@ -177,12 +165,12 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // buffers: destroyed first, so queued work never outlives them).
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<DeviceOps> ops_;
-  std::vector<double> host_norm_blocks_;  // when norm_blocks is not host memory
-  DeviceBuffer record_exchange_;          // see RecordExchange
+  DeviceBuffer record_exchange_;  // see RecordExchange
 
   CollectiveLog log_;
   LossScaler loss_scaler_;
   ShardOptimizer optimizer_;
+  GradNorm norm_;
   // Declared after the buffers and the stream: destroyed first, each waiting
   // for its collectives in flight (peers may still read our buffers) and the
   // writer for its thread.
@@ -198,18 +186,6 @@ class EngineImpl final : public Engine, private RuntimeServices {
   absl::Duration step_comm_busy_begin_;  // comm_.busy_time() when the step began
   int64_t step_ = 0;                     // Step() calls completed (restored by Load)
   int64_t steps_since_start_ = 0;        // Step() calls since Start (stage 3 records the first)
-  int units_final_ = 0;                  // units whose gradient is final this step
-
-  // Model parallelism: the group the norm and the skip decision are agreed
-  // over (null: none), and per unit its segment cut into runs that count in
-  // this rank's norm and runs that do not (replicated params, when
-  // count_replicated is false; empty for a unit without any: all counts).
-  struct NormRange {
-    ElementRange range;  // segment coordinates
-    bool counted = true;
-  };
-  Communicator* model_parallel_ = nullptr;
-  std::vector<std::vector<NormRange>> norm_ranges_;
 
   // Timing: every public call that can run during training opens a
   // StepTimeline::Call on timeline_ first.

@@ -10,120 +10,12 @@
 
 namespace zeroshard::internal {
 
-// The planner sizes norm_blocks with the layout's block size; the kernels sum
-// blocks of their own. They must be the same number.
-static_assert(static_cast<int64_t>(kernels::kNormBlock) == kNormBlockElements,
-              "kernels::kNormBlock must equal the layout's kNormBlockElements");
-
-absl::Status EngineImpl::OnGradFinal(int u) {
-  ++units_final_;
-  if (!EarlyNorm()) return absl::OkStatus();
-  // Each unit's shard is a whole number of norm blocks and its blocks have
-  // their own place in norm_blocks (which holds the whole shard's), so the
-  // units' sums can be enqueued at any time and in any order; the exact
-  // accumulator makes their sum independent of that order.
-  const UnitSegment& seg = layout_.unit(u);
-  const ElementRange shard = layout_.ShardRange(u, rank_);
-  return ops_->BlockSumSquares(
-      buffers_.GradsAt(u, shard.begin), seg.shard_numel, grad_dtype_,
-      buffers_.norm_blocks.as<double>() + seg.shard_offset / kNormBlockElements);
-}
-
-absl::Status EngineImpl::AddShardSquares(int u, kernels::ExactSum& sum) {
-  const ElementRange shard = layout_.ShardRange(u, rank_);
-  // The pieces of the shard: all of it, or (model parallelism, a unit with
-  // replicated params this rank does not count) its intersection with each
-  // run, cut where the segment's norm blocks begin, so that every block sum
-  // covers part of one fixed block and the norm does not depend on dp.
-  std::vector<ElementRange> counted;
-  std::vector<ElementRange> ignored;
-  if (norm_ranges_.empty() || norm_ranges_[u].empty()) {
-    counted.push_back(shard);
-  } else {
-    for (const NormRange& run : norm_ranges_[u]) {
-      const int64_t begin = std::max(run.range.begin, shard.begin);
-      const int64_t end = std::min(run.range.end, shard.end);
-      if (begin >= end) continue;
-      std::vector<ElementRange>& pieces = run.counted ? counted : ignored;
-      const int64_t aligned =
-          std::min(end, (begin + kNormBlockElements - 1) / kNormBlockElements * kNormBlockElements);
-      if (aligned > begin) pieces.push_back({begin, aligned});
-      if (end > aligned) pieces.push_back({aligned, end});
-    }
-  }
-  double* blocks = buffers_.norm_blocks.as<double>();
-  const int64_t capacity = buffers_.norm_blocks.bytes() / static_cast<int64_t>(sizeof(double));
-  const bool on_host = device_.host_accessible();
-  // Block sums of `pieces` into `target`, flushed (copied to the host and
-  // added exactly) whenever the blocks buffer is full and at the end.
-  auto add_pieces = [&](const std::vector<ElementRange>& pieces,
-                        kernels::ExactSum& target) -> absl::Status {
-    int64_t used = 0;
-    auto flush = [&]() -> absl::Status {
-      const double* host_blocks = blocks;
-      if (!on_host) {
-        ZS_RETURN_IF_ERROR(device_.CopyAsync(host_norm_blocks_.data(), blocks,
-                                             used * static_cast<int64_t>(sizeof(double)),
-                                             *compute_));
-        host_blocks = host_norm_blocks_.data();
-      }
-      ZS_RETURN_IF_ERROR(SyncCompute());
-      target.AddBlocks(host_blocks, static_cast<size_t>(used));
-      used = 0;
-      return absl::OkStatus();
-    };
-    for (const ElementRange& piece : pieces) {
-      const int64_t n = piece.size();
-      const int64_t num_blocks = (n + kNormBlockElements - 1) / kNormBlockElements;
-      if (used > 0 && used + num_blocks > capacity) ZS_RETURN_IF_ERROR(flush());
-      ZS_RETURN_IF_ERROR(
-          ops_->BlockSumSquares(buffers_.GradsAt(u, piece.begin), n, grad_dtype_, blocks + used));
-      used += num_blocks;
-    }
-    // Also with no blocks: the single-piece path always synced here.
-    return flush();
-  };
-  ZS_RETURN_IF_ERROR(add_pieces(counted, sum));
-  if (!ignored.empty()) {
-    // A replicated param's gradient that is not finite here must skip the
-    // step as surely as one in a counted param: its count joins the sum's.
-    kernels::ExactSum replicated;
-    ZS_RETURN_IF_ERROR(add_pieces(ignored, replicated));
-    sum.limbs()[kernels::ExactSum::kValueLimbs] += replicated.non_finite();
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
-  // Every rank sums squares over its shard of every unit, whatever the stage,
-  // so each element is counted once. Blocks and the exact accumulator make
-  // the result independent of the shard boundaries (kernels/cpu/norm.h).
-  // The block sums are computed on the device, one unit at a time (the
-  // blocks buffer holds the largest shard's), and added exactly on the host.
-  kernels::ExactSum sum;
-  if (EarlyNorm()) {
-    // Every unit's block sums were enqueued as its gradient became final
-    // (GradReducer's hook, exactly once per unit and step); one wait and one
-    // exact sum over every block.
-    if (units_final_ != layout_.num_units()) {
-      return Poison(absl::InternalError(
-          absl::StrFormat("Step %d: %d of %d units' gradients were final before the norm",
-                          step_ + 1, units_final_, layout_.num_units())));
-    }
-    const int64_t blocks = layout_.shard_numel() / kNormBlockElements;
-    const double* host_blocks = buffers_.norm_blocks.as<double>();
-    if (!device_.host_accessible()) {
-      ZS_RETURN_IF_ERROR(device_.CopyAsync(host_norm_blocks_.data(), host_blocks,
-                                           blocks * static_cast<int64_t>(sizeof(double)),
-                                           *compute_));
-      host_blocks = host_norm_blocks_.data();
-    }
-    ZS_RETURN_IF_ERROR(SyncCompute());
-    sum.AddBlocks(host_blocks, static_cast<size_t>(blocks));
-  } else {
-    for (int u = 0; u < layout_.num_units(); ++u) ZS_RETURN_IF_ERROR(AddShardSquares(u, sum));
-  }
-  sum.Normalize();
+  // This rank's exact sum of squares (grad_norm.h); every rank's, as
+  // integers, make the norm independent of how it is sharded.
+  absl::StatusOr<kernels::ExactSum> local = norm_.LocalSum();
+  if (!local.ok()) return Poison(local.status());
+  const kernels::ExactSum& sum = *local;
   // One all-gather carries both the accumulator limbs and this step's
   // collective-sequence record, so the divergence check costs no extra
   // round trip.
@@ -160,16 +52,7 @@ absl::StatusOr<double> EngineImpl::GlobalSumSquaresAndCheckSequence() {
   for (int r = 0; r < world_; ++r) {
     for (int k = 0; k < kLimbs; ++k) total.limbs()[k] += all[r * kRecord + k];
   }
-  if (model_parallel_ != nullptr) {
-    // The other tp/pp shards' sums, as integers again, so the norm is exact
-    // and the same on every rank of the group; the non-finite count travels
-    // in the last limb, so every shard also skips the same steps. Normalized
-    // first: each limb then stays below world x 2^32, far from overflow.
-    total.Normalize();
-    CommHandle handle =
-        model_parallel_->AllReduce(total.limbs(), total.limbs(), kLimbs, DType::kInt64);
-    ZS_RETURN_IF_ERROR(WaitComm(handle, WaitSite::kModelParallel));
-  }
+  ZS_RETURN_IF_ERROR(norm_.AddModelParallel(total));
   return total.Value();
 }
 
@@ -196,7 +79,7 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
   gatherer_->IssueUpdatedParamGathers();
   ZS_RETURN_IF_ERROR(gatherer_->EndStep(step_ + 1, steps_since_start_ == 0));
   reducer_->BeginNextStep();
-  units_final_ = 0;
+  norm_.BeginNextStep();
   ++step_;
   ++steps_since_start_;
   RecordStepTimes();
