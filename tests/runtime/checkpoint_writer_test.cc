@@ -48,6 +48,7 @@ TEST(CheckpointWriterTest, CommitsEveryRanksShardLatestAndRetention) {
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
     internal::ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
     ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
+    StreamDrain drain(*services);
     internal::CheckpointWriter writer(layout, rank, /*mixed=*/false, buffers, *services);
     for (int64_t step = 1; step <= 3; ++step) {
       for (int u = 0; u < layout.num_units(); ++u) {

@@ -12,7 +12,6 @@
 #include <limits>
 #include <numeric>
 #include <random>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -63,6 +62,7 @@ absl::Status RunCase(int world, bool replicated_out, bool nan_in_replicated, int
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
     ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
     ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
+    StreamDrain drain(*services);
     GradNorm norm(layout, rank, DType::kFloat32, /*host_accessible=*/true, buffers, *services);
     if (replicated_out) {
       ModelParallelOptions options;
@@ -99,11 +99,7 @@ absl::Status RunCase(int world, bool replicated_out, bool nan_in_replicated, int
     for (int u : order) {
       if (u != skip_unit) ZS_RETURN_IF_ERROR(norm.OnGradFinal(u));
     }
-    absl::StatusOr<kernels::ExactSum> local_sum = norm.LocalSum();
-    // The stream may still run block sums the failed call queued: finish
-    // them before the buffers go.
-    ZS_RETURN_IF_ERROR(services->SyncCompute());
-    ZS_ASSIGN_OR_RETURN(kernels::ExactSum sum, std::move(local_sum));
+    ZS_ASSIGN_OR_RETURN(kernels::ExactSum sum, norm.LocalSum());
     ZS_RETURN_IF_ERROR(norm.AddModelParallel(sum));
     if (nan_in_replicated) {
       if (sum.non_finite() == 0 || std::isfinite(sum.Value())) {

@@ -62,6 +62,7 @@ absl::Status RunCase(const Case& c, int world) {
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
     ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
     ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
+    StreamDrain drain(*services);
     GradReducer reducer(model, layout, plan, rank, DType::kFloat32, c.accum, buffers, *services);
     std::vector<int> fired;
     reducer.set_final_grad_hook([&](int unit) {

@@ -56,6 +56,7 @@ absl::Status RunStage(int stage, int world) {
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
     ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
     ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
+    StreamDrain drain(*services);
     ParamGatherer g(model, layout, plan, rank, DType::kFloat32, buffers, *services);
     const int units = layout.num_units();
     // Every rank writes only its own shard of each unit (the optimizer's

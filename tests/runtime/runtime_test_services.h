@@ -67,6 +67,19 @@ class TestServices final : public internal::RuntimeServices {
   internal::StepTimeline timeline_;
 };
 
+// Declared after the buffers a test allocates (and before the owners that
+// wait for their collectives): on every return, an error's included, the
+// work queued on the stream finishes before the buffers are freed, as the
+// engine's declaration order ensures for its own.
+class StreamDrain {
+ public:
+  explicit StreamDrain(TestServices& services) : services_(services) {}
+  ~StreamDrain() { services_.SyncCompute().IgnoreError(); }
+
+ private:
+  TestServices& services_;
+};
+
 // A model of `units` units, each of 1-3 params of random sizes (some not a
 // multiple of the alignment, so that units have padding), every other
 // param no_decay. The same on every rank for the same `rng` state.

@@ -84,6 +84,7 @@ TEST(ShardOptimizerTest, UpdateMatchesTheDoubleReference) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   internal::ShardBuffers buffers(*layout, *plan, 0, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(buffers.Allocate((*services)->device()).ok());
+  StreamDrain drain(**services);
   internal::ShardOptimizer optimizer(train, internal::BuildDecayRuns(*layout, model, [&](int u) {
                                        return buffers.OwnedRange(u);
                                      }));
