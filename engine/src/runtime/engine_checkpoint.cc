@@ -1,12 +1,8 @@
 // Engine::Save, WaitForCheckpoint and Load (docs/checkpoint.md).
 //
-// Save copies this rank's shard of every unit (fp32 master, Adam m and v, in
-// segment coordinates) into a host snapshot and hands it to a writer thread,
-// which streams it into `<dir>/step_N.partial/rank_R.bin`. The checkpoint
-// becomes complete at the next Save or WaitForCheckpoint: one all-gather
-// tells every rank whether every write succeeded (with the files' sizes and
-// checksums), rank 0 writes the manifest, renames the step into place and
-// moves `latest`, and a broadcast tells every rank how that went.
+// Save checks the call and fills the manifest from the engine's state; the
+// CheckpointWriter (checkpoint_writer.h) takes the snapshot, writes it on
+// its thread and commits it at the next Save or WaitForCheckpoint.
 //
 // Load reads, on every rank, only the elements the rank owns in the new
 // layout from the old files (whatever the old world size and stage), into
@@ -31,58 +27,11 @@
 #include "engine/src/common/bounded_read.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "engine/src/runtime/fingerprint.h"
+#include "engine/src/runtime/status_words.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
 namespace {
-
-// A rank's status as it travels in an all-gather: ok flag, then a message
-// truncated to kMessageWords int64 words.
-constexpr int kMessageWords = 48;
-
-void PackMessage(const std::string& text, int64_t* words) {
-  char bytes[kMessageWords * 8] = {};
-  std::memcpy(bytes, text.data(), std::min(text.size(), sizeof(bytes) - 1));
-  std::memcpy(words, bytes, sizeof(bytes));
-}
-
-std::string UnpackMessage(const int64_t* words) {
-  char bytes[kMessageWords * 8 + 1] = {};
-  std::memcpy(bytes, words, kMessageWords * 8);
-  return std::string(bytes);
-}
-
-// A status as it travels in a collective: ok flag, code, then its message
-// truncated to kMessageWords int64 words.
-constexpr int kStatusWords = 2 + kMessageWords;
-
-void PackStatus(const absl::Status& status, int64_t* words) {
-  words[0] = status.ok() ? 1 : 0;
-  words[1] = static_cast<int64_t>(status.code());
-  PackMessage(std::string(status.message()), words + 2);
-}
-
-absl::Status UnpackStatus(const int64_t* words, const std::string& prefix) {
-  if (words[0] == 1) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(words[1]),
-                      absl::StrCat(prefix, UnpackMessage(words + 2)));
-}
-
-// A status's message without a leading "<call>: " (a rank's own check
-// already named the call), so that the shared message names it once.
-std::string WithoutPrefix(const absl::Status& status, const char* call) {
-  absl::string_view message = status.message();
-  absl::ConsumePrefix(&message, absl::StrCat(call, ": "));
-  return std::string(message);
-}
-
-// A number no other save or check of any run picks, for the directory check.
-uint64_t FreshNonce() {
-  std::random_device device;
-  const uint64_t clock =
-      static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
-  return ((static_cast<uint64_t>(device()) << 32) ^ device() ^ (clock * 0x9e3779b97f4a7c15ull)) | 1;
-}
 
 // What differs between the checkpoint's model and the engine's, or "".
 std::string DescribeModelDifference(const ModelSpec& saved, const ModelSpec& mine) {
@@ -119,112 +68,18 @@ std::string DescribeModelDifference(const ModelSpec& saved, const ModelSpec& min
 absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
   ZS_RETURN_IF_ERROR(CheckStarted(call));
   for (int u = 0; u < layout_.num_units(); ++u) {
-    if (open_grad_slot_[u] != kNoGradView || reduced_count_[u] != 0) {
+    if (reducer_->view_open(u) || reducer_->reduced_count(u) != 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s in the middle of a step (unit '%s' has gradients of this step); call it after "
           "Step()",
           call, model_.units[u].name));
     }
   }
-  if (held_unit_ >= 0) {
+  if (const int held = gatherer_->held_unit(); held >= 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s while unit '%s' is gathered; Release it first", call, model_.units[held_unit_].name));
+        "%s while unit '%s' is gathered; Release it first", call, model_.units[held].name));
   }
   return absl::OkStatus();
-}
-
-absl::Status EngineImpl::CheckSharedDirectory(const std::string& root, const std::string& check_dir,
-                                              bool fresh, const absl::Status& local,
-                                              const char* call) {
-  // 1. Rank 0 makes the directory and leaves a probe holding a fresh number.
-  const uint64_t nonce = FreshNonce();
-  const std::string probe = JoinPath(check_dir, kDirectoryProbeName);
-  std::vector<int64_t> prepared(1 + kStatusWords, 0);
-  if (rank_ == 0) {
-    // Nothing is made for a call this rank already found wrong.
-    absl::Status made = local.ok() ? MakeDirectories(root) : local;
-    if (made.ok() && fresh) made = RemoveTree(check_dir);  // a crashed save's files
-    if (made.ok()) made = MakeDirectories(check_dir);
-    // No fsync: the probe only has to be visible to the other ranks.
-    if (made.ok()) made = WriteFilePlainly(probe, absl::StrFormat("%016x\n", nonce));
-    if (!local.ok()) {
-      made = absl::Status(local.code(), absl::StrCat("rank 0: ", WithoutPrefix(local, call)));
-    } else if (!made.ok()) {
-      made = absl::Status(made.code(), absl::StrCat("rank 0 could not prepare the checkpoint "
-                                                    "directory: ",
-                                                    made.message()));
-    }
-    prepared[0] = static_cast<int64_t>(nonce);
-    PackStatus(made, &prepared[1]);
-    // On success the message words carry rank 0's path, for every rank's
-    // report.
-    if (made.ok()) PackMessage(check_dir, &prepared[3]);
-  }
-  NoteCollective(CollectiveKind::kCheckpoint, -4, 1 + kStatusWords);
-  ZS_RETURN_IF_ERROR(HostBroadcast(prepared.data(), 1 + kStatusWords, 0));
-  if (prepared[1] != 1) {
-    return UnpackStatus(&prepared[1], absl::StrCat(call, ": "));
-  }
-  const std::string expected = absl::StrFormat("%016x\n", static_cast<uint64_t>(prepared[0]));
-  const std::string rank0_dir = UnpackMessage(&prepared[3]);
-
-  // 2. Every rank finds that probe through its own path, and can write there.
-  absl::Status mine = local;
-  bool sees_another = false;  // travels with the status: every rank classifies alike
-  if (mine.ok()) {
-    absl::StatusOr<std::string> seen = ReadRegularFile(probe, 64, "the directory check's probe");
-    if (!seen.ok() || *seen != expected) {
-      sees_another = true;
-      mine = absl::FailedPreconditionError(absl::StrFormat(
-          "rank %d saves into %s, where %s", rank_, check_dir,
-          !seen.ok() ? std::string("rank 0's probe file is not") : "another run's probe is"));
-    }
-  }
-  if (mine.ok()) {
-    // A file of this rank's own, created and (not committed) removed again.
-    absl::StatusOr<AtomicFile> file =
-        AtomicFile::Create(absl::StrFormat("%s.rank_%d", probe, rank_));
-    if (!file.ok()) {
-      mine = absl::Status(file.status().code(),
-                          absl::StrFormat("rank %d cannot write into %s: %s", rank_, check_dir,
-                                          file.status().message()));
-    }
-  }
-  constexpr int kWords = kStatusWords + 1;
-  std::vector<int64_t> mine_words(kWords, 0);
-  PackStatus(mine, mine_words.data());
-  mine_words[kStatusWords] = sees_another ? 1 : 0;
-  std::vector<int64_t> all(static_cast<size_t>(kWords) * world_);
-  NoteCollective(CollectiveKind::kCheckpoint, -5, kWords);
-  ZS_RETURN_IF_ERROR(HostAllGather(mine_words.data(), all.data(), kWords));
-  if (rank_ == 0 && !fresh) RemoveTree(probe).IgnoreError();
-
-  // 3. Every rank reports the same verdict.
-  std::vector<int> elsewhere;
-  std::vector<std::string> where;
-  absl::Status first = absl::OkStatus();
-  for (int r = 0; r < world_; ++r) {
-    const int64_t* rec = &all[static_cast<size_t>(r) * kWords];
-    if (rec[0] == 1) continue;
-    const absl::Status status = UnpackStatus(rec, "");
-    if (rec[kStatusWords] == 1) {
-      elsewhere.push_back(r);
-      if (where.size() < 3) where.push_back(std::string(status.message()));
-    } else if (first.ok()) {
-      first = absl::Status(
-          status.code(), absl::StrFormat("%s: rank %d: %s", call, r, WithoutPrefix(status, call)));
-    }
-  }
-  if (!elsewhere.empty()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: rank%s %s %s not see the checkpoint directory rank 0 prepared at %s (%s%s): every "
-        "rank must save into the same directory, which for ranks on several machines means one "
-        "on a shared file system",
-        call, elsewhere.size() > 1 ? "s" : "", absl::StrJoin(elsewhere, ", "),
-        elsewhere.size() > 1 ? "do" : "does", rank0_dir, absl::StrJoin(where, "; "),
-        elsewhere.size() > where.size() ? "; ..." : ""));
-  }
-  return first;
 }
 
 absl::Status EngineImpl::PrepareCheckpointDirectory(const std::string& dir) {
@@ -235,7 +90,8 @@ absl::Status EngineImpl::PrepareCheckpointDirectory(const std::string& dir) {
   if (local.ok() && dir.empty()) {
     local = absl::InvalidArgumentError("the checkpoint directory is empty");
   }
-  return CheckSharedDirectory(dir, dir, /*fresh=*/false, local, "PrepareCheckpointDirectory");
+  return checkpoint_->CheckSharedDirectory(dir, dir, /*fresh=*/false, local,
+                                           "PrepareCheckpointDirectory");
 }
 
 absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer_state,
@@ -267,21 +123,17 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
   // The previous checkpoint becomes complete (or reports its failure) first.
   ZS_RETURN_IF_ERROR(WaitForCheckpoint());
 
-  auto pending = std::make_unique<PendingCheckpoint>();
-  pending->root = dir;
-  pending->options = options;
-  pending->final_dir = JoinPath(dir, StepDirName(step_));
-  pending->partial_dir = pending->final_dir + ".partial";
-  Manifest& m = pending->manifest;
+  Manifest m;
   m.step = step_;
-  m.applied_steps = applied_steps_;
+  m.applied_steps = optimizer_.applied_steps();
   m.skipped_steps = stats_.skipped_steps;
   m.world_size = world_;
   m.train = train_;
-  m.loss_scale = loss_scale_;
-  m.hysteresis_left = hysteresis_left_;
-  m.clean_steps = clean_steps_;
-  m.skips_at_min_scale = skips_at_min_scale_;
+  const LossScaler::State& scale = loss_scaler_.state();
+  m.loss_scale = scale.scale;
+  m.hysteresis_left = scale.hysteresis_left;
+  m.clean_steps = scale.clean_steps;
+  m.skips_at_min_scale = scale.skips_at_min_scale;
   // The manifest records what its JSON holds: no tensor-parallel split.
   m.model = model_;
   for (UnitSpec& unit : m.model.units) {
@@ -293,69 +145,7 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
     m.shard_numel.push_back(layout_.unit(u).shard_numel);
   }
   m.trainer_state = state;
-  if (local.ok()) {
-    // The largest manifest this save can produce (every file record at its
-    // widest) must be one a reader accepts. Only the trainer state changes
-    // from save to save, so the rest is measured once.
-    if (widest_manifest_bytes_ < 0) {
-      Manifest widest = m;
-      widest.trainer_state = "{}";
-      FileRecord wide;
-      wide.name = RankFileName(world_ - 1);
-      wide.bytes = FileBytes(m.shard_numel, kChunkElements);
-      wide.crc32c = wide.index_crc32c = UINT32_MAX;
-      wide.unit_crc32c.assign(m.shard_numel.size(), UINT32_MAX);
-      widest.files.assign(static_cast<size_t>(world_), wide);
-      widest_manifest_bytes_ = static_cast<int64_t>(ManifestToJson(widest).size());
-    }
-    const int64_t bytes = widest_manifest_bytes_ + state_bytes;
-    if (bytes > kMaxManifestBytes) {
-      local = absl::InvalidArgumentError(absl::StrFormat(
-          "Save: the manifest would be %d bytes, more than the %d a reader accepts (%d ranks x "
-          "%d units); group small layers into fewer units",
-          bytes, kMaxManifestBytes, world_, layout_.num_units()));
-    }
-  }
-  // Every rank sees the directory rank 0 prepared and can write there, or
-  // every rank fails here, before anything is written.
-  ZS_RETURN_IF_ERROR(
-      CheckSharedDirectory(dir, pending->partial_dir, /*fresh=*/true, local, "Save"));
-
-  // The snapshot: this rank's shard of each unit, master then m then v, in
-  // the file's order. With fp32 the params are the master weights.
-  std::vector<float>& snapshot = checkpoint_snapshot_;
-  snapshot.resize(static_cast<size_t>(layout_.shard_numel()) * kTensorsPerUnit);
-  float* out = snapshot.data();
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const ElementRange shard = layout_.ShardRange(u, rank_);
-    const size_t n = static_cast<size_t>(shard.size());
-    const float* master = mixed_ ? OptimizerAt(master_, u, shard.begin)
-                                 : static_cast<const float*>(ParamsAt(u, shard.begin));
-    const float* const tensors[kTensorsPerUnit] = {master, OptimizerAt(adam_m_, u, shard.begin),
-                                                   OptimizerAt(adam_v_, u, shard.begin)};
-    for (const float* tensor : tensors) {
-      ZS_RETURN_IF_ERROR(CopyOnCompute(out, tensor, static_cast<int64_t>(n * sizeof(float))));
-      out += n;
-    }
-  }
-  ZS_RETURN_IF_ERROR(SyncCompute());
-  PendingCheckpoint* p = pending.get();
-  const std::string file = JoinPath(p->partial_dir, RankFileName(rank_));
-  const int rank = rank_;
-  const int world = world_;
-  // The writer thread reads the snapshot; it and the rest of `pending` stay
-  // unchanged until WaitForCheckpoint joins it.
-  const std::vector<float>* data = &snapshot;
-  p->writer = std::thread([p, file, rank, world, data] {
-    absl::StatusOr<FileRecord> rec =
-        WriteRankFile(file, rank, world, p->manifest.shard_numel, *data);
-    if (rec.ok()) {
-      p->record = *rec;
-    } else {
-      p->write_status = rec.status();
-    }
-  });
-  pending_checkpoint_ = std::move(pending);
+  ZS_RETURN_IF_ERROR(checkpoint_->Begin(dir, options, std::move(m), local, state_bytes));
   if (!options.background) return WaitForCheckpoint();
   return absl::OkStatus();
 }
@@ -363,57 +153,7 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
 absl::Status EngineImpl::WaitForCheckpoint() {
   // From Save too: the nested call counts once.
   StepTimeline::Call call(timeline_);
-  if (pending_checkpoint_ == nullptr) return absl::OkStatus();
-  std::unique_ptr<PendingCheckpoint> p = std::move(pending_checkpoint_);
-  if (p->writer.joinable()) p->writer.join();
-  if (!p->options.keep_snapshot) std::vector<float>().swap(checkpoint_snapshot_);
-  ZS_RETURN_IF_ERROR(poisoned_);
-
-  // 1. Every rank's write: its status, then the file's size and checksums.
-  const int units = layout_.num_units();
-  const int64_t words = kStatusWords + 3 + units;
-  std::vector<int64_t> mine(static_cast<size_t>(words), 0);
-  PackStatus(p->write_status, mine.data());
-  int64_t* record = &mine[kStatusWords];
-  record[0] = p->record.bytes;
-  record[1] = p->record.crc32c;
-  record[2] = p->record.index_crc32c;
-  for (int u = 0; u < units && p->write_status.ok(); ++u) record[3 + u] = p->record.unit_crc32c[u];
-  std::vector<int64_t> all(static_cast<size_t>(words) * world_);
-  NoteCollective(CollectiveKind::kCheckpoint, -1, words);
-  ZS_RETURN_IF_ERROR(HostAllGather(mine.data(), all.data(), words));
-  for (int r = 0; r < world_; ++r) {
-    // The first failed rank's error, with its code, on every rank.
-    ZS_RETURN_IF_ERROR(UnpackStatus(
-        &all[static_cast<size_t>(r) * words],
-        absl::StrFormat("checkpoint %s was not completed (`latest` is unchanged): rank %d: ",
-                        p->final_dir, r)));
-  }
-
-  // 2. Rank 0 commits: verifies every rank's file, manifest, rename, latest,
-  // pruning.
-  absl::Status committed = absl::OkStatus();
-  if (rank_ == 0) {
-    for (int r = 0; r < world_; ++r) {
-      const int64_t* rec = &all[static_cast<size_t>(r) * words + kStatusWords];
-      FileRecord f;
-      f.name = RankFileName(r);
-      f.bytes = rec[0];
-      f.crc32c = static_cast<uint32_t>(rec[1]);
-      f.index_crc32c = static_cast<uint32_t>(rec[2]);
-      for (int u = 0; u < units; ++u) f.unit_crc32c.push_back(static_cast<uint32_t>(rec[3 + u]));
-      p->manifest.files.push_back(std::move(f));
-    }
-    committed = CommitCheckpointDirectory(p->root, p->partial_dir, p->final_dir, p->manifest,
-                                          p->options.keep_last);
-  }
-  // 3. Everyone learns how rank 0's commit went.
-  std::vector<int64_t> verdict(kStatusWords, 0);
-  PackStatus(committed, verdict.data());
-  NoteCollective(CollectiveKind::kCheckpoint, -2, kStatusWords);
-  ZS_RETURN_IF_ERROR(HostBroadcast(verdict.data(), kStatusWords, 0));
-  return UnpackStatus(verdict.data(),
-                      absl::StrFormat("checkpoint %s: rank 0's commit failed: ", p->final_dir));
+  return checkpoint_->Commit(poisoned_);
 }
 
 absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
@@ -503,7 +243,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   mine[2] = static_cast<int64_t>(read.code());
   PackMessage(read.ok() ? std::string() : std::string(read.message()), &mine[3]);
   std::vector<int64_t> all(static_cast<size_t>(words) * world_);
-  NoteCollective(CollectiveKind::kCheckpoint, -3, words);
+  log_.Note(CollectiveKind::kCheckpoint, -3, words);
   ZS_RETURN_IF_ERROR(HostAllGather(mine.data(), all.data(), words));
   if (!read.ok()) return read;
   for (int r = 0; r < world_; ++r) {
@@ -531,31 +271,28 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     const int64_t n = range.size();
     const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
-    if (mixed_)
-      ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(master_, u, range.begin), master, bytes));
+    if (mixed_) ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(u, range.begin), master, bytes));
     ZS_RETURN_IF_ERROR(
         StoreConverted(master, n, param_dtype_, ParamsAt(u, range.begin), staging[u]));
-    ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(adam_m_, u, range.begin),
+    ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.AdamMAt(u, range.begin),
                                      fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(),
                                      bytes));
-    ZS_RETURN_IF_ERROR(CopyOnCompute(OptimizerAt(adam_v_, u, range.begin),
+    ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.AdamVAt(u, range.begin),
                                      fresh[static_cast<size_t>(u) * kTensorsPerUnit + 2].data(),
                                      bytes));
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
   // Resident units of a sharded optimizer hold every rank's part of the
   // params: bring them together, as after a step.
-  IssueParamGathers();
-  ZS_RETURN_IF_ERROR(WaitParamGathers(WaitSite::kSave));
+  gatherer_->IssueUpdatedParamGathers();
+  ZS_RETURN_IF_ERROR(gatherer_->WaitUpdatedParamGathers(WaitSite::kSave));
   step_ = manifest.step;
-  applied_steps_ = manifest.applied_steps;
+  optimizer_.set_applied_steps(manifest.applied_steps);
   stats_.skipped_steps = manifest.skipped_steps;
   if (train_.precision == Precision::kFp16Mixed &&
       manifest.train.precision == Precision::kFp16Mixed) {
-    loss_scale_ = manifest.loss_scale;
-    hysteresis_left_ = manifest.hysteresis_left;
-    clean_steps_ = manifest.clean_steps;
-    skips_at_min_scale_ = manifest.skips_at_min_scale;
+    loss_scaler_.Restore({manifest.loss_scale, manifest.hysteresis_left, manifest.clean_steps,
+                          manifest.skips_at_min_scale});
   }
   // Start() compares initial weights by these: every rank loaded the same
   // checkpoint (checked above), so they agree.

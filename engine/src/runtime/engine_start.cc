@@ -76,7 +76,7 @@ absl::StatusOr<std::vector<int64_t>> EngineImpl::ExchangeStartRecord(
     const std::vector<int64_t>& mine, int phase) {
   const int64_t count = static_cast<int64_t>(mine.size());
   std::vector<int64_t> all(static_cast<size_t>(count) * world_);
-  NoteCollective(CollectiveKind::kFingerprint, phase, count);
+  log_.Note(CollectiveKind::kFingerprint, phase, count);
   ZS_RETURN_IF_ERROR(HostAllGather(mine.data(), all.data(), count));
   return all;
 }

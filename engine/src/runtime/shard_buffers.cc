@@ -1,0 +1,95 @@
+#include "engine/src/runtime/shard_buffers.h"
+
+#include "absl/strings/str_format.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard::internal {
+
+ShardBuffers::ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int rank,
+                           DType param_dtype, DType grad_dtype)
+    : layout_(layout),
+      plan_(plan),
+      rank_(rank),
+      param_dtype_(param_dtype),
+      grad_dtype_(grad_dtype) {
+  // Where each unit's params live in the params buffer: its full segment,
+  // or (stage 3) this rank's shard of it.
+  int64_t offset = 0;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    param_offset_.push_back(offset);
+    offset += plan_.unit_resident[u] ? layout_.unit(u).padded_numel : layout_.unit(u).shard_numel;
+  }
+}
+
+absl::Status ShardBuffers::Allocate(Device& device) {
+  for (const PlannedBuffer& b : plan_.buffers) {
+    ZS_ASSIGN_OR_RETURN(DeviceBuffer buffer, device.Allocate(b.bytes(), b.category, b.name));
+    if (b.name == kParamsBuffer) {
+      params = std::move(buffer);
+    } else if (b.name == kGradsBuffer) {
+      grads = std::move(buffer);
+    } else if (b.name == kMasterBuffer) {
+      master = std::move(buffer);
+    } else if (b.name == kAdamMBuffer) {
+      adam_m = std::move(buffer);
+    } else if (b.name == kAdamVBuffer) {
+      adam_v = std::move(buffer);
+    } else if (b.name == kGradStagingBuffer) {
+      staging = std::move(buffer);
+    } else if (b.name == kNormBlocksBuffer) {
+      norm_blocks = std::move(buffer);
+    } else if (b.name == kParamGatherBuffer) {
+      gather_pool = std::move(buffer);
+    } else {
+      return absl::InternalError(absl::StrFormat(
+          "engine: the plan lists buffer '%s' that the engine does not use", b.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ElementRange ShardBuffers::OwnedRange(int unit) const {
+  if (!plan_.stage.optimizer_sharded) return {0, layout_.unit(unit).padded_numel};
+  return layout_.ShardRange(unit, rank_);
+}
+
+ElementRange ShardBuffers::ParamsHeld(int unit) const {
+  if (plan_.unit_resident[unit]) return {0, layout_.unit(unit).padded_numel};
+  return layout_.ShardRange(unit, rank_);
+}
+
+void* ShardBuffers::ParamsAt(int unit, int64_t seg_index) const {
+  // A sharded unit's params hold only this rank's shard.
+  const int64_t element = plan_.unit_resident[unit] ? param_offset_[unit] + seg_index
+                                                    : param_offset_[unit] + seg_index -
+                                                          layout_.ShardRange(unit, rank_).begin;
+  return params.as<char>() + element * static_cast<int64_t>(DTypeSize(param_dtype_));
+}
+
+void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {
+  const UnitSegment& seg = layout_.unit(unit);
+  const int64_t element = plan_.stage.grads_sharded
+                              ? seg.shard_offset + (seg_index - rank_ * seg.shard_numel)
+                              : seg.offset + seg_index;
+  return grads.as<char>() + element * static_cast<int64_t>(DTypeSize(grad_dtype_));
+}
+
+float* ShardBuffers::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
+  const UnitSegment& seg = layout_.unit(unit);
+  const int64_t element = !plan_.stage.optimizer_sharded
+                              ? seg.offset + seg_index
+                              : seg.shard_offset + (seg_index - rank_ * seg.shard_numel);
+  return buf.as<float>() + element;
+}
+
+void* ShardBuffers::StagingSlotData(int slot) const {
+  return staging.as<char>() +
+         slot * layout_.max_unit_numel() * static_cast<int64_t>(DTypeSize(grad_dtype_));
+}
+
+void* ShardBuffers::GatherSlotData(int slot) const {
+  return gather_pool.as<char>() +
+         slot * plan_.gather_slot_numel * static_cast<int64_t>(DTypeSize(param_dtype_));
+}
+
+}  // namespace zeroshard::internal

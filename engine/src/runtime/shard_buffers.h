@@ -1,0 +1,73 @@
+// ShardBuffers: the engine's device buffers, exactly those BufferPlan lists,
+// and where each unit's elements live in them.
+//
+//   params   param dtype: each unit's full segment (stages 0-2, stage 3's
+//            persistent units) or this rank's shard of it (stage 3)
+//   grads    stages 0-1: full flat buffer; stage 2: this rank's shard
+//   master   mixed precision only: stage 0 full, stages 1-2 shard (fp32)
+//   adam_m/v stage 0 full, stages 1-2 shard (fp32)
+//   grad_staging  slots of max-unit size for micro-batch gradients
+//   norm_blocks   the block sums of squares of the gradient norm
+//   param_gather  stage 3: slots units are all-gathered into
+//
+// "Segment coordinates" index a unit's padded segment; the optimizer of a
+// rank covers its "owned range" of each unit: the whole segment in stage 0,
+// its shard in stages 1-2. The addressing functions take segment
+// coordinates and return element pointers (byte arithmetic on the typed
+// buffers); they do no bounds checks.
+#ifndef ZEROSHARD_RUNTIME_SHARD_BUFFERS_H_
+#define ZEROSHARD_RUNTIME_SHARD_BUFFERS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/src/layout/flat_layout.h"
+#include "engine/src/plan/buffer_plan.h"
+#include "zeroshard/device.h"
+
+namespace zeroshard::internal {
+
+class ShardBuffers {
+ public:
+  // `layout` and `plan` must outlive this object.
+  ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int rank, DType param_dtype,
+               DType grad_dtype);
+
+  // Allocates exactly the plan's buffers on `device`, nothing else.
+  // InternalError for a buffer the engine does not use.
+  absl::Status Allocate(Device& device);
+
+  // The part of unit `unit` this rank's optimizer updates (see above).
+  ElementRange OwnedRange(int unit) const;
+  // The params this rank holds of `unit`: its segment, or its shard (stage 3).
+  ElementRange ParamsHeld(int unit) const;
+
+  void* ParamsAt(int unit, int64_t seg_index) const;
+  // seg_index in the part of the gradient this rank holds.
+  void* GradsAt(int unit, int64_t seg_index) const;
+  // seg_index in the owned range.
+  float* MasterAt(int unit, int64_t seg_index) const {
+    return OptimizerAt(master, unit, seg_index);
+  }
+  float* AdamMAt(int unit, int64_t seg_index) const { return OptimizerAt(adam_m, unit, seg_index); }
+  float* AdamVAt(int unit, int64_t seg_index) const { return OptimizerAt(adam_v, unit, seg_index); }
+  void* StagingSlotData(int slot) const;
+  void* GatherSlotData(int slot) const;
+
+  DeviceBuffer params, grads, master, adam_m, adam_v, staging, norm_blocks, gather_pool;
+
+ private:
+  float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
+
+  const FlatLayout& layout_;
+  const BufferPlan& plan_;
+  int rank_;
+  DType param_dtype_;
+  DType grad_dtype_;
+  std::vector<int64_t> param_offset_;  // per unit: first element in params
+};
+
+}  // namespace zeroshard::internal
+
+#endif  // ZEROSHARD_RUNTIME_SHARD_BUFFERS_H_
