@@ -74,8 +74,12 @@ absl::StatusOr<int> ParseChoiceFlag(absl::string_view flag, absl::string_view te
   for (size_t i = 0; i < choices.size(); ++i) {
     if (text == choices[i]) return static_cast<int>(i);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(flag, ": '", text, "' is not one of ", absl::StrJoin(choices, ", ")));
+  // "a or b", "a, b or c": as the tools have always said it.
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    absl::StrAppend(&list, i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ", choices[i]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": '", text, "' is not ", list));
 }
 
 std::string FlagSet::Dashed(absl::string_view name) { return absl::StrCat("--", name); }

@@ -38,6 +38,11 @@ namespace cli {
 // Largest bound a flag may give: "no upper bound" in the messages.
 inline constexpr int64_t kNoUpperBound = std::numeric_limits<int64_t>::max();
 
+// The upper bound of count flags (steps, ranks, a model's sizes) where the
+// program has no tighter one: far above any sensible run, low enough that a
+// product of two stays far inside int64_t.
+inline constexpr int64_t kMaxCount = int64_t{1} << 30;
+
 // `text` as a decimal integer in [lo, hi]. InvalidArgument otherwise:
 // "<flag>: '<text>' is not an integer in [lo, hi]<note>" (with hi ==
 // kNoUpperBound: "... is not an integer >= lo<note>"). `flag` is the name as
@@ -66,7 +71,7 @@ absl::StatusOr<double> ParseNumberFlag(absl::string_view flag, absl::string_view
                                        double hi, bool lo_open = false);
 
 // The index of `text` in `choices`. InvalidArgument otherwise:
-// "<flag>: '<text>' is not one of a, b, c".
+// "<flag>: '<text>' is not a, b or c".
 absl::StatusOr<int> ParseChoiceFlag(absl::string_view flag, absl::string_view text,
                                     const std::vector<std::string>& choices);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/flags.h"
 #include "tools/machine_estimate.h"
 #include "zeroshard/byte_units.h"
 #include "zeroshard/model_source.h"
@@ -110,15 +111,6 @@ constexpr int64_t kMaxGpusPerNode = 1024;  // also --tp and --pp
 constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 constexpr int64_t kMaxPrefetchDepth = 64;
 
-absl::StatusOr<int64_t> PositiveInt(const std::string& flag, const std::string& text) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(text, &v) || v < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not a positive integer", flag, text));
-  }
-  return v;
-}
-
 absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::string>& flags) {
   std::vector<std::string> given;
   for (const char* f : {"--preset", "--hf-config", "--spec", "--params"}) {
@@ -163,27 +155,28 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   ClusterSpec& c = r.cluster;
   PlanOptions& o = r.options;
   if (auto* v = get("--gpus")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--gpus", *v, 1, kMaxGpus, " (2^20 GPUs at most)"));
+    ZS_ASSIGN_OR_RETURN(int64_t n,
+                        cli::ParseIntFlag("--gpus", *v, 1, kMaxGpus, " (2^20 GPUs at most)"));
     c.gpus = static_cast<int>(n);
   }
   if (auto* v = get("--gpus-per-node")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--gpus-per-node", *v, 1, kMaxGpusPerNode));
+    ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag("--gpus-per-node", *v, 1, kMaxGpusPerNode));
     c.gpus_per_node = static_cast<int>(n);
   } else if (c.gpus < c.gpus_per_node) {
     c.gpus_per_node = c.gpus;
   }
   if (auto* v = get("--gpu-mem")) {
-    ZS_ASSIGN_OR_RETURN(c.gpu_mem_bytes, ParseByteSize(*v, "--gpu-mem"));
+    ZS_ASSIGN_OR_RETURN(c.gpu_mem_bytes, cli::ParseSizeFlag("--gpu-mem", *v));
   }
   if (auto* v = get("--host-mem")) {
-    ZS_ASSIGN_OR_RETURN(c.host_mem_bytes, ParseByteSize(*v, "--host-mem"));
+    ZS_ASSIGN_OR_RETURN(c.host_mem_bytes, cli::ParseSizeFlag("--host-mem", *v));
   }
   // The planner takes a zero reserve and workspace (a CPU-only estimate).
   if (auto* v = get("--reserve")) {
-    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, ParseByteSize(*v, "--reserve", /*min_bytes=*/0));
+    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, cli::ParseSizeFlag("--reserve", *v, /*min_bytes=*/0));
   }
   if (auto* v = get("--workspace")) {
-    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, ParseByteSize(*v, "--workspace", /*min_bytes=*/0));
+    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, cli::ParseSizeFlag("--workspace", *v, /*min_bytes=*/0));
   }
   struct NumberOption {
     const char* flag;
@@ -214,17 +207,18 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
     ZS_ASSIGN_OR_RETURN(o.precision, ParsePlanPrecision(*v));
   }
   if (auto* v = get("--seq")) {
-    ZS_ASSIGN_OR_RETURN(o.seq, PositiveInt("--seq", *v));
+    ZS_ASSIGN_OR_RETURN(o.seq, cli::ParseIntFlag("--seq", *v, 1, cli::kNoUpperBound));
   }
   if (auto* v = get("--micro-batch")) {
-    ZS_ASSIGN_OR_RETURN(o.micro_batch, PositiveInt("--micro-batch", *v));
+    ZS_ASSIGN_OR_RETURN(o.micro_batch,
+                        cli::ParseIntFlag("--micro-batch", *v, 1, cli::kNoUpperBound));
   }
   if (auto* v = get("--grad-accum")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--grad-accum", *v, 1, kMaxGradAccum));
+    ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag("--grad-accum", *v, 1, kMaxGradAccum));
     o.grad_accum_steps = static_cast<int>(n);
   }
   if (auto* v = get("--prefetch-depth")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--prefetch-depth", *v, 1, kMaxPrefetchDepth));
+    ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag("--prefetch-depth", *v, 1, kMaxPrefetchDepth));
     o.prefetch_depth = static_cast<int>(n);
   }
   if (auto* v = get("--recompute")) {
@@ -247,7 +241,7 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   }
   for (const char* f : {"--tp", "--pp"}) {
     if (auto* v = get(f)) {
-      ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag(f, *v, 1, kMaxGpusPerNode));
+      ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag(f, *v, 1, kMaxGpusPerNode));
       (f[2] == 't' ? o.tp : o.pp) = static_cast<int>(n);
     }
   }
@@ -258,16 +252,6 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
 }
 
 }  // namespace
-
-absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& text, int64_t lo,
-                                int64_t hi, absl::string_view note) {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(text, &n) || n < lo || n > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]%s", flag, text, lo, hi, note));
-  }
-  return n;
-}
 
 absl::StatusOr<double> NumberFlag(const std::string& flag, const std::string& text,
                                   NumberRange range, absl::string_view unit) {

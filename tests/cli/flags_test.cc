@@ -148,7 +148,10 @@ TEST(ParseNumberAndChoiceTest, RangesAndWords) {
   EXPECT_FALSE(ParseNumberFlag("--lr", "inf", 0, kNoUpperBound).ok());
   EXPECT_EQ(ParseChoiceFlag("--backend", "mpi", {"local", "mpi"}).value_or(-1), 1);
   EXPECT_EQ(ParseChoiceFlag("--backend", "tcp", {"local", "mpi"}).status().message(),
-            "--backend: 'tcp' is not one of local, mpi");
+            "--backend: 'tcp' is not local or mpi");
+  EXPECT_EQ(ParseChoiceFlag("--precision", "fp8", {"fp32", "bf16", "fp16"}).status().message(),
+            "--precision: 'fp8' is not fp32, bf16 or fp16");
+  EXPECT_EQ(ParseChoiceFlag("--mode", "x", {"only"}).status().message(), "--mode: 'x' is not only");
 }
 
 struct Parsed {
@@ -218,7 +221,7 @@ TEST(FlagSetTest, ErrorsNameTheArgument) {
       {{"--stpes", "3"}, "unknown flag --stpes"},
       {{"steps"}, "unexpected argument 'steps'"},
       {{"--resume=yes"}, "--resume: 'yes' given to a switch, which takes no value"},
-      {{"--backend", "tcp"}, "--backend: 'tcp' is not one of local, mpi"},
+      {{"--backend", "tcp"}, "--backend: 'tcp' is not local or mpi"},
       {{"--dir="}, "--dir: the value is empty"},
   };
   for (const auto& [words, message] : cases) {
