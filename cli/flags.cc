@@ -1,6 +1,7 @@
 #include "cli/flags.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -80,6 +81,39 @@ absl::StatusOr<int> ParseChoiceFlag(absl::string_view flag, absl::string_view te
     absl::StrAppend(&list, i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ", choices[i]);
   }
   return absl::InvalidArgumentError(absl::StrCat(flag, ": '", text, "' is not ", list));
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(
+    const std::vector<std::string>& args, const std::set<std::string>& value_flags,
+    const std::set<std::string>& switch_flags, absl::string_view help_command) {
+  std::map<std::string, std::string> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::optional<std::string> value;
+    const size_t eq = name.find('=');
+    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (switch_flags.count(name) != 0) {
+      if (value.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
+      }
+      value = "1";
+    } else if (value_flags.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown argument '", args[i], "'; see `", help_command, "`"));
+    } else if (!value.has_value()) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    if (!flags.emplace(name, *value).second) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " is given twice"));
+    }
+  }
+  return flags;
 }
 
 std::string FlagSet::Dashed(absl::string_view name) { return absl::StrCat("--", name); }

@@ -75,6 +75,17 @@ absl::StatusOr<double> ParseNumberFlag(absl::string_view flag, absl::string_view
 absl::StatusOr<int> ParseChoiceFlag(absl::string_view flag, absl::string_view text,
                                     const std::vector<std::string>& choices);
 
+// The flags of a command that reads them by name after the walk (the
+// `zeroshard` subcommands, where which flags are given together matters):
+// each of `value_flags` takes a value (--name value or --name=value), each of
+// `switch_flags` none (stored as "1"); names include their dashes ("--gpus",
+// "-h"). A flag may be given once. InvalidArgument: "unknown argument 'x'; see
+// `<help_command>`", "--x needs a value", "--x takes no value", "--x is given
+// twice".
+absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(
+    const std::vector<std::string>& args, const std::set<std::string>& value_flags,
+    const std::set<std::string>& switch_flags, absl::string_view help_command);
+
 // The flags one program takes, each with its rule and where its value goes.
 // Register them, then Parse(argc, argv): values are written in argument
 // order (a flag given twice keeps the last value). Names are given without

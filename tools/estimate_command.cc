@@ -3,11 +3,9 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <set>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -68,41 +66,6 @@ const std::set<std::string>& SwitchFlags() {
   static const std::set<std::string>* flags =
       new std::set<std::string>{"--json", "--all", "--help", "-h", "--no-sequence-parallel"};
   return *flags;
-}
-
-absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
-    const std::vector<std::string>& args) {
-  std::map<std::string, std::string> flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i];
-    std::optional<std::string> value;
-    const size_t eq = name.find('=');
-    if (absl::StartsWith(name, "--") && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (SwitchFlags().count(name)) {
-      if (value.has_value())
-        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
-      flags[name] = "1";
-      continue;
-    }
-    if (!ValueFlags().count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown argument '%s'; see `zeroshard estimate --help`", args[i]));
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-      }
-      value = args[++i];
-    }
-    if (flags.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " is given twice"));
-    }
-    flags[name] = *value;
-  }
-  return flags;
 }
 
 // The CLI's own limits (docs/estimator.md, "Limits and overflow").
@@ -325,7 +288,7 @@ Exit codes: 0 a configuration fits, 1 none fits, 2 bad input.
 }
 
 int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  auto flags = ParseFlags(args);
+  auto flags = cli::ParseFlagMap(args, ValueFlags(), SwitchFlags(), "zeroshard estimate --help");
   if (!flags.ok()) {
     err << "zeroshard estimate: " << flags.status().message() << "\n";
     return kExitBadInput;

@@ -5,7 +5,9 @@
 #include "cli/flags.h"
 
 #include <cstdint>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -241,6 +243,28 @@ TEST(FlagSetTest, AFlagRegisteredTwiceIsAProgrammingError) {
   Argv args({});
   bool help = false;
   EXPECT_EQ(flags.Parse(args.argc(), args.argv(), &help).code(), absl::StatusCode::kInternal);
+}
+
+TEST(ParseFlagMapTest, ValuesSwitchesAndEachErrorOnce) {
+  const std::set<std::string> values = {"--gpus", "--out"};
+  const std::set<std::string> switches = {"--json", "-h"};
+  const absl::StatusOr<std::map<std::string, std::string>> flags =
+      ParseFlagMap({"--gpus", "8", "--out=x.json", "--json"}, values, switches, "tool --help");
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(*flags, (std::map<std::string, std::string>{
+                        {"--gpus", "8"}, {"--out", "x.json"}, {"--json", "1"}}));
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--gpus", "8", "--gpus=4"}, "--gpus is given twice"},
+      {{"--gpus"}, "--gpus needs a value"},
+      {{"--json=yes"}, "--json takes no value"},
+      {{"--bogus", "1"}, "unknown argument '--bogus'; see `tool --help`"},
+      {{"8"}, "unknown argument '8'; see `tool --help`"},
+  };
+  for (const auto& [args, message] : cases) {
+    const absl::Status s = ParseFlagMap(args, values, switches, "tool --help").status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::StrJoin(args, " ");
+    EXPECT_EQ(s.message(), message) << absl::StrJoin(args, " ");
+  }
 }
 
 }  // namespace

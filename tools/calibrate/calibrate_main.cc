@@ -80,20 +80,17 @@ without MPI).
 absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* help) {
   Options o;
   bool what_given = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i], value;
-    if (name == "--help" || name == "-h") {
-      *help = true;
-      return o;
-    }
-    const size_t eq = name.find('=');
-    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(name + " needs a value");
-      value = args[++i];
-    }
+  ZS_ASSIGN_OR_RETURN(
+      const auto flags,
+      cli::ParseFlagMap(args,
+                        {"--out", "--backend", "--ranks", "--sizes", "--threads", "--what",
+                         "--hidden", "--blocks", "--micro-batch", "--min-seconds"},
+                        {"--help", "-h"}, "zeroshard calibrate --help"));
+  if (flags.count("--help") != 0 || flags.count("-h") != 0) {
+    *help = true;
+    return o;
+  }
+  for (const auto& [name, value] : flags) {
     if (name == "--out") {
       o.out = value;
     } else if (name == "--backend") {
@@ -130,9 +127,6 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* he
     } else if (name == "--min-seconds") {
       ZS_ASSIGN_OR_RETURN(o.shapes.min_seconds,
                           cli::ParseNumberFlag(name, value, 0, 60, /*lo_open=*/true));
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown argument '%s'; see `zeroshard calibrate --help`", args[i]));
     }
   }
   if (o.mpi && !what_given) o.measure_compute = false;
