@@ -3,15 +3,14 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <set>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/flags.h"
 #include "tools/machine_estimate.h"
 #include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/estimate/model_source.h"
@@ -69,55 +68,11 @@ const std::set<std::string>& SwitchFlags() {
   return *flags;
 }
 
-absl::StatusOr<std::map<std::string, std::string>> ParseFlags(
-    const std::vector<std::string>& args) {
-  std::map<std::string, std::string> flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i];
-    std::optional<std::string> value;
-    const size_t eq = name.find('=');
-    if (absl::StartsWith(name, "--") && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (SwitchFlags().count(name)) {
-      if (value.has_value())
-        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
-      flags[name] = "1";
-      continue;
-    }
-    if (!ValueFlags().count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown argument '%s'; see `zeroshard estimate --help`", args[i]));
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-      }
-      value = args[++i];
-    }
-    if (flags.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " is given twice"));
-    }
-    flags[name] = *value;
-  }
-  return flags;
-}
-
 // The CLI's own limits (docs/estimator.md, "Limits and overflow").
 constexpr int64_t kMaxGpus = int64_t{1} << 20;
 constexpr int64_t kMaxGpusPerNode = 1024;  // also --tp and --pp
 constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 constexpr int64_t kMaxPrefetchDepth = 64;
-
-absl::StatusOr<int64_t> PositiveInt(const std::string& flag, const std::string& text) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(text, &v) || v < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not a positive integer", flag, text));
-  }
-  return v;
-}
 
 absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::string>& flags) {
   std::vector<std::string> given;
@@ -163,27 +118,28 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   ClusterSpec& c = r.cluster;
   PlanOptions& o = r.options;
   if (auto* v = get("--gpus")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--gpus", *v, 1, kMaxGpus, " (2^20 GPUs at most)"));
+    ZS_ASSIGN_OR_RETURN(int64_t n,
+                        cli::ParseIntFlag("--gpus", *v, 1, kMaxGpus, " (2^20 GPUs at most)"));
     c.gpus = static_cast<int>(n);
   }
   if (auto* v = get("--gpus-per-node")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--gpus-per-node", *v, 1, kMaxGpusPerNode));
+    ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag("--gpus-per-node", *v, 1, kMaxGpusPerNode));
     c.gpus_per_node = static_cast<int>(n);
   } else if (c.gpus < c.gpus_per_node) {
     c.gpus_per_node = c.gpus;
   }
   if (auto* v = get("--gpu-mem")) {
-    ZS_ASSIGN_OR_RETURN(c.gpu_mem_bytes, ParseByteSize(*v, "--gpu-mem"));
+    ZS_ASSIGN_OR_RETURN(c.gpu_mem_bytes, cli::ParseSizeFlag("--gpu-mem", *v));
   }
   if (auto* v = get("--host-mem")) {
-    ZS_ASSIGN_OR_RETURN(c.host_mem_bytes, ParseByteSize(*v, "--host-mem"));
+    ZS_ASSIGN_OR_RETURN(c.host_mem_bytes, cli::ParseSizeFlag("--host-mem", *v));
   }
   // The planner takes a zero reserve and workspace (a CPU-only estimate).
   if (auto* v = get("--reserve")) {
-    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, ParseByteSize(*v, "--reserve", /*min_bytes=*/0));
+    ZS_ASSIGN_OR_RETURN(c.reserve_bytes, cli::ParseSizeFlag("--reserve", *v, /*min_bytes=*/0));
   }
   if (auto* v = get("--workspace")) {
-    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, ParseByteSize(*v, "--workspace", /*min_bytes=*/0));
+    ZS_ASSIGN_OR_RETURN(c.workspace_bytes, cli::ParseSizeFlag("--workspace", *v, /*min_bytes=*/0));
   }
   struct NumberOption {
     const char* flag;
@@ -219,17 +175,18 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
     o.precision = *precision;
   }
   if (auto* v = get("--seq")) {
-    ZS_ASSIGN_OR_RETURN(o.seq, PositiveInt("--seq", *v));
+    ZS_ASSIGN_OR_RETURN(o.seq, cli::ParseIntFlag("--seq", *v, 1, cli::kNoUpperBound));
   }
   if (auto* v = get("--micro-batch")) {
-    ZS_ASSIGN_OR_RETURN(o.micro_batch, PositiveInt("--micro-batch", *v));
+    ZS_ASSIGN_OR_RETURN(o.micro_batch,
+                        cli::ParseIntFlag("--micro-batch", *v, 1, cli::kNoUpperBound));
   }
   if (auto* v = get("--grad-accum")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--grad-accum", *v, 1, kMaxGradAccum));
+    ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag("--grad-accum", *v, 1, kMaxGradAccum));
     o.grad_accum_steps = static_cast<int>(n);
   }
   if (auto* v = get("--prefetch-depth")) {
-    ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag("--prefetch-depth", *v, 1, kMaxPrefetchDepth));
+    ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag("--prefetch-depth", *v, 1, kMaxPrefetchDepth));
     o.prefetch_depth = static_cast<int>(n);
   }
   if (auto* v = get("--recompute")) {
@@ -252,7 +209,7 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   }
   for (const char* f : {"--tp", "--pp"}) {
     if (auto* v = get(f)) {
-      ZS_ASSIGN_OR_RETURN(int64_t n, IntFlag(f, *v, 1, kMaxGpusPerNode));
+      ZS_ASSIGN_OR_RETURN(int64_t n, cli::ParseIntFlag(f, *v, 1, kMaxGpusPerNode));
       (f[2] == 't' ? o.tp : o.pp) = static_cast<int>(n);
     }
   }
@@ -263,16 +220,6 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
 }
 
 }  // namespace
-
-absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& text, int64_t lo,
-                                int64_t hi, absl::string_view note) {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(text, &n) || n < lo || n > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]%s", flag, text, lo, hi, note));
-  }
-  return n;
-}
 
 absl::StatusOr<double> NumberFlag(const std::string& flag, const std::string& text,
                                   NumberRange range, absl::string_view unit) {
@@ -346,7 +293,7 @@ Exit codes: 0 a configuration fits, 1 none fits, 2 bad input.
 }
 
 int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  auto flags = ParseFlags(args);
+  auto flags = cli::ParseFlagMap(args, ValueFlags(), SwitchFlags(), "zeroshard estimate --help");
   if (!flags.ok()) {
     err << "zeroshard estimate: " << flags.status().message() << "\n";
     return kExitBadInput;

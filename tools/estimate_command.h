@@ -27,16 +27,12 @@ int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::os
 // The usage text of `zeroshard estimate --help`.
 std::string EstimateUsage();
 
-// A flag's value, checked against its range and quoted as the user gave it
-// when it is refused (estimate and estimate --machine share them):
-//   IntFlag:    an integer in [lo, hi]: "--tp: '5000' is not an integer in
-//               [1, 1024]", then `note`;
-//   NumberFlag: a finite number in `range`, the planner's own
-//               (zeroshard/estimate/planner.h): "--intra-node-bw: '1000001' is
-//               outside [0.001, 1000000] (GB/s per GPU); give a number in
-//               that range".
-absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& text, int64_t lo,
-                                int64_t hi, absl::string_view note = "");
+// A number flag's value, checked against the planner's own range
+// (zeroshard/estimate/planner.h) and quoted as the user gave it when it is refused
+// (estimate and estimate --machine share it): "--intra-node-bw: '1000001' is
+// outside [0.001, 1000000] (GB/s per GPU); give a number in that range".
+// Integer flags use cli::ParseIntFlag (cli/flags.h): "--tp: '5000' is not an
+// integer in [1, 1024]".
 absl::StatusOr<double> NumberFlag(const std::string& flag, const std::string& text,
                                   NumberRange range, absl::string_view unit);
 

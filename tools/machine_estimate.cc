@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "tools/estimate_command.h"
 #include "tools/machine_profile.h"
@@ -57,17 +58,17 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
         absl::StrFormat("--precision: '%s'; the calibrated model covers fp32 runs only", *v));
   }
   if (auto* v = get("--hidden")) {
-    ZS_ASSIGN_OR_RETURN(r.workload.hidden, IntFlag("--hidden", *v, 1, 65536));
+    ZS_ASSIGN_OR_RETURN(r.workload.hidden, cli::ParseIntFlag("--hidden", *v, 1, 65536));
   }
   if (auto* v = get("--blocks")) {
-    ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag("--blocks", *v, 1, kMaxUnits));
+    ZS_ASSIGN_OR_RETURN(const int64_t n, cli::ParseIntFlag("--blocks", *v, 1, kMaxUnits));
     r.workload.blocks = static_cast<int>(n);
   }
   if (auto* v = get("--micro-batch")) {
-    ZS_ASSIGN_OR_RETURN(r.workload.micro_batch, IntFlag("--micro-batch", *v, 1, 1 << 20));
+    ZS_ASSIGN_OR_RETURN(r.workload.micro_batch, cli::ParseIntFlag("--micro-batch", *v, 1, 1 << 20));
   }
   if (auto* v = get("--gpus")) {
-    ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag("--gpus", *v, 1, 1 << 20));
+    ZS_ASSIGN_OR_RETURN(const int64_t n, cli::ParseIntFlag("--gpus", *v, 1, 1 << 20));
     r.ranks = static_cast<int>(n);
   }
   if (auto* v = get("--stage"); v != nullptr && *v != "auto") {
@@ -78,16 +79,15 @@ absl::StatusOr<MachineRequest> Build(const std::map<std::string, std::string>& f
     r.stages = {(*v)[0] - '0'};
   }
   if (auto* v = get("--backend")) {
-    if (*v != "local" && *v != "mpi") {
-      return absl::InvalidArgumentError(absl::StrFormat("--backend: '%s' is not local or mpi", *v));
-    }
+    ZS_RETURN_IF_ERROR(cli::ParseChoiceFlag("--backend", *v, {"local", "mpi"}).status());
     r.backend = *v;
   }
   if (auto* v = get("--cpus-per-rank")) {
-    ZS_ASSIGN_OR_RETURN(const int64_t n,
-                        IntFlag("--cpus-per-rank", *v, 0, 1 << 20,
-                                " (0: the ranks are not bound to CPUs; K: each rank's threads may "
-                                "run on K CPUs)"));
+    ZS_ASSIGN_OR_RETURN(
+        const int64_t n,
+        cli::ParseIntFlag("--cpus-per-rank", *v, 0, 1 << 20,
+                          " (0: the ranks are not bound to CPUs; K: each rank's threads may "
+                          "run on K CPUs)"));
     r.cpus_per_rank = static_cast<int>(n);
   }
   r.json = get("--json") != nullptr;

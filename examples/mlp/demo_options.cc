@@ -1,46 +1,16 @@
 #include "examples/mlp/demo_options.h"
 
 #include <algorithm>
-#include <functional>
-#include <map>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "examples/common/flags.h"
-#include "zeroshard/estimate/byte_units.h"
+#include "cli/flags.h"
+#include "examples/mlp/model_flags.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace mlp {
-namespace {
-
-absl::Status BadValue(const std::string& flag, const std::string& value, const char* expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("flag --", flag, ": bad value '", value, "', expected ", expected));
-}
-
-template <typename T>
-absl::Status ParseIntAtLeast(const std::string& flag, const std::string& value, T min, T* out) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v) || v < static_cast<int64_t>(min) || v > (int64_t{1} << 30)) {
-    return BadValue(flag, value, absl::StrCat("an integer >= ", min).c_str());
-  }
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
-
-absl::Status ParseNonNegative(const std::string& flag, const std::string& value, double* out) {
-  double v = 0.0;
-  if (!absl::SimpleAtod(value, &v) || !(v >= 0.0) || v > 1e30) {
-    return BadValue(flag, value, "a non-negative number");
-  }
-  *out = v;
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 void PrintUsage(std::FILE* out) {
   const DemoOptions d;
@@ -125,93 +95,46 @@ TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
 }
 
 absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
+  constexpr double kMaxNumber = 1e30;
   DemoOptions opts;
-  *help = false;
-  using Setter = std::function<absl::Status(const std::string& flag, const std::string& value)>;
-  const std::map<std::string, Setter> setters = {
-      {"ranks", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.ranks); }},
-      {"stage",
-       [&](auto& f, auto& v) -> absl::Status {
-         if (v != "0" && v != "1" && v != "2" && v != "3") return BadValue(f, v, "0, 1, 2 or 3");
-         opts.stage = v[0] - '0';
-         return absl::OkStatus();
-       }},
-      {"prefetch", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 0, &opts.prefetch); }},
-      {"steps", [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.steps); }},
-      {"accum", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.accum); }},
-      {"hidden",
-       [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.model.hidden); }},
-      {"blocks", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.model.blocks); }},
-      {"micro-batch",
-       [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.model.micro_batch); }},
-      {"lr", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.lr); }},
-      {"weight-decay",
-       [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.weight_decay); }},
-      {"clip", [&](auto& f, auto& v) { return ParseNonNegative(f, v, &opts.clip); }},
-      {"tp", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.tp); }},
-      {"pp", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.pp); }},
-      {"mem-cap",
-       [&](auto& f, auto& v) -> absl::Status {
-         ZS_ASSIGN_OR_RETURN(opts.mem_cap, ParseByteSize(v, absl::StrCat("--", f)));
-         return absl::OkStatus();
-       }},
-      {"checkpoint-dir",
-       [&](auto& f, auto& v) -> absl::Status {
-         if (v.empty()) return BadValue(f, v, "a directory");
-         opts.checkpoint_dir = v;
-         return absl::OkStatus();
-       }},
-      {"save-every",
-       [&](auto& f, auto& v) { return ParseIntAtLeast<int64_t>(f, v, 1, &opts.save_every); }},
-      {"keep-last", [&](auto& f, auto& v) { return ParseIntAtLeast(f, v, 1, &opts.keep_last); }},
-      {"resume",
-       [&](auto& f, auto& v) -> absl::Status {
-         if (v != "true" && v != "1") return BadValue(f, v, "no value (a switch)");
-         opts.resume = true;
-         return absl::OkStatus();
-       }},
-      {"sync-data",
-       [&](auto& f, auto& v) -> absl::Status {
-         if (v != "true" && v != "1") return BadValue(f, v, "no value (a switch)");
-         opts.sync_data = true;
-         return absl::OkStatus();
-       }},
-      {"comm-timeout",
-       [&](auto& f, auto& v) -> absl::Status {
-         // The rule of ZS_COMM_TIMEOUT, range and units included.
-         ZS_ASSIGN_OR_RETURN(opts.comm_timeout, ParseCommTimeout(v, absl::StrCat("flag --", f)));
-         return absl::OkStatus();
-       }},
-      {"precision",
-       [&](auto& f, auto& v) -> absl::Status {
-         absl::StatusOr<Precision> p = ParsePrecision(v);
-         if (!p.ok()) return BadValue(f, v, "fp32, bf16 or fp16");
-         opts.precision = *p;
-         return absl::OkStatus();
-       }},
-      {"device",
-       [&](auto& f, auto& v) -> absl::Status {
-         if (v != "cpu" && v != "cuda") return BadValue(f, v, "cpu or cuda");
-         opts.device_cuda = v == "cuda";
-         return absl::OkStatus();
-       }},
-      {"backend",
-       [&](auto& f, auto& v) -> absl::Status {
-         if (v != "local" && v != "mpi") return BadValue(f, v, "local or mpi");
-         opts.backend_mpi = v == "mpi";
-         return absl::OkStatus();
-       }},
-  };
-  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
-      argc, argv, help,
-      [&](const std::string& name, const std::string& value) -> absl::Status {
-        const auto it = setters.find(name);
-        if (it == setters.end()) {
-          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-        }
-        return it->second(name, value);
-      },
-      /*switches=*/{"resume", "sync-data"}));
+  int backend = 0, device = 0;
+  cli::FlagSet flags;
+  AddModelFlags(flags, &opts.model);
+  flags.Int("ranks", &opts.ranks, 1, cli::kMaxCount)
+      .Int("stage", &opts.stage, 0, 3)
+      .Int("prefetch", &opts.prefetch, 0, cli::kMaxCount)
+      .Int("steps", &opts.steps, 1, cli::kMaxCount)
+      .Int("accum", &opts.accum, 1, cli::kMaxCount)
+      .Number("lr", &opts.lr, 0, kMaxNumber)
+      .Number("weight-decay", &opts.weight_decay, 0, kMaxNumber)
+      .Number("clip", &opts.clip, 0, kMaxNumber)
+      .Int("tp", &opts.tp, 1, cli::kMaxCount)
+      .Int("pp", &opts.pp, 1, cli::kMaxCount)
+      .Size("mem-cap", &opts.mem_cap)
+      .String("checkpoint-dir", &opts.checkpoint_dir)
+      .Int("save-every", &opts.save_every, 1, cli::kMaxCount)
+      .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
+      .Switch("resume", &opts.resume)
+      .Switch("sync-data", &opts.sync_data)
+      .Custom("comm-timeout",
+              [&](const std::string& v) -> absl::Status {
+                // The rule of ZS_COMM_TIMEOUT, range and units included.
+                ZS_ASSIGN_OR_RETURN(opts.comm_timeout, ParseCommTimeout(v, "flag --comm-timeout"));
+                return absl::OkStatus();
+              })
+      .Custom("precision",
+              [&](const std::string& v) -> absl::Status {
+                absl::StatusOr<Precision> p = ParsePrecision(v);
+                if (!p.ok())
+                  return cli::ParseChoiceFlag("--precision", v, {"fp32", "bf16", "fp16"}).status();
+                opts.precision = *p;
+                return absl::OkStatus();
+              })
+      .Choice("device", {"cpu", "cuda"}, &device)
+      .Choice("backend", {"local", "mpi"}, &backend);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
+  opts.device_cuda = device == 1;
+  opts.backend_mpi = backend == 1;
   if (*help) return DemoOptions{};
   if ((opts.save_every > 0 || opts.resume) && opts.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "examples/mlp/internal/steady_clock.h"
+#include "examples/mlp/internal/unit_loop.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "zeroshard/status.h"
 
@@ -260,14 +261,6 @@ void GridMlpTrainer::IssueRecvs() {
   }
 }
 
-absl::StatusOr<internal::BlockWeights> GridMlpTrainer::GatherFp32Weights(int local_unit) {
-  ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(local_unit));
-  const float* ptrs[kNumBlockParams];
-  ZS_RETURN_IF_ERROR(internal::UnitParamsAsFp32(view, first_unit_ + local_unit, param_sizes_, kWho,
-                                                weight_copy_.data(), ptrs));
-  return internal::BlockWeights{ptrs[kW1], ptrs[kB1], ptrs[kW2], ptrs[kB2]};
-}
-
 absl::Status GridMlpTrainer::Forward(int micro, float loss_scale, double* loss_sum) {
   const int64_t batch = cfg_.micro_batch;
   const int64_t h = cfg_.hidden;
@@ -283,15 +276,18 @@ absl::Status GridMlpTrainer::Forward(int micro, float loss_scale, double* loss_s
   }
   if (!first_stage_) ZS_RETURN_IF_ERROR(WaitPipeline(slot.input_recv));
 
-  for (int u = 0; u < num_units_; ++u) {
-    ZS_ASSIGN_OR_RETURN(const internal::BlockWeights w, GatherFp32Weights(u));
-    float* y = state.inputs[u + 1].data();
-    internal::BlockForwardPartial(w, batch, h, inner_, state.inputs[u].data(), state.pre[u].data(),
-                                  state.act[u].data(), y);
-    ZS_RETURN_IF_ERROR(TensorParallelSum(y));  // g: the row-parallel product's sum
-    internal::BlockForwardFinish(w.b2, batch, h, state.inputs[u].data(), y);
-    ZS_RETURN_IF_ERROR(engine_.Release(u));
-  }
+  ZS_RETURN_IF_ERROR(internal::ForwardUnits(
+      engine_, num_units_, [&](int u, const UnitView& params) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(const internal::BlockWeights w,
+                            internal::BlockWeightsAsFp32(params, first_unit_ + u, param_sizes_,
+                                                         kWho, weight_copy_.data()));
+        float* y = state.inputs[u + 1].data();
+        internal::BlockForwardPartial(w, batch, h, inner_, state.inputs[u].data(),
+                                      state.pre[u].data(), state.act[u].data(), y);
+        ZS_RETURN_IF_ERROR(TensorParallelSum(y));  // g: the row-parallel product's sum
+        internal::BlockForwardFinish(w.b2, batch, h, state.inputs[u].data(), y);
+        return absl::OkStatus();
+      }));
   const std::vector<float>& out = state.output();
   if (!last_stage_) {
     slot.output_send = grid_.pp().Send(out.data(), batch * h, DType::kFloat32, grid_.coord().pp + 1,
@@ -299,10 +295,7 @@ absl::Status GridMlpTrainer::Forward(int micro, float loss_scale, double* loss_s
     return absl::OkStatus();
   }
   *loss_sum += internal::MseLoss(out.data(), slot.target.data(), batch * h, slot.dy.data());
-  // As MlpTrainer: scale the seed, not the gradients.
-  if (loss_scale != 1.0f) {
-    for (float& d : slot.dy) d *= loss_scale;
-  }
+  internal::ScaleLossSeed(loss_scale, &slot.dy);
   return absl::OkStatus();
 }
 
@@ -312,34 +305,34 @@ absl::Status GridMlpTrainer::Backward(int micro) {
   Slot& slot = *slots_[micro % slots_.size()];
   if (!last_stage_) ZS_RETURN_IF_ERROR(WaitPipeline(slot.dy_recv));
   const internal::ForwardState& state = slot.state;
-  internal::BlockGradients grads;
-  grads.w1 = grads_.data();
-  grads.b1 = grads.w1 + param_sizes_[kW1];
-  grads.w2 = grads.b1 + param_sizes_[kB1];
-  grads.b2 = grads.w2 + param_sizes_[kW2];
+  const internal::BlockGradients grads = internal::BlockGradientsIn(grads_.data(), inner_, h);
   const float* dy = slot.dy.data();
   float* dx = work_a_.data();
   float* spare = work_b_.data();
-  for (int u = num_units_ - 1; u >= 0; --u) {
-    // Block 0 of the model needs no input gradient; every other block does
-    // (the first block of a later stage sends it upstream).
-    const bool need_dx = first_unit_ + u > 0;
-    ZS_ASSIGN_OR_RETURN(const internal::BlockWeights w, GatherFp32Weights(u));
-    internal::BlockBackwardPartial(w, batch, h, inner_, state.inputs[u].data(), state.pre[u].data(),
-                                   state.act[u].data(), dy, scratch_.data(), need_dx ? dx : nullptr,
-                                   grads);
-    if (need_dx) {
-      ZS_RETURN_IF_ERROR(TensorParallelSum(dx));  // f's backward: sum of dx partials
-      internal::BlockBackwardFinish(dy, batch, h, dx);
-    }
-    ZS_ASSIGN_OR_RETURN(const UnitView grad_view, engine_.GradView(u));
-    ZS_RETURN_IF_ERROR(
-        internal::WriteUnitFromFp32(grads_.data(), grad_view, first_unit_ + u, param_sizes_, kWho));
-    ZS_RETURN_IF_ERROR(engine_.ReduceGrads(u));
-    ZS_RETURN_IF_ERROR(engine_.Release(u));
-    dy = dx;
-    std::swap(dx, spare);
-  }
+  ZS_RETURN_IF_ERROR(internal::BackwardUnits(
+      engine_, num_units_,
+      [&](int u, const UnitView& params) -> absl::Status {
+        // Block 0 of the model needs no input gradient; every other block
+        // does (the first block of a later stage sends it upstream).
+        const bool need_dx = first_unit_ + u > 0;
+        ZS_ASSIGN_OR_RETURN(const internal::BlockWeights w,
+                            internal::BlockWeightsAsFp32(params, first_unit_ + u, param_sizes_,
+                                                         kWho, weight_copy_.data()));
+        internal::BlockBackwardPartial(w, batch, h, inner_, state.inputs[u].data(),
+                                       state.pre[u].data(), state.act[u].data(), dy,
+                                       scratch_.data(), need_dx ? dx : nullptr, grads);
+        if (need_dx) {
+          ZS_RETURN_IF_ERROR(TensorParallelSum(dx));  // f's backward: sum of dx partials
+          internal::BlockBackwardFinish(dy, batch, h, dx);
+        }
+        dy = dx;
+        std::swap(dx, spare);
+        return absl::OkStatus();
+      },
+      [&](int u, const UnitView& grad_view) {
+        return internal::WriteUnitFromFp32(grads_.data(), grad_view, first_unit_ + u, param_sizes_,
+                                           kWho);
+      }));
   if (!first_stage_) {
     ZS_RETURN_IF_ERROR(WaitPipeline(slot.dx_send));
     std::copy(dy, dy + batch * h, slot.dx_sent.begin());

@@ -118,7 +118,6 @@ class GridMlpTrainer {
   void IssueRecvs();
   // Waits for a point-to-point handle; the time goes to the pipeline bubble.
   absl::Status WaitPipeline(CommHandle& handle);
-  absl::StatusOr<internal::BlockWeights> GatherFp32Weights(int local_unit);
   // Sums `data` (batch x hidden floats) over the tp group, in place.
   absl::Status TensorParallelSum(float* data);
 

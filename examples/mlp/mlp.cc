@@ -122,6 +122,15 @@ absl::Status InitEngineParams(Engine& engine, const MlpConfig& cfg) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<Engine>> CreateMlpEngine(const MlpConfig& cfg,
+                                                        const TrainSpec& train, Device& device,
+                                                        Communicator& comm) {
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::Create(BuildModelSpec(cfg), train, device, comm));
+  ZS_RETURN_IF_ERROR(InitEngineParams(*engine, cfg));
+  return engine;
+}
+
 DistributedSampler::DistributedSampler(const MlpConfig& cfg, int world, int rank, int accum)
     : cfg_(cfg), world_(world), rank_(rank), accum_(accum) {
   for (int u = 0; u < cfg.blocks; ++u) {

@@ -39,6 +39,15 @@ struct MlpConfig {
   absl::Status Validate() const;
 };
 
+// A config of the given shape, the seeds at their defaults.
+inline MlpConfig MlpShape(int64_t hidden, int blocks, int micro_batch) {
+  MlpConfig cfg;
+  cfg.hidden = hidden;
+  cfg.blocks = blocks;
+  cfg.micro_batch = micro_batch;
+  return cfg;
+}
+
 // Indices of a block's params within its unit, in ModelSpec order.
 enum BlockParam : int { kW1 = 0, kB1 = 1, kW2 = 2, kB2 = 3, kNumBlockParams = 4 };
 
@@ -73,6 +82,15 @@ std::string BlasDescription();
 // engine.Start(). Errors: the engine's (e.g. a ModelSpec that is not
 // BuildModelSpec(cfg)).
 absl::Status InitEngineParams(Engine& engine, const MlpConfig& cfg);
+
+// The engine of an MLP run on this rank, ready to Start(): Engine::Create
+// with BuildModelSpec(cfg), then InitEngineParams. The caller makes the
+// trainer and calls Start() in its own order (mlp_demo makes the trainer
+// first, so its set-up is not booked as the first step's time). Errors:
+// Engine::Create's and InitEngineParams'.
+absl::StatusOr<std::unique_ptr<Engine>> CreateMlpEngine(const MlpConfig& cfg,
+                                                        const TrainSpec& train, Device& device,
+                                                        Communicator& comm);
 
 // Which samples rank `rank` of `world` trains on, and their data.
 //
@@ -162,13 +180,6 @@ class MlpTrainer {
   // Forward + loss + backward of one local micro-batch; returns its
   // (unscaled) loss. The time it blocks on the loader is input wait.
   absl::StatusOr<double> MicroBatch(int micro, float loss_scale);
-  // Gathers `unit` and returns fp32 pointers to its params: the view itself
-  // for fp32, else a widened copy in weight_copy_. Valid until the unit's
-  // Release() and the next call.
-  absl::StatusOr<internal::BlockWeights> GatherFp32Weights(int unit);
-  // Writes the fp32 gradients in grads_ into the engine's view, converting
-  // when needed.
-  absl::Status WriteGrads(int unit, const UnitView& view) const;
 
   MlpConfig cfg_;
   Engine& engine_;

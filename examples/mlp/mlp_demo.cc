@@ -13,12 +13,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "examples/common/median.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/demo_report.h"
 #include "examples/mlp/grid_trainer.h"
@@ -139,12 +141,9 @@ struct StepSeries {
   }
   // The median after the warm-up steps (of all steps when there are no more).
   static double Median(std::vector<double> v) {
-    if (v.empty()) return 0.0;
     if (static_cast<int>(v.size()) > kTimingWarmupSteps)
       v.erase(v.begin(), v.begin() + kTimingWarmupSteps);
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return examples::Median(std::move(v));
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "examples/mlp/data_loader.h"
+#include "examples/mlp/internal/unit_loop.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "examples/mlp/mlp.h"
 #include "zeroshard/status.h"
@@ -11,6 +12,8 @@
 namespace zeroshard {
 namespace mlp {
 namespace {
+
+constexpr char kWho[] = "MlpTrainer";
 
 // Elements of each block param, in BlockParam order.
 std::vector<int64_t> BlockParamSizes(int64_t hidden) {
@@ -41,80 +44,56 @@ MlpTrainer::MlpTrainer(const MlpConfig& cfg, Engine& engine, Communicator& comm,
 
 MlpTrainer::~MlpTrainer() = default;
 
-absl::StatusOr<internal::BlockWeights> MlpTrainer::GatherFp32Weights(int unit) {
-  ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(unit));
-  const float* ptrs[kNumBlockParams];
-  ZS_RETURN_IF_ERROR(internal::UnitParamsAsFp32(view, unit, BlockParamSizes(cfg_.hidden),
-                                                "MlpTrainer", weight_copy_.data(), ptrs));
-  return internal::BlockWeights{ptrs[kW1], ptrs[kB1], ptrs[kW2], ptrs[kB2]};
-}
-
-absl::Status MlpTrainer::WriteGrads(int unit, const UnitView& view) const {
-  return internal::WriteUnitFromFp32(grads_.data(), view, unit, BlockParamSizes(cfg_.hidden),
-                                     "MlpTrainer");
-}
-
 absl::StatusOr<double> MlpTrainer::MicroBatch(int micro, float loss_scale) {
   const int64_t batch = cfg_.micro_batch;
   const int64_t h = cfg_.hidden;
+  const std::vector<int64_t> sizes = BlockParamSizes(h);
   engine_.RecordInputWait(
       loader_->Next(engine_.steps(), micro, state_.inputs[0].data(), target_.data()));
 
-  // Forward. Each unit is released before the next is gathered (stage 3
-  // holds one gathered unit at a time); the activations the backward needs
-  // stay in state_, the weights do not.
-  for (int u = 0; u < cfg_.blocks; ++u) {
-    ZS_ASSIGN_OR_RETURN(const internal::BlockWeights weights, GatherFp32Weights(u));
-    internal::BlockForward(weights, batch, h, state_.inputs[u].data(), state_.pre[u].data(),
-                           state_.act[u].data(), state_.inputs[u + 1].data());
-    ZS_RETURN_IF_ERROR(engine_.Release(u));
-  }
+  // The activations the backward needs stay in state_, the weights do not.
+  ZS_RETURN_IF_ERROR(internal::ForwardUnits(
+      engine_, cfg_.blocks, [&](int u, const UnitView& params) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(
+            const internal::BlockWeights weights,
+            internal::BlockWeightsAsFp32(params, u, sizes, kWho, weight_copy_.data()));
+        internal::BlockForward(weights, batch, h, state_.inputs[u].data(), state_.pre[u].data(),
+                               state_.act[u].data(), state_.inputs[u + 1].data());
+        return absl::OkStatus();
+      }));
   const double loss =
       internal::MseLoss(state_.output().data(), target_.data(), batch * h, dy_.data());
-  // Scale the seed, not the gradients: every later value is linear in it, so
-  // the scale reaches all gradients, and small fp16 gradients stay above the
-  // underflow threshold. With a scale of 1 (fp32, bf16) the arithmetic is
-  // left exactly as it was.
-  if (loss_scale != 1.0f) {
-    for (float& d : dy_) d *= loss_scale;
-  }
+  internal::ScaleLossSeed(loss_scale, &dy_);
 
-  const std::vector<int64_t> sizes = BlockParamSizes(h);
-  internal::BlockGradients grads;
-  grads.w1 = grads_.data();
-  grads.b1 = grads.w1 + sizes[kW1];
-  grads.w2 = grads.b1 + sizes[kB1];
-  grads.b2 = grads.w2 + sizes[kW2];
-  for (int u = cfg_.blocks - 1; u >= 0; --u) {
-    // The backward needs the weights again: gather the unit a second time.
-    ZS_ASSIGN_OR_RETURN(const internal::BlockWeights weights, GatherFp32Weights(u));
-    // Compute into our own fp32 buffer before asking for the grad view:
-    // GradView may block on an earlier reduction, and the copy is cheap.
-    internal::BlockBackward(weights, batch, h, state_.inputs[u].data(), state_.pre[u].data(),
-                            state_.act[u].data(), dy_.data(), scratch_.data(),
-                            u > 0 ? dx_.data() : nullptr, grads);
-    ZS_ASSIGN_OR_RETURN(const UnitView grad_view, engine_.GradView(u));
-    ZS_RETURN_IF_ERROR(WriteGrads(u, grad_view));
-    ZS_RETURN_IF_ERROR(engine_.ReduceGrads(u));
-    ZS_RETURN_IF_ERROR(engine_.Release(u));
-    std::swap(dy_, dx_);
-  }
+  const internal::BlockGradients grads =
+      internal::BlockGradientsIn(grads_.data(), internal::InnerSize(h), h);
+  ZS_RETURN_IF_ERROR(internal::BackwardUnits(
+      engine_, cfg_.blocks,
+      [&](int u, const UnitView& params) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(
+            const internal::BlockWeights weights,
+            internal::BlockWeightsAsFp32(params, u, sizes, kWho, weight_copy_.data()));
+        internal::BlockBackward(weights, batch, h, state_.inputs[u].data(), state_.pre[u].data(),
+                                state_.act[u].data(), dy_.data(), scratch_.data(),
+                                u > 0 ? dx_.data() : nullptr, grads);
+        std::swap(dy_, dx_);
+        return absl::OkStatus();
+      },
+      [&](int u, const UnitView& grad_view) {
+        return internal::WriteUnitFromFp32(grads_.data(), grad_view, u, sizes, kWho);
+      }));
   return loss;
 }
 
 absl::StatusOr<double> MlpTrainer::TrainStep() {
-  const int accum = engine_.train().grad_accum_steps;
-  // Constant within a step; the engine unscales what we write.
-  const float loss_scale = static_cast<float>(engine_.loss_scale());
-  double local_loss_sum = 0.0;
-  for (int m = 0; m < accum; ++m) {
-    ZS_ASSIGN_OR_RETURN(const double loss, MicroBatch(m, loss_scale));
-    local_loss_sum += loss;
-  }
-  ZS_ASSIGN_OR_RETURN(last_step_, engine_.Step());
+  ZS_ASSIGN_OR_RETURN(
+      const double local_loss_sum,
+      internal::AccumulateAndStep(
+          engine_, [&](int m, float loss_scale) { return MicroBatch(m, loss_scale); },
+          &last_step_));
   double global_loss_sum = 0.0;
   ZS_RETURN_IF_ERROR(comm_.AllReduceSync(&local_loss_sum, &global_loss_sum, 1, DType::kFloat64));
-  return global_loss_sum / (static_cast<double>(comm_.size()) * accum);
+  return global_loss_sum / (static_cast<double>(comm_.size()) * engine_.train().grad_accum_steps);
 }
 
 }  // namespace mlp

@@ -17,12 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
+#include "examples/common/median.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/mlp.h"
+#include "perf/bench_main.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -46,11 +47,6 @@ ModelSpec Spec256M() {
     spec.units.push_back({absl::StrFormat("layer.%d", u), {{"w", {4096, 4096}, false}}});
   }
   return spec;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Timing {
@@ -115,29 +111,22 @@ absl::StatusOr<Timing> Measure(const BenchModel& model, const std::string& dir, 
   return timing;
 }
 
-int Main(int argc, char** argv) {
+struct Options {
   std::string dir = "/tmp/zs_save_bench";
   int repeats = 3;
-  bool help = false;
-  const absl::Status flags = examples::ForEachFlag(
-      argc, argv, &help, [&](const std::string& name, const std::string& value) -> absl::Status {
-        if (name == "dir") {
-          dir = value;
-          return absl::OkStatus();
-        }
-        if (name == "repeats" && absl::SimpleAtoi(value, &repeats) && repeats >= 1) {
-          return absl::OkStatus();
-        }
-        return absl::InvalidArgumentError("unknown flag or bad value: --" + name);
-      });
-  if (help) {
-    std::printf("usage: save_stall_bench [--dir DIR] [--repeats N]\n");
-    return 0;
-  }
-  if (!flags.ok()) {
-    std::fprintf(stderr, "save_stall_bench: %s\n", std::string(flags.message()).c_str());
-    return 2;
-  }
+};
+
+absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
+  Options o;
+  cli::FlagSet flags;
+  flags.String("dir", &o.dir).Int("repeats", &o.repeats, 1, int64_t{1} << 20);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
+  return o;
+}
+
+int Run(const Options& o) {
+  const std::string& dir = o.dir;
+  const int repeats = o.repeats;
   const BenchModel models[] = {{"mlp_demo model (2.6M params)", DemoModel()},
                                {"256M-param spec", Spec256M()}};
   std::printf("2 local ranks, ZeRO stage 1, bf16 mixed; median of %d; checkpoints in %s\n", repeats,
@@ -150,11 +139,11 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "save_stall_bench: %s\n", std::string(t.status().message()).c_str());
       return 1;
     }
-    const double sync = Median(t->sync_s);
-    const double stall = Median(t->stall_s);
+    const double sync = examples::Median(t->sync_s);
+    const double stall = examples::Median(t->stall_s);
     std::printf("  %-30s %12.1f %12.4f %12.4f %12.4f %8.3f %14.4f\n", m.name.c_str(),
-                static_cast<double>(t->bytes_per_rank) / (1 << 20), sync, stall, Median(t->rest_s),
-                stall / sync, t->first_stall_s);
+                static_cast<double>(t->bytes_per_rank) / (1 << 20), sync, stall,
+                examples::Median(t->rest_s), stall / sync, t->first_stall_s);
   }
   return 0;
 }
@@ -162,4 +151,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace zeroshard
 
-int main(int argc, char** argv) { return zeroshard::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return zeroshard::perf::BenchMain<zeroshard::Options>(
+      "save_stall_bench", argc, argv, zeroshard::ParseFlags,
+      [] { std::printf("usage: save_stall_bench [--dir DIR] [--repeats N]\n"); }, zeroshard::Run);
+}

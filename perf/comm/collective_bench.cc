@@ -32,19 +32,18 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
 #include "nlohmann/json.hpp"
+#include "perf/bench_backend.h"
+#include "perf/bench_json.h"
 #include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/status.h"
@@ -73,8 +72,7 @@ double BusFactor(Op op, int n) {
 }
 
 struct BenchOptions {
-  bool backend_mpi = false;
-  std::vector<int> ranks = {2, 3, 4};  // local backend; with mpi the world is mpirun's
+  perf::BackendOptions backend{/*mpi=*/false, /*local_ranks=*/{2, 3, 4}};
   int64_t min_bytes = int64_t{1} << 10;
   int64_t max_bytes = int64_t{256} << 20;
   int factor = 4;  // sizes min_bytes * factor^k up to max_bytes
@@ -86,77 +84,40 @@ struct BenchOptions {
   std::string json_path;
 };
 
-void PrintUsage(std::FILE* out) {
+void PrintUsage() {
   const BenchOptions d;
-  std::fprintf(out,
-               "usage: collective_bench [flags]\n"
-               "all-reduce, reduce-scatter and all-gather time, algbw and busbw (nccl-tests\n"
-               "definitions) against a memcpy of the same bytes; fp32.\n\n"
-               "  --backend B        local (threads, default) or mpi (under mpirun)\n"
-               "  --ranks LIST       local rank counts, comma separated (default 2,3,4)\n"
-               "  --min-bytes N      smallest buffer (default %lld)\n"
-               "  --max-bytes N      largest buffer (default %lld)\n"
-               "  --factor F         size step (default %d)\n"
-               "  --target-bytes N   bytes moved per size, sets the iterations (default %lld)\n"
-               "  --min-iters N      (default %d)\n"
-               "  --max-iters N      (default %d)\n"
-               "  --json FILE        write the results as JSON\n"
-               "  --help             this text\n",
-               static_cast<long long>(d.min_bytes), static_cast<long long>(d.max_bytes), d.factor,
-               static_cast<long long>(d.target_bytes), d.min_iters, d.max_iters);
+  std::printf(
+      "usage: collective_bench [flags]\n"
+      "all-reduce, reduce-scatter and all-gather time, algbw and busbw (nccl-tests\n"
+      "definitions) against a memcpy of the same bytes; fp32.\n\n"
+      "  --backend B        local (threads, default) or mpi (under mpirun)\n"
+      "  --ranks LIST       local rank counts, comma separated (default 2,3,4)\n"
+      "  --min-bytes SIZE   smallest buffer, bytes or e.g. 4KiB (default %lld)\n"
+      "  --max-bytes SIZE   largest buffer (default %lld)\n"
+      "  --factor F         size step (default %d)\n"
+      "  --target-bytes SIZE bytes moved per size, sets the iterations (default %lld)\n"
+      "  --min-iters N      (default %d)\n"
+      "  --max-iters N      (default %d)\n"
+      "  --json FILE        write the results as JSON\n"
+      "  --help             this text\n",
+      static_cast<long long>(d.min_bytes), static_cast<long long>(d.max_bytes), d.factor,
+      static_cast<long long>(d.target_bytes), d.min_iters, d.max_iters);
 }
 
 absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
+  constexpr int64_t kMaxBytes = int64_t{1} << 40;
   BenchOptions opts;
-  auto int_flag = [](const std::string& flag, const std::string& value, int64_t min,
-                     int64_t* out) -> absl::Status {
-    if (!absl::SimpleAtoi(value, out) || *out < min || *out > (int64_t{1} << 40)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", flag, ": bad value '", value, "', expected an integer >= ", min));
-    }
-    return absl::OkStatus();
-  };
-  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
-      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
-        int64_t v = 0;
-        if (name == "backend") {
-          if (value != "mpi" && value != "local") {
-            return absl::InvalidArgumentError(
-                absl::StrCat("flag --backend: bad value '", value, "', expected local or mpi"));
-          }
-          opts.backend_mpi = value == "mpi";
-        } else if (name == "ranks") {
-          opts.ranks.clear();
-          for (absl::string_view part : absl::StrSplit(value, ',')) {
-            int n = 0;
-            if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 64) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "flag --ranks: bad value '", value, "', expected rank counts 1-64 like 2,3,4"));
-            }
-            opts.ranks.push_back(n);
-          }
-        } else if (name == "min-bytes") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 4, &opts.min_bytes));
-        } else if (name == "max-bytes") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 4, &opts.max_bytes));
-        } else if (name == "factor") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 2, &v));
-          opts.factor = static_cast<int>(v);
-        } else if (name == "target-bytes") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.target_bytes));
-        } else if (name == "min-iters") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &v));
-          opts.min_iters = static_cast<int>(v);
-        } else if (name == "max-iters") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &v));
-          opts.max_iters = static_cast<int>(v);
-        } else if (name == "json") {
-          opts.json_path = value;
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-        }
-        return absl::OkStatus();
-      }));
+  cli::FlagSet flags;
+  perf::AddBackendFlag(flags, &opts.backend);
+  flags.IntList("ranks", &opts.backend.local_ranks, 1, 64)
+      .Size("min-bytes", &opts.min_bytes, 4, kMaxBytes)
+      .Size("max-bytes", &opts.max_bytes, 4, kMaxBytes)
+      .Int("factor", &opts.factor, 2, cli::kMaxCount)
+      .Size("target-bytes", &opts.target_bytes, 1, kMaxBytes)
+      .Int("min-iters", &opts.min_iters, 1, cli::kMaxCount)
+      .Int("max-iters", &opts.max_iters, 1, cli::kMaxCount)
+      .String("json", &opts.json_path);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
   if (opts.max_bytes < opts.min_bytes) {
     return absl::InvalidArgumentError("--max-bytes is below --min-bytes");
   }
@@ -282,6 +243,9 @@ absl::Status RunRank(const BenchOptions& opts, Communicator& comm,
                      std::vector<SizeResult>* results) {
   const int world = comm.size();
   const int rank = comm.rank();
+  if (!opts.backend.mpi && rank == 0) {
+    std::fprintf(stderr, "collective_bench: local, %d ranks\n", world);
+  }
   for (int64_t size : Sizes(opts)) {
     const int iters = Iterations(opts, size);
     const int warmup = size >= (int64_t{16} << 20) ? 1 : 3;
@@ -366,60 +330,20 @@ bool WriteJson(const std::string& path, const std::string& backend,
                     {"checked", true}});
   }
   j["results"] = rows;
-  std::ofstream out(path);
-  out << j.dump(1) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "collective_bench: cannot write --json %s\n", path.c_str());
-    return false;
-  }
-  std::printf("collective_bench: wrote %s\n", path.c_str());
-  return true;
+  return perf::WriteBenchJson("collective_bench", path, j);
 }
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "collective_bench: %s\n", status.ToString().c_str());
-  return 1;
-}
-
-int RunLocal(const BenchOptions& opts) {
-  std::vector<SizeResult> results;
-  for (int ranks : opts.ranks) {
-    std::fprintf(stderr, "collective_bench: local, %d ranks\n", ranks);
-    const absl::Status status = RunLocalRanks(
-        ranks, [&](int, Communicator& comm) { return RunRank(opts, comm, &results); });
-    if (!status.ok()) return Fail(status);
-  }
-  PrintTable("local", results);
-  if (!opts.json_path.empty() && !WriteJson(opts.json_path, "local", results)) return 1;
-  return 0;
-}
-
-int RunMpi(const BenchOptions& opts) {
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
-  if (!comm.ok()) return Fail(comm.status());
-  std::vector<SizeResult> results;
-  const absl::Status status = RunRank(opts, **comm, &results);
-  if (!status.ok()) {
-    Fail(status);
-    AbortJob(1);
-  }
-  int code = 0;
-  if ((*comm)->rank() == 0) {
-    PrintTable("mpi", results);
-    if (!opts.json_path.empty() && !WriteJson(opts.json_path, "mpi", results)) code = 1;
-  }
-  comm->reset();
-  FinalizeMpi();
-  return code;
+int Report(const BenchOptions& opts, const std::string& backend, int,
+           const std::vector<SizeResult>& results) {
+  PrintTable(backend, results);
+  return !opts.json_path.empty() && !WriteJson(opts.json_path, backend, results) ? 1 : 0;
 }
 
 }  // namespace
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
-  return zeroshard::perf::BenchMain<zeroshard::BenchOptions>(
-      "collective_bench", argc, argv, zeroshard::ParseFlags, [] { zeroshard::PrintUsage(stdout); },
-      [](const zeroshard::BenchOptions& opts) {
-        return opts.backend_mpi ? zeroshard::RunMpi(opts) : zeroshard::RunLocal(opts);
-      });
+  return zeroshard::perf::BackendBenchMain<zeroshard::BenchOptions, zeroshard::SizeResult>(
+      "collective_bench", argc, argv, zeroshard::ParseFlags, zeroshard::PrintUsage,
+      zeroshard::RunRank, zeroshard::Report);
 }

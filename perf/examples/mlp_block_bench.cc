@@ -35,10 +35,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
+#include "examples/common/median.h"
 #include "examples/mlp/internal/block_math.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "examples/mlp/mlp.h"
+#include "examples/mlp/model_flags.h"
 #include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -57,13 +59,7 @@ using mlp::internal::BlockGradients;
 using mlp::internal::BlockWeights;
 
 struct BenchOptions {
-  mlp::MlpConfig model = [] {
-    mlp::MlpConfig m;
-    m.hidden = 512;
-    m.blocks = 8;
-    m.micro_batch = 32;
-    return m;
-  }();
+  mlp::MlpConfig model = mlp::MlpShape(/*hidden=*/512, /*blocks=*/8, /*micro_batch=*/32);
   int rounds = 15;
   int warmup = 3;
   int trainer_steps = 15;
@@ -82,13 +78,6 @@ double ThreadCpuMs() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // One timed part: its name, and, for a product, its shape and FLOPs per call.
@@ -343,7 +332,6 @@ std::pair<double, double> WholeRound(const mlp::MlpConfig& cfg, Network& net) {
 absl::StatusOr<double> TrainerComputeMs(const BenchOptions& opts) {
   double median = 0.0;
   ZS_RETURN_IF_ERROR(RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
-    const ModelSpec spec = mlp::BuildModelSpec(opts.model);
     TrainSpec train;
     train.zero_stage = 0;
     train.precision = Precision::kFp32;
@@ -351,8 +339,8 @@ absl::StatusOr<double> TrainerComputeMs(const BenchOptions& opts) {
     train.optimizer.kind = OptimizerKind::kAdamW;
     train.optimizer.lr = 3e-3;
     std::unique_ptr<Device> device = CreateCpuDevice();
-    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
-    ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, opts.model));
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                        mlp::CreateMlpEngine(opts.model, train, *device, comm));
     mlp::MlpTrainer trainer(opts.model, *engine, comm);  // before Start(), as mlp_demo
     ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(opts.model)));
     for (int s = 0; s < 2; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
@@ -361,7 +349,7 @@ absl::StatusOr<double> TrainerComputeMs(const BenchOptions& opts) {
       ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
       per_step.push_back(absl::ToDoubleMilliseconds(engine->Stats().last.compute));
     }
-    median = Median(per_step);
+    median = examples::Median(per_step);
     return absl::OkStatus();
   }));
   return median;
@@ -369,31 +357,12 @@ absl::StatusOr<double> TrainerComputeMs(const BenchOptions& opts) {
 
 absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
   BenchOptions opts;
-  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
-      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
-        int64_t v = 0;
-        if (!absl::SimpleAtoi(value, &v) || v < 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("flag --", name, ": bad value '", value, "', expected an integer >= 0"));
-        }
-        if (name == "hidden" && v > 0) {
-          opts.model.hidden = v;
-        } else if (name == "blocks" && v > 0) {
-          opts.model.blocks = static_cast<int>(v);
-        } else if (name == "micro-batch" && v > 0) {
-          opts.model.micro_batch = static_cast<int>(v);
-        } else if (name == "rounds" && v > 0) {
-          opts.rounds = static_cast<int>(v);
-        } else if (name == "trainer-steps") {
-          opts.trainer_steps = static_cast<int>(v);
-        } else if (name == "peak-n" && v > 0) {
-          opts.peak_n = v;
-        } else {
-          return absl::InvalidArgumentError(
-              absl::StrCat("unknown flag --", name, " or a value of 0 where it must be > 0"));
-        }
-        return absl::OkStatus();
-      }));
+  cli::FlagSet flags;
+  mlp::AddModelFlags(flags, &opts.model)
+      .Int("rounds", &opts.rounds, 1, cli::kMaxCount)
+      .Int("trainer-steps", &opts.trainer_steps, 0, cli::kMaxCount)
+      .Int("peak-n", &opts.peak_n, 1, cli::kMaxCount);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
   return opts;
 }
 
@@ -436,10 +405,10 @@ int Run(const BenchOptions& opts) {
               "of peak");
   double sum = 0.0, gemm_ms = 0.0, gemm_flops = 0.0;
   for (const Part& p : rounds.parts()) {
-    if (p.in_sum) sum += Median(p.ms_per_round);
+    if (p.in_sum) sum += examples::Median(p.ms_per_round);
   }
   for (const Part& p : rounds.parts()) {
-    const double ms = Median(p.ms_per_round);
+    const double ms = examples::Median(p.ms_per_round);
     if (p.flops > 0) {
       const double gflops = p.flops / (ms * 1e6);
       gemm_ms += ms;
@@ -454,11 +423,12 @@ int Run(const BenchOptions& opts) {
               100.0 * gemm_ms / sum, gemm_flops / (gemm_ms * 1e6),
               100.0 * gemm_flops / (gemm_ms * 1e6) / peak);
   std::printf("%-30s %-18s %9.3f\n", "sum of parts", "", sum);
-  std::printf("%-30s %-18s %9.3f   (wall %.3f)\n", "whole (real functions)", "", Median(whole),
-              Median(whole_wall));
+  std::printf("%-30s %-18s %9.3f   (wall %.3f)\n", "whole (real functions)", "",
+              examples::Median(whole), examples::Median(whole_wall));
   std::printf("\nnot in the sum (what the trainer does not do at fp32):\n");
   for (const Part& p : rounds.parts()) {
-    if (!p.in_sum) std::printf("%-30s %-18s %9.3f\n", p.name.c_str(), "", Median(p.ms_per_round));
+    if (!p.in_sum)
+      std::printf("%-30s %-18s %9.3f\n", p.name.c_str(), "", examples::Median(p.ms_per_round));
   }
   if (opts.trainer_steps > 0) {
     const absl::StatusOr<double> trainer = TrainerComputeMs(opts);

@@ -35,10 +35,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "cli/flags.h"
+#include "examples/common/median.h"
 #include "kernels/common/adam_constants.h"
 #include "kernels/common/float16_rules.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cuda/adam.cuh"
+#include "perf/bench_main.h"
 
 namespace zeroshard::kernels::cuda {
 namespace {
@@ -59,56 +63,31 @@ struct Options {
 };
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: adam_gpu_bench [--params N[K|M|G]] [--warmup W] [--repeats R]\n"
-               "                      [--precision fp32|bf16|all] [--min-ratio X] [--json FILE]\n"
-               "  --params     parameters per update (default 256M; K/M/G are powers of 2)\n"
-               "  --min-ratio  fail (exit 1) when AdamW GB/s / copy GB/s is below X (default "
-               "0.9)\n");
+  std::printf(
+      "usage: adam_gpu_bench [--params N[K|M|G]] [--warmup W] [--repeats R]\n"
+      "                      [--precision fp32|bf16|all] [--min-ratio X] [--json FILE]\n"
+      "  --params     parameters per update (default 256M; K/M/G are powers of 2)\n"
+      "  --min-ratio  fail (exit 1) when AdamW GB/s / copy GB/s is below X (default "
+      "0.9)\n");
 }
 
-bool ParseCount(const char* text, size_t* out) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text) return false;
-  int shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10;
-  if (*end == 'M' || *end == 'm') shift = 20;
-  if (*end == 'G' || *end == 'g') shift = 30;
-  if (shift != 0) ++end;
-  if (*end != '\0' || value == 0) return false;
-  *out = static_cast<size_t>(value) << shift;
-  return true;
-}
-
-bool ParseOptions(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--help" || arg == "-h") {
-      Usage();
-      std::exit(0);
-    } else if (arg == "--params" && has_value) {
-      if (!ParseCount(argv[++i], &o->params)) return false;
-    } else if (arg == "--warmup" && has_value) {
-      o->warmup = std::atoi(argv[++i]);
-      if (o->warmup < 0) return false;
-    } else if (arg == "--repeats" && has_value) {
-      o->repeats = std::atoi(argv[++i]);
-      if (o->repeats < 1) return false;
-    } else if (arg == "--min-ratio" && has_value) {
-      o->min_ratio = std::atof(argv[++i]);
-    } else if (arg == "--precision" && has_value) {
-      o->precision = argv[++i];
-      if (o->precision != "fp32" && o->precision != "bf16" && o->precision != "all") return false;
-    } else if (arg == "--json" && has_value) {
-      o->json_path = argv[++i];
-    } else {
-      std::fprintf(stderr, "adam_gpu_bench: unknown or incomplete argument '%s'\n", arg.c_str());
-      return false;
-    }
-  }
-  return true;
+absl::StatusOr<Options> ParseOptions(int argc, char** argv, bool* help) {
+  Options o;
+  int64_t params = static_cast<int64_t>(o.params);
+  const std::vector<std::string> precisions = {"fp32", "bf16", "all"};
+  int precision = 2;
+  cli::FlagSet flags;
+  // A count written as a size: "1M" is 2^20 parameters.
+  flags.Size("params", &params, 1, int64_t{1} << 40)
+      .Int("warmup", &o.warmup, 0, cli::kMaxCount)
+      .Int("repeats", &o.repeats, 1, cli::kMaxCount)
+      .Number("min-ratio", &o.min_ratio, 0, 1e6)
+      .Choice("precision", precisions, &precision)
+      .String("json", &o.json_path);
+  if (absl::Status s = flags.Parse(argc, argv, help); !s.ok()) return s;
+  o.params = static_cast<size_t>(params);
+  o.precision = precisions[precision];
+  return o;
 }
 
 // Every CUDA call goes through here: a failure ends the run with the call,
@@ -281,12 +260,6 @@ struct Result {
   bool passed;
 };
 
-double Median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  const size_t k = x.size() / 2;
-  return x.size() % 2 == 1 ? x[k] : 0.5 * (x[k - 1] + x[k]);
-}
-
 // AdamW with weight decay, a few steps in: every term of the update is live.
 AdamConstants BenchConstants() {
   AdamStepParams params;
@@ -339,11 +312,11 @@ Result Measure(const Variant& variant, State& s, char* copy_src, char* copy_dst,
   r.variant = &variant;
   r.params = s.n;
   r.bytes = bytes;
-  r.adam_ms = Median(adam_ms);
-  r.copy_ms = Median(copy_ms);
+  r.adam_ms = examples::Median(adam_ms);
+  r.copy_ms = examples::Median(copy_ms);
   r.adam_gbps = bytes / (r.adam_ms * 1e-3) / 1e9;
   r.copy_gbps = bytes / (r.copy_ms * 1e-3) / 1e9;
-  r.ratio = Median(ratios);
+  r.ratio = examples::Median(ratios);
   r.ratio_min = *std::min_element(ratios.begin(), ratios.end());
   r.ratio_max = *std::max_element(ratios.begin(), ratios.end());
   r.passed = r.ratio >= o.min_ratio;
@@ -377,12 +350,7 @@ bool WriteJson(const std::string& path, const std::string& device, const Options
   return std::fclose(f) == 0;
 }
 
-int Main(int argc, char** argv) {
-  Options o;
-  if (!ParseOptions(argc, argv, &o)) {
-    Usage();
-    return 2;
-  }
+int Run(const Options& o) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || count == 0) {
@@ -465,4 +433,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace zeroshard::kernels::cuda
 
-int main(int argc, char** argv) { return zeroshard::kernels::cuda::Main(argc, argv); }
+int main(int argc, char** argv) {
+  namespace bench = zeroshard::kernels::cuda;
+  return zeroshard::perf::BenchMain<bench::Options>("adam_gpu_bench", argc, argv,
+                                                    bench::ParseOptions, bench::Usage, bench::Run);
+}

@@ -24,10 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "cli/flags.h"
 #include "examples/mlp/cuda/cuda_mlp_trainer.h"
 #include "examples/mlp/mlp.h"
+#include "examples/mlp/model_flags.h"
+#include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -37,13 +39,7 @@ namespace zeroshard {
 namespace {
 
 struct Options {
-  mlp::MlpConfig model = [] {
-    mlp::MlpConfig m;
-    m.blocks = 8;
-    m.hidden = 1024;
-    m.micro_batch = 64;
-    return m;
-  }();
+  mlp::MlpConfig model = mlp::MlpShape(/*hidden=*/1024, /*blocks=*/8, /*micro_batch=*/64);
   int ranks = 2;
   int warmup = 5;
   int steps = 20;
@@ -83,9 +79,7 @@ absl::StatusOr<Row> Measure(const Options& o, int stage, Precision precision) {
         train.prefetch_units = 1;
         train.optimizer.lr = 1e-3;
         train.max_grad_norm = 1.0;
-        ZS_ASSIGN_OR_RETURN(auto engine,
-                            Engine::Create(mlp::BuildModelSpec(o.model), train, *device, comm));
-        ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, o.model));
+        ZS_ASSIGN_OR_RETURN(auto engine, mlp::CreateMlpEngine(o.model, train, *device, comm));
         ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(o.model)));
         ZS_ASSIGN_OR_RETURN(auto trainer,
                             mlp::gpu::CudaMlpTrainer::Create(o.model, *engine, comm, *device));
@@ -123,35 +117,25 @@ absl::StatusOr<Row> Measure(const Options& o, int stage, Precision precision) {
   return row;
 }
 
-bool ParseInt(const char* text, int64_t* out) { return absl::SimpleAtoi(text, out) && *out > 0; }
+void PrintUsage() {
+  std::printf(
+      "usage: step_time_gpu_bench [--blocks N] [--hidden H] [--micro-batch M] [--ranks R] "
+      "[--warmup W] [--steps S] [--json FILE] (positive integers)\n");
+}
 
-int Run(int argc, char** argv) {
+absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    int64_t v = 0;
-    if (arg == "--json" && has_value) {
-      o.json_path = argv[++i];
-    } else if (has_value && ParseInt(argv[i + 1], &v) &&
-               (arg == "--blocks" || arg == "--hidden" || arg == "--micro-batch" ||
-                arg == "--ranks" || arg == "--warmup" || arg == "--steps")) {
-      ++i;
-      if (arg == "--blocks") o.model.blocks = static_cast<int>(v);
-      if (arg == "--hidden") o.model.hidden = v;
-      if (arg == "--micro-batch") o.model.micro_batch = static_cast<int>(v);
-      if (arg == "--ranks") o.ranks = static_cast<int>(v);
-      if (arg == "--warmup") o.warmup = static_cast<int>(v);
-      if (arg == "--steps") o.steps = static_cast<int>(v);
-    } else {
-      std::fprintf(stderr,
-                   "step_time_gpu_bench: bad argument '%s'\nusage: step_time_gpu_bench [--blocks "
-                   "N] [--hidden H] [--micro-batch M] [--ranks R] [--warmup W] [--steps S] "
-                   "[--json FILE] (positive integers)\n",
-                   arg.c_str());
-      return 2;
-    }
-  }
+  cli::FlagSet flags;
+  mlp::AddModelFlags(flags, &o.model)
+      .Int("ranks", &o.ranks, 1, cli::kMaxCount)
+      .Int("warmup", &o.warmup, 1, cli::kMaxCount)
+      .Int("steps", &o.steps, 1, cli::kMaxCount)
+      .String("json", &o.json_path);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
+  return o;
+}
+
+int Run(const Options& o) {
   auto probe = CreateCudaDevice(0);
   if (!probe.ok()) {
     std::printf("step_time_gpu_bench: no CUDA device (%s)\n",
@@ -205,4 +189,8 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace zeroshard
 
-int main(int argc, char** argv) { return zeroshard::Run(argc, argv); }
+int main(int argc, char** argv) {
+  return zeroshard::perf::BenchMain<zeroshard::Options>("step_time_gpu_bench", argc, argv,
+                                                        zeroshard::ParseFlags,
+                                                        zeroshard::PrintUsage, zeroshard::Run);
+}

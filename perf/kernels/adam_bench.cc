@@ -59,7 +59,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -67,11 +66,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "cli/flags.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/norm.h"
 #include "nlohmann/json.hpp"
+#include "perf/bench_json.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -523,14 +525,7 @@ bool WriteJson(const std::string& path, int pairs, const std::vector<PairedRow>&
     }
   }
   j["results"] = out_rows;
-  std::ofstream out(path);
-  out << j.dump(1) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "adam_bench: cannot write --json %s\n", path.c_str());
-    return false;
-  }
-  std::printf("adam_bench: wrote %s\n", path.c_str());
-  return true;
+  return perf::WriteBenchJson("adam_bench", path, j);
 }
 
 void PrintSummary() {
@@ -572,11 +567,13 @@ int main(int argc, char** argv) {
     if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (arg == "--pairs" && i + 1 < argc) {
-      pairs = std::atoi(argv[++i]);
-      if (pairs < 1) {
-        std::fprintf(stderr, "adam_bench: --pairs needs a positive count\n");
+      const absl::StatusOr<int64_t> n =
+          zeroshard::cli::ParseIntFlag("--pairs", argv[++i], 1, 1 << 20);
+      if (!n.ok()) {
+        std::fprintf(stderr, "adam_bench: %s\n", std::string(n.status().message()).c_str());
         return 2;
       }
+      pairs = static_cast<int>(*n);
     } else if (arg == "--paired-only") {
       paired_only = true;
     } else {

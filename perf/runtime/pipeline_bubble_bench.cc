@@ -24,13 +24,14 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
 #include "examples/mlp/grid_trainer.h"
 #include "examples/mlp/mlp.h"
+#include "examples/mlp/model_flags.h"
 #include "examples/mlp/pipeline_schedule.h"
+#include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -45,13 +46,7 @@ struct BenchOptions {
   double tf_ms = 2.0;
   double tb_ms = 4.0;
   int steps = 3;  // timed steps per configuration (after one warm-up step)
-  mlp::MlpConfig model = [] {
-    mlp::MlpConfig m;
-    m.hidden = 256;
-    m.blocks = 4;
-    m.micro_batch = 16;
-    return m;
-  }();
+  mlp::MlpConfig model = mlp::MlpShape(/*hidden=*/256, /*blocks=*/4, /*micro_batch=*/16);
 };
 
 constexpr int kStages[] = {2, 4};
@@ -176,6 +171,21 @@ absl::Status RunCompute(const BenchOptions& o) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
+  const std::vector<std::string> modes = {"sleep", "compute", "both"};
+  BenchOptions o;
+  int mode = 2;
+  cli::FlagSet flags;
+  mlp::AddModelFlags(flags, &o.model, /*min_blocks=*/4);
+  flags.Choice("mode", modes, &mode)
+      .Number("tf-ms", &o.tf_ms, 0, 1e6, /*lo_open=*/true)
+      .Number("tb-ms", &o.tb_ms, 0, 1e6, /*lo_open=*/true)
+      .Int("steps", &o.steps, 1, cli::kMaxCount);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
+  o.mode = modes[mode];
+  return o;
+}
+
 void PrintUsage() {
   std::printf(
       "usage: pipeline_bubble_bench [--mode sleep|compute|both] [--tf-ms 2] [--tb-ms 4]\n"
@@ -187,48 +197,18 @@ void PrintUsage() {
 
 int main(int argc, char** argv) {
   using zeroshard::BenchOptions;
-  BenchOptions o;
-  bool help = false;
-  const absl::Status parsed = zeroshard::examples::ForEachFlag(
-      argc, argv, &help, [&](const std::string& name, const std::string& v) -> absl::Status {
-        bool ok = true;
-        if (name == "mode") {
-          ok = v == "sleep" || v == "compute" || v == "both";
-          o.mode = v;
-        } else if (name == "tf-ms") {
-          ok = absl::SimpleAtod(v, &o.tf_ms) && o.tf_ms > 0;
-        } else if (name == "tb-ms") {
-          ok = absl::SimpleAtod(v, &o.tb_ms) && o.tb_ms > 0;
-        } else if (name == "steps") {
-          ok = absl::SimpleAtoi(v, &o.steps) && o.steps > 0;
-        } else if (name == "hidden") {
-          ok = absl::SimpleAtoi(v, &o.model.hidden) && o.model.hidden > 0;
-        } else if (name == "blocks") {
-          ok = absl::SimpleAtoi(v, &o.model.blocks) && o.model.blocks >= 4;
-        } else if (name == "micro-batch") {
-          ok = absl::SimpleAtoi(v, &o.model.micro_batch) && o.model.micro_batch > 0;
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  return zeroshard::perf::BenchMain<BenchOptions>(
+      "pipeline_bubble_bench", argc, argv, zeroshard::ParseFlags, zeroshard::PrintUsage,
+      [](const BenchOptions& o) {
+        std::printf("1F1B pipeline bubble vs the ideal (p-1)/(m+p-1), %d timed steps each\n",
+                    o.steps);
+        absl::Status status;
+        if (o.mode != "compute") status = zeroshard::RunSleep(o);
+        if (status.ok() && o.mode != "sleep") status = zeroshard::RunCompute(o);
+        if (!status.ok()) {
+          std::fprintf(stderr, "pipeline_bubble_bench: %s\n", status.ToString().c_str());
+          return 1;
         }
-        if (!ok)
-          return absl::InvalidArgumentError(absl::StrCat("flag --", name, ": bad value ", v));
-        return absl::OkStatus();
+        return 0;
       });
-  if (help) {
-    zeroshard::PrintUsage();
-    return 0;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "pipeline_bubble_bench: %s\n", std::string(parsed.message()).c_str());
-    return 2;
-  }
-  std::printf("1F1B pipeline bubble vs the ideal (p-1)/(m+p-1), %d timed steps each\n", o.steps);
-  absl::Status status;
-  if (o.mode != "compute") status = zeroshard::RunSleep(o);
-  if (status.ok() && o.mode != "sleep") status = zeroshard::RunCompute(o);
-  if (!status.ok()) {
-    std::fprintf(stderr, "pipeline_bubble_bench: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
 }

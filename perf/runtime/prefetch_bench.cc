@@ -19,18 +19,19 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
 #include "examples/mlp/mlp.h"
+#include "examples/mlp/model_flags.h"
+#include "perf/bench_backend.h"
 #include "perf/bench_main.h"
+#include "perf/runtime/mlp_bench_train_spec.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -43,79 +44,45 @@ namespace {
 constexpr int kDepths[] = {0, 1, 2};
 
 struct BenchOptions {
-  bool backend_mpi = true;
+  perf::BackendOptions backend{/*mpi=*/true, /*local_ranks=*/{}};
   int ranks = 4;  // local backend only; with mpi the world is mpirun's
   int steps = 30;
   int warmup = 3;
   // mlp_demo's default model: 5 blocks x hidden 256 (2.6M params).
-  mlp::MlpConfig model = [] {
-    mlp::MlpConfig m;
-    m.hidden = 256;
-    m.blocks = 5;
-    m.micro_batch = 16;
-    return m;
-  }();
+  mlp::MlpConfig model = mlp::MlpShape(/*hidden=*/256, /*blocks=*/5, /*micro_batch=*/16);
 };
 
-void PrintUsage(std::FILE* out) {
+void PrintUsage() {
   const BenchOptions d;
-  std::fprintf(out,
-               "usage: prefetch_bench [flags]\n"
-               "ZeRO stage 3 step time for prefetch depth 0, 1 and 2 on the mlp_demo model.\n\n"
-               "  --backend B        mpi (one process per rank under mpirun) or local\n"
-               "                     (threads) (default mpi)\n"
-               "  --ranks N          local ranks (default %d; ignored with mpi)\n"
-               "  --steps N          timed steps per depth (default %d)\n"
-               "  --warmup N         untimed steps per depth first (default %d)\n"
-               "  --hidden H         hidden size (default %lld)\n"
-               "  --blocks B         residual blocks (default %d)\n"
-               "  --micro-batch M    samples per micro-batch (default %d)\n"
-               "  --help             this text\n",
-               d.ranks, d.steps, d.warmup, static_cast<long long>(d.model.hidden), d.model.blocks,
-               d.model.micro_batch);
+  std::printf(
+      "usage: prefetch_bench [flags]\n"
+      "ZeRO stage 3 step time for prefetch depth 0, 1 and 2 on the mlp_demo model.\n\n"
+      "  --backend B        mpi (one process per rank under mpirun) or local\n"
+      "                     (threads) (default mpi)\n"
+      "  --ranks N          local ranks (default %d; ignored with mpi)\n"
+      "  --steps N          timed steps per depth (default %d)\n"
+      "  --warmup N         untimed steps per depth first (default %d)\n"
+      "  --hidden H         hidden size (default %lld)\n"
+      "  --blocks B         residual blocks (default %d)\n"
+      "  --micro-batch M    samples per micro-batch (default %d)\n"
+      "  --help             this text\n",
+      d.ranks, d.steps, d.warmup, static_cast<long long>(d.model.hidden), d.model.blocks,
+      d.model.micro_batch);
 }
 
 absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
   BenchOptions opts;
-  *help = false;
-  auto int_flag = [](const std::string& flag, const std::string& value, int64_t min,
-                     auto* out) -> absl::Status {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(value, &v) || v < min || v > (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", flag, ": bad value '", value, "', expected an integer >= ", min));
-    }
-    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
-    return absl::OkStatus();
-  };
-  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
-      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
-        if (name == "backend") {
-          if (value != "mpi" && value != "local") {
-            return absl::InvalidArgumentError(
-                absl::StrCat("flag --backend: bad value '", value, "', expected mpi or local"));
-          }
-          opts.backend_mpi = value == "mpi";
-        } else if (name == "ranks") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.ranks));
-        } else if (name == "steps") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.steps));
-        } else if (name == "warmup") {
-          // At least one: the first step records the gather order that later
-          // steps prefetch along, so it must not be timed.
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.warmup));
-        } else if (name == "hidden") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.hidden));
-        } else if (name == "blocks") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.blocks));
-        } else if (name == "micro-batch") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.micro_batch));
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-        }
-        return absl::OkStatus();
-      }));
+  cli::FlagSet flags;
+  mlp::AddModelFlags(flags, &opts.model);
+  perf::AddBackendFlag(flags, &opts.backend);
+  flags.Int("ranks", &opts.ranks, 1, cli::kMaxCount)
+      .Int("steps", &opts.steps, 1, cli::kMaxCount)
+      // At least one: the first step records the gather order that later
+      // steps prefetch along, so it must not be timed.
+      .Int("warmup", &opts.warmup, 1, cli::kMaxCount);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
   if (*help) return opts;
+  opts.backend.local_ranks = {opts.ranks};
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   return opts;
 }
@@ -143,25 +110,13 @@ double PerStepMs(absl::Duration after, absl::Duration before, int steps) {
   return absl::ToDoubleMilliseconds(after - before) / steps;
 }
 
-TrainSpec MakeTrainSpec(int depth) {
-  TrainSpec train;
-  train.zero_stage = 3;
-  train.precision = Precision::kFp32;
-  train.prefetch_units = depth;
-  train.optimizer.kind = OptimizerKind::kAdamW;
-  train.optimizer.lr = 3e-3;
-  train.optimizer.weight_decay = 0.01;
-  train.max_grad_norm = 2.0;
-  return train;
-}
-
 // One depth on this rank; every rank gets every rank's row.
 absl::StatusOr<DepthResult> RunDepth(const BenchOptions& opts, int depth, Communicator& comm) {
   std::unique_ptr<Device> device = CreateCpuDevice();
-  ZS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Engine> engine,
-      Engine::Create(mlp::BuildModelSpec(opts.model), MakeTrainSpec(depth), *device, comm));
-  ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, opts.model));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      mlp::CreateMlpEngine(
+                          opts.model, perf::MlpBenchTrainSpec(/*stage=*/3, Precision::kFp32, depth),
+                          *device, comm));
   ZS_RETURN_IF_ERROR(engine->Start());
   mlp::MlpTrainer trainer(opts.model, *engine, comm);
   for (int s = 0; s < opts.warmup; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
@@ -234,7 +189,7 @@ void PrintTable(const BenchOptions& opts, int world, const std::vector<DepthResu
       "prefetch_bench: residual MLP %d blocks x hidden %d (%lld params), micro-batch %d, fp32,\n"
       "                ZeRO stage 3, %d ranks (%s), %d warm-up + %d timed steps per depth\n\n",
       opts.model.blocks, static_cast<int>(opts.model.hidden), static_cast<long long>(params),
-      opts.model.micro_batch, world, opts.backend_mpi ? "mpi" : "local threads", opts.warmup,
+      opts.model.micro_batch, world, opts.backend.mpi ? "mpi" : "local threads", opts.warmup,
       opts.steps);
   std::printf(
       "ms per step (Engine::Stats() over the timed steps; exposed comm: max over ranks,\n"
@@ -264,43 +219,17 @@ void PrintTable(const BenchOptions& opts, int world, const std::vector<DepthResu
       same_loss ? "yes" : "NO (prefetch must not change the values)");
 }
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "prefetch_bench: run failed: %s\n", status.ToString().c_str());
-  return 1;
-}
-
-int RunLocal(const BenchOptions& opts) {
-  std::vector<DepthResult> results;
-  const absl::Status status = RunLocalRanks(
-      opts.ranks, [&](int, Communicator& comm) { return RunRank(opts, comm, &results); });
-  if (!status.ok()) return Fail(status);
-  PrintTable(opts, opts.ranks, results);
+int Report(const BenchOptions& opts, const std::string&, int world,
+           const std::vector<DepthResult>& results) {
+  PrintTable(opts, world, results);
   return 0;
-}
-
-int RunMpi(const BenchOptions& opts) {
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
-  if (!comm.ok()) return Fail(comm.status());
-  std::vector<DepthResult> results;
-  const absl::Status status = RunRank(opts, **comm, &results);
-  int code = 0;
-  if (!status.ok()) {
-    code = Fail(status);
-  } else if ((*comm)->rank() == 0) {
-    PrintTable(opts, (*comm)->size(), results);
-  }
-  comm->reset();
-  FinalizeMpi();
-  return code;
 }
 
 }  // namespace
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
-  return zeroshard::perf::BenchMain<zeroshard::BenchOptions>(
-      "prefetch_bench", argc, argv, zeroshard::ParseFlags, [] { zeroshard::PrintUsage(stdout); },
-      [](const zeroshard::BenchOptions& opts) {
-        return opts.backend_mpi ? zeroshard::RunMpi(opts) : zeroshard::RunLocal(opts);
-      });
+  return zeroshard::perf::BackendBenchMain<zeroshard::BenchOptions, zeroshard::DepthResult>(
+      "prefetch_bench", argc, argv, zeroshard::ParseFlags, zeroshard::PrintUsage,
+      zeroshard::RunRank, zeroshard::Report);
 }

@@ -16,8 +16,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
 #include "examples/mlp/mlp.h"
+#include "perf/bench_main.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/fingerprint.h"
@@ -41,11 +42,7 @@ struct Timing {
 
 // Mean ms per step over `steps` timed steps (after `warmup`), rank 0's clock.
 absl::StatusOr<Timing> TimeSteps(const Options& o, bool check) {
-  mlp::MlpConfig cfg;
-  cfg.hidden = 256;
-  cfg.blocks = 5;
-  cfg.micro_batch = 16;
-  const ModelSpec spec = mlp::BuildModelSpec(cfg);
+  const mlp::MlpConfig cfg = mlp::MlpShape(/*hidden=*/256, /*blocks=*/5, /*micro_batch=*/16);
   Timing timing;
   ZS_RETURN_IF_ERROR(RunLocalRanks(o.ranks, [&](int rank, Communicator& comm) -> absl::Status {
     auto device = CreateCpuDevice();
@@ -54,8 +51,7 @@ absl::StatusOr<Timing> TimeSteps(const Options& o, bool check) {
     train.optimizer.lr = 3e-3;
     train.max_grad_norm = 2.0;
     train.check_collective_sequence = check;
-    ZS_ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, train, *device, comm));
-    ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, cfg));
+    ZS_ASSIGN_OR_RETURN(auto engine, mlp::CreateMlpEngine(cfg, train, *device, comm));
     ZS_RETURN_IF_ERROR(engine->Start());
     mlp::MlpTrainer trainer(cfg, *engine, comm);
     for (int s = 0; s < o.warmup; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
@@ -87,33 +83,18 @@ double NanosPerRecord() {
   return ns;
 }
 
-int Main(int argc, char** argv) {
+absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   Options o;
-  bool help = false;
-  const absl::Status flags = examples::ForEachFlag(
-      argc, argv, &help, [&o](const std::string& name, const std::string& value) -> absl::Status {
-        int* target = name == "ranks"     ? &o.ranks
-                      : name == "stage"   ? &o.stage
-                      : name == "steps"   ? &o.steps
-                      : name == "repeats" ? &o.repeats
-                                          : nullptr;
-        if (target == nullptr) return absl::InvalidArgumentError("unknown flag --" + name);
-        const int min = name == "stage" ? 0 : 1;
-        if (!absl::SimpleAtoi(value, target) || *target < min) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "flag --%s: bad value '%s', expected an integer >= %d", name, value, min));
-        }
-        return absl::OkStatus();
-      });
-  if (help) {
-    std::printf("usage: sequence_check_bench [--ranks N] [--stage S] [--steps N] [--repeats R]\n");
-    return 0;
-  }
-  if (!flags.ok()) {
-    std::fprintf(stderr, "sequence_check_bench: %s (see --help)\n",
-                 std::string(flags.message()).c_str());
-    return 2;
-  }
+  cli::FlagSet flags;
+  flags.Int("ranks", &o.ranks, 1, cli::kMaxCount)
+      .Int("stage", &o.stage, 0, 3)
+      .Int("steps", &o.steps, 1, cli::kMaxCount)
+      .Int("repeats", &o.repeats, 1, cli::kMaxCount);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
+  return o;
+}
+
+int Run(const Options& o) {
   double on = 0.0, off = 0.0, collectives = 0.0;
   for (int r = 0; r < o.repeats; ++r) {
     // Alternate which goes first, so drift does not favour one.
@@ -151,4 +132,12 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace zeroshard
 
-int main(int argc, char** argv) { return zeroshard::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return zeroshard::perf::BenchMain<zeroshard::Options>(
+      "sequence_check_bench", argc, argv, zeroshard::ParseFlags,
+      [] {
+        std::printf(
+            "usage: sequence_check_bench [--ranks N] [--stage S] [--steps N] [--repeats R]\n");
+      },
+      zeroshard::Run);
+}

@@ -32,24 +32,24 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "examples/common/flags.h"
+#include "cli/flags.h"
 #include "examples/mlp/mlp.h"
+#include "examples/mlp/model_flags.h"
 #include "nlohmann/json.hpp"
+#include "perf/bench_backend.h"
+#include "perf/bench_json.h"
 #include "perf/bench_main.h"
+#include "perf/runtime/mlp_bench_train_spec.h"
 #include "zeroshard/buffer_plan.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -61,8 +61,7 @@ namespace zeroshard {
 namespace {
 
 struct BenchOptions {
-  bool backend_mpi = false;
-  std::vector<int> ranks = {1, 2, 4};  // local backend; with mpi the world is mpirun's
+  perf::BackendOptions backend{/*mpi=*/false, /*local_ranks=*/{1, 2, 4}};
   std::vector<int> stages = {0, 1, 2, 3};
   int steps = 10;
   int warmup = 2;
@@ -73,19 +72,12 @@ struct BenchOptions {
   double price_per_device_hour = 2.0;  // USD
   std::string json_path;
   // mlp_demo's default model: 5 blocks x hidden 256 (2.6M params).
-  mlp::MlpConfig model = [] {
-    mlp::MlpConfig m;
-    m.hidden = 256;
-    m.blocks = 5;
-    m.micro_batch = 16;
-    return m;
-  }();
+  mlp::MlpConfig model = mlp::MlpShape(/*hidden=*/256, /*blocks=*/5, /*micro_batch=*/16);
 };
 
-void PrintUsage(std::FILE* out) {
+void PrintUsage() {
   const BenchOptions d;
-  std::fprintf(
-      out,
+  std::printf(
       "usage: step_bench [flags]\n"
       "Engine step split, samples/s, scaling efficiency, cost per epoch and memory per rank\n"
       "against the plan, for ZeRO stages 0-3 on the mlp_demo model.\n\n"
@@ -108,81 +100,27 @@ void PrintUsage(std::FILE* out) {
       d.model.blocks, d.model.micro_batch, d.dataset_samples, d.price_per_device_hour);
 }
 
-absl::StatusOr<std::vector<int>> IntList(const std::string& flag, const std::string& value, int min,
-                                         int max) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(value, ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v < min || v > max) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("flag --%s: bad value '%s', expected a comma separated list of %d-%d",
-                          flag, value, min, max));
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv, bool* help) {
   BenchOptions opts;
-  auto int_flag = [](const std::string& flag, const std::string& value, int64_t min,
-                     auto* out) -> absl::Status {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(value, &v) || v < min || v > (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", flag, ": bad value '", value, "', expected an integer >= ", min));
-    }
-    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
-    return absl::OkStatus();
-  };
-  auto positive = [](const std::string& flag, const std::string& value,
-                     double* out) -> absl::Status {
-    if (!absl::SimpleAtod(value, out) || !(*out > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", flag, ": bad value '", value, "', expected a positive number"));
-    }
-    return absl::OkStatus();
-  };
-  ZS_RETURN_IF_ERROR(examples::ForEachFlag(
-      argc, argv, help, [&](const std::string& name, const std::string& value) -> absl::Status {
-        if (name == "backend") {
-          if (value != "mpi" && value != "local") {
-            return absl::InvalidArgumentError(
-                absl::StrCat("flag --backend: bad value '", value, "', expected local or mpi"));
-          }
-          opts.backend_mpi = value == "mpi";
-        } else if (name == "ranks") {
-          ZS_ASSIGN_OR_RETURN(opts.ranks, IntList(name, value, 1, 64));
-        } else if (name == "stages") {
-          ZS_ASSIGN_OR_RETURN(opts.stages, IntList(name, value, 0, 3));
-        } else if (name == "steps") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.steps));
-        } else if (name == "warmup") {
-          // At least one: stage 3's first step records the gather order.
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.warmup));
-        } else if (name == "precision") {
-          ZS_ASSIGN_OR_RETURN(opts.precision, ParsePrecision(value));
-        } else if (name == "prefetch") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 0, &opts.prefetch_units));
-        } else if (name == "grad-buffers") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.grad_buffers));
-        } else if (name == "hidden") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.hidden));
-        } else if (name == "blocks") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.blocks));
-        } else if (name == "micro-batch") {
-          ZS_RETURN_IF_ERROR(int_flag(name, value, 1, &opts.model.micro_batch));
-        } else if (name == "dataset-samples") {
-          ZS_RETURN_IF_ERROR(positive(name, value, &opts.dataset_samples));
-        } else if (name == "price-per-device-hour") {
-          ZS_RETURN_IF_ERROR(positive(name, value, &opts.price_per_device_hour));
-        } else if (name == "json") {
-          opts.json_path = value;
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-        }
-        return absl::OkStatus();
-      }));
+  cli::FlagSet flags;
+  mlp::AddModelFlags(flags, &opts.model);
+  perf::AddBackendFlag(flags, &opts.backend);
+  flags.IntList("ranks", &opts.backend.local_ranks, 1, 64)
+      .IntList("stages", &opts.stages, 0, 3)
+      .Int("steps", &opts.steps, 1, cli::kMaxCount)
+      // At least one: stage 3's first step records the gather order.
+      .Int("warmup", &opts.warmup, 1, cli::kMaxCount)
+      .Custom("precision",
+              [&](const std::string& value) -> absl::Status {
+                ZS_ASSIGN_OR_RETURN(opts.precision, ParsePrecision(value));
+                return absl::OkStatus();
+              })
+      .Int("prefetch", &opts.prefetch_units, 0, cli::kMaxCount)
+      .Int("grad-buffers", &opts.grad_buffers, 1, cli::kMaxCount)
+      .Number("dataset-samples", &opts.dataset_samples, 0, 1e30, /*lo_open=*/true)
+      .Number("price-per-device-hour", &opts.price_per_device_hour, 0, 1e30, /*lo_open=*/true)
+      .String("json", &opts.json_path);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
   if (*help) return opts;
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   return opts;
@@ -241,15 +179,8 @@ int AffinityCpus() {
 }
 
 TrainSpec MakeTrainSpec(const BenchOptions& opts, int stage) {
-  TrainSpec train;
-  train.zero_stage = stage;
-  train.precision = opts.precision;
-  train.prefetch_units = opts.prefetch_units;
+  TrainSpec train = perf::MlpBenchTrainSpec(stage, opts.precision, opts.prefetch_units);
   train.num_grad_buffers = opts.grad_buffers;
-  train.optimizer.kind = OptimizerKind::kAdamW;
-  train.optimizer.lr = 3e-3;
-  train.optimizer.weight_decay = 0.01;
-  train.max_grad_norm = 2.0;
   return train;
 }
 
@@ -258,8 +189,8 @@ absl::StatusOr<RunResult> RunStage(const BenchOptions& opts, int stage, Communic
   const TrainSpec train = MakeTrainSpec(opts, stage);
   ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanEngineBuffers(spec, train, comm.size()));
   std::unique_ptr<Device> device = CreateCpuDevice();
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
-  ZS_RETURN_IF_ERROR(mlp::InitEngineParams(*engine, opts.model));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      mlp::CreateMlpEngine(opts.model, train, *device, comm));
   mlp::MlpTrainer trainer(opts.model, *engine, comm);  // before Start(), as mlp_demo
   ZS_RETURN_IF_ERROR(engine->Start(mlp::TrainerSettings(opts.model)));
   for (int s = 0; s < opts.warmup; ++s) ZS_RETURN_IF_ERROR(trainer.TrainStep().status());
@@ -449,59 +380,20 @@ bool WriteJson(const BenchOptions& opts, const std::string& backend,
          {"per_rank", per_rank}});
   }
   j["runs"] = runs;
-  std::ofstream out(opts.json_path);
-  out << j.dump(1) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "step_bench: cannot write --json %s\n", opts.json_path.c_str());
-    return false;
-  }
-  std::printf("step_bench: wrote %s\n", opts.json_path.c_str());
-  return true;
+  return perf::WriteBenchJson("step_bench", opts.json_path, j);
 }
 
-int Finish(const BenchOptions& opts, const std::string& backend,
+int Report(const BenchOptions& opts, const std::string& backend, int,
            const std::vector<RunResult>& results) {
   PrintTable(opts, backend, results);
   return !opts.json_path.empty() && !WriteJson(opts, backend, results) ? 1 : 0;
-}
-
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "step_bench: run failed: %s\n", status.ToString().c_str());
-  return 1;
-}
-
-int RunLocal(const BenchOptions& opts) {
-  std::vector<RunResult> results;
-  for (int ranks : opts.ranks) {
-    const absl::Status status = RunLocalRanks(
-        ranks, [&](int, Communicator& comm) { return RunRank(opts, comm, &results); });
-    if (!status.ok()) return Fail(status);
-  }
-  return Finish(opts, "local", results);
-}
-
-int RunMpi(const BenchOptions& opts) {
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
-  if (!comm.ok()) return Fail(comm.status());
-  std::vector<RunResult> results;
-  const absl::Status status = RunRank(opts, **comm, &results);
-  if (!status.ok()) {
-    Fail(status);
-    AbortJob(1);
-  }
-  const int code = (*comm)->rank() == 0 ? Finish(opts, "mpi", results) : 0;
-  comm->reset();
-  FinalizeMpi();
-  return code;
 }
 
 }  // namespace
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
-  return zeroshard::perf::BenchMain<zeroshard::BenchOptions>(
-      "step_bench", argc, argv, zeroshard::ParseFlags, [] { zeroshard::PrintUsage(stdout); },
-      [](const zeroshard::BenchOptions& opts) {
-        return opts.backend_mpi ? zeroshard::RunMpi(opts) : zeroshard::RunLocal(opts);
-      });
+  return zeroshard::perf::BackendBenchMain<zeroshard::BenchOptions, zeroshard::RunResult>(
+      "step_bench", argc, argv, zeroshard::ParseFlags, zeroshard::PrintUsage, zeroshard::RunRank,
+      zeroshard::Report);
 }

@@ -41,13 +41,13 @@ includes() {
   done
 }
 
-public_only="tools/, examples/ and perf/ include the public API (engine/include/zeroshard/), never engine/src; grow the public API or move the code (docs/architecture.md, Layers)"
+public_only="tools/, examples/, perf/ and cli/ include the public API (engine/include/zeroshard/), never engine/src; grow the public API or move the code (docs/architecture.md, Layers)"
 while IFS=: read -r file line path; do
   checked=$((checked + 1))
   case $path in
     engine/src/*) report "$file:$line" "$path" "$public_only" ;;
   esac
-done < <(includes tools examples perf)
+done < <(includes tools examples perf cli)
 
 while IFS=: read -r file line path; do
   case $path in
@@ -79,7 +79,7 @@ done < <(includes kernels/reference)
 while IFS=: read -r file line path; do
   checked=$((checked + 1))
   case $path in
-    engine/* | kernels/* | tools/* | examples/* | perf/* | tests/*)
+    engine/* | kernels/* | tools/* | examples/* | perf/* | cli/* | tests/*)
       report "$file:$line" "$path" "a public header includes only zeroshard/ headers, abseil and the standard library (it is installed alone)"
       ;;
   esac

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/flags.h"
 #include "tools/calibrate/machine_measure.h"
 #include "tools/machine_profile.h"
 #include "zeroshard/communicator.h"
@@ -76,49 +77,29 @@ without MPI).
   --min-seconds S       least time per measurement (default 0.3)
 )";
 
-absl::StatusOr<int64_t> IntFlag(const std::string& flag, const std::string& v, int64_t lo,
-                                int64_t hi) {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is not an integer in [%d, %d]", flag, v, lo, hi));
-  }
-  return n;
-}
-
 absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* help) {
   Options o;
   bool what_given = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i], value;
-    if (name == "--help" || name == "-h") {
-      *help = true;
-      return o;
-    }
-    const size_t eq = name.find('=');
-    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(name + " needs a value");
-      value = args[++i];
-    }
+  ZS_ASSIGN_OR_RETURN(
+      const auto flags,
+      cli::ParseFlagMap(args,
+                        {"--out", "--backend", "--ranks", "--sizes", "--threads", "--what",
+                         "--hidden", "--blocks", "--micro-batch", "--min-seconds"},
+                        {"--help", "-h"}, "zeroshard calibrate --help"));
+  if (flags.count("--help") != 0 || flags.count("-h") != 0) {
+    *help = true;
+    return o;
+  }
+  for (const auto& [name, value] : flags) {
     if (name == "--out") {
       o.out = value;
     } else if (name == "--backend") {
-      if (value != "local" && value != "mpi") {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--backend: '%s' is not local or mpi", value));
-      }
-      o.mpi = value == "mpi";
+      ZS_ASSIGN_OR_RETURN(const int backend, cli::ParseChoiceFlag(name, value, {"local", "mpi"}));
+      o.mpi = backend == 1;
     } else if (name == "--ranks" || name == "--sizes") {
-      std::vector<int64_t> list;
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        ZS_ASSIGN_OR_RETURN(const int64_t n, name == "--ranks"
-                                                 ? IntFlag(name, std::string(part), 2, 64)
-                                                 : IntFlag(name, std::string(part), 16, 1 << 30));
-        list.push_back(n);
-      }
+      ZS_ASSIGN_OR_RETURN(const std::vector<int64_t> list,
+                          name == "--ranks" ? cli::ParseIntListFlag(name, value, 2, 64)
+                                            : cli::ParseIntListFlag(name, value, 16, 1 << 30));
       if (name == "--ranks") {
         o.ranks.assign(list.begin(), list.end());
       } else {
@@ -126,37 +107,26 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* he
         o.sizes = list;
       }
     } else if (name == "--threads") {
-      ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag(name, value, 1, 1024));
+      ZS_ASSIGN_OR_RETURN(const int64_t n, cli::ParseIntFlag(name, value, 1, 1024));
       o.shapes.blas_threads = static_cast<int>(n);
     } else if (name == "--what") {
       what_given = true;
       o.measure_compute = o.measure_collectives = false;
       for (absl::string_view part : absl::StrSplit(value, ',')) {
-        if (part == "compute") {
-          o.measure_compute = true;
-        } else if (part == "collectives") {
-          o.measure_collectives = true;
-        } else {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("--what: '%s' is not compute or collectives", part));
-        }
+        ZS_ASSIGN_OR_RETURN(const int what,
+                            cli::ParseChoiceFlag(name, part, {"compute", "collectives"}));
+        (what == 0 ? o.measure_compute : o.measure_collectives) = true;
       }
     } else if (name == "--hidden") {
-      ZS_ASSIGN_OR_RETURN(o.shapes.hidden, IntFlag(name, value, 1, 1 << 14));
+      ZS_ASSIGN_OR_RETURN(o.shapes.hidden, cli::ParseIntFlag(name, value, 1, 1 << 14));
     } else if (name == "--blocks") {
-      ZS_ASSIGN_OR_RETURN(const int64_t n, IntFlag(name, value, 1, 1024));
+      ZS_ASSIGN_OR_RETURN(const int64_t n, cli::ParseIntFlag(name, value, 1, 1024));
       o.shapes.blocks = static_cast<int>(n);
     } else if (name == "--micro-batch") {
-      ZS_ASSIGN_OR_RETURN(o.shapes.micro_batch, IntFlag(name, value, 1, 1 << 16));
+      ZS_ASSIGN_OR_RETURN(o.shapes.micro_batch, cli::ParseIntFlag(name, value, 1, 1 << 16));
     } else if (name == "--min-seconds") {
-      if (!absl::SimpleAtod(value, &o.shapes.min_seconds) || !(o.shapes.min_seconds > 0) ||
-          o.shapes.min_seconds > 60) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--min-seconds: '%s' is not a number in (0, 60]", value));
-      }
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown argument '%s'; see `zeroshard calibrate --help`", args[i]));
+      ZS_ASSIGN_OR_RETURN(o.shapes.min_seconds,
+                          cli::ParseNumberFlag(name, value, 0, 60, /*lo_open=*/true));
     }
   }
   if (o.mpi && !what_given) o.measure_compute = false;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "examples/mlp/internal/unit_loop.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -59,26 +60,25 @@ absl::StatusOr<double> CudaMlpTrainer::MicroBatch(int micro, float loss_scale) {
 
   // Forward: the views are ready when returned (docs/gpu.md, rule 1); the
   // stream must be done with a unit's weights before Release (rule 3).
-  for (int u = 0; u < cfg_.blocks; ++u) {
-    ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(u));
-    ZS_ASSIGN_OR_RETURN(const DeviceBlockWeights w, math_->WeightsFromView(view, stream()));
-    ZS_RETURN_IF_ERROR(math_->Forward(u, w, stream()));
-    ZS_RETURN_IF_ERROR(stream_->Synchronize());
-    ZS_RETURN_IF_ERROR(engine_.Release(u));
-  }
+  ZS_RETURN_IF_ERROR(mlp::internal::ForwardUnits(
+      engine_, cfg_.blocks, [&](int u, const UnitView& view) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(const DeviceBlockWeights w, math_->WeightsFromView(view, stream()));
+        ZS_RETURN_IF_ERROR(math_->Forward(u, w, stream()));
+        return stream_->Synchronize();
+      }));
   ZS_RETURN_IF_ERROR(math_->Loss(loss_scale, stream()));
-  for (int u = cfg_.blocks - 1; u >= 0; --u) {
-    ZS_ASSIGN_OR_RETURN(const UnitView view, engine_.Gather(u));
-    ZS_ASSIGN_OR_RETURN(const DeviceBlockWeights w, math_->WeightsFromView(view, stream()));
-    ZS_RETURN_IF_ERROR(math_->Backward(u, w, stream()));
-    ZS_ASSIGN_OR_RETURN(const UnitView grad_view, engine_.GradView(u));
-    ZS_RETURN_IF_ERROR(math_->WriteGrads(grad_view, stream()));
-    // The engine reads the gradient (rule 2) and may reuse the gathered
-    // weights' buffer after Release (rule 3).
-    ZS_RETURN_IF_ERROR(stream_->Synchronize());
-    ZS_RETURN_IF_ERROR(engine_.ReduceGrads(u));
-    ZS_RETURN_IF_ERROR(engine_.Release(u));
-  }
+  ZS_RETURN_IF_ERROR(mlp::internal::BackwardUnits(
+      engine_, cfg_.blocks,
+      [&](int u, const UnitView& view) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(const DeviceBlockWeights w, math_->WeightsFromView(view, stream()));
+        return math_->Backward(u, w, stream());
+      },
+      [&](int, const UnitView& grad_view) -> absl::Status {
+        ZS_RETURN_IF_ERROR(math_->WriteGrads(grad_view, stream()));
+        // The engine reads the gradient (rule 2) and may reuse the gathered
+        // weights' buffer after Release (rule 3).
+        return stream_->Synchronize();
+      }));
   return math_->ReadLoss(stream());
 }
 
@@ -95,13 +95,11 @@ absl::Status CudaMlpTrainer::UseDevice() const {
 absl::StatusOr<double> CudaMlpTrainer::TrainStep() {
   ZS_RETURN_IF_ERROR(UseDevice());
   const int accum = engine_.train().grad_accum_steps;
-  const float loss_scale = static_cast<float>(engine_.loss_scale());
-  double local_loss_sum = 0.0;
-  for (int m = 0; m < accum; ++m) {
-    ZS_ASSIGN_OR_RETURN(const double loss, MicroBatch(m, loss_scale));
-    local_loss_sum += loss;
-  }
-  ZS_ASSIGN_OR_RETURN(last_step_, engine_.Step());
+  ZS_ASSIGN_OR_RETURN(
+      const double local_loss_sum,
+      mlp::internal::AccumulateAndStep(
+          engine_, [&](int m, float loss_scale) { return MicroBatch(m, loss_scale); },
+          &last_step_));
   // The communicator moves GPU memory: the loss travels through the device.
   double* exchange = loss_exchange_.as<double>();
   ZS_RETURN_IF_ERROR(device_.CopyAsync(exchange, &local_loss_sum, sizeof(double), *stream_));

@@ -40,6 +40,18 @@ struct BlockGradients {
   float* b2 = nullptr;
 };
 
+// The gradients of a block whose fp32 params are stored concatenated
+// [W1 b1 W2 b2] at `base`, with `inner` rows of W1 (InnerSize(hidden), or a
+// tensor-parallel shard's part of them).
+inline BlockGradients BlockGradientsIn(float* base, int64_t inner, int64_t hidden) {
+  BlockGradients g;
+  g.w1 = base;
+  g.b1 = g.w1 + inner * hidden;
+  g.w2 = g.b1 + inner;
+  g.b2 = g.w2 + hidden * inner;
+  return g;
+}
+
 // Forward activations of a whole network for one micro-batch, kept for the
 // backward pass. inputs[i] is the input of block i (inputs[blocks] is the
 // network output); pre[i] and act[i] are block i's pre-activation and GELU.

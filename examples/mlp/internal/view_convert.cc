@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "examples/mlp/mlp.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -104,6 +105,18 @@ absl::Status UnitParamsAsFp32(const UnitView& view, int unit, const std::vector<
     offset += static_cast<size_t>(sizes[p]);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<BlockWeights> BlockWeightsAsFp32(const UnitView& view, int unit,
+                                                const std::vector<int64_t>& sizes, const char* who,
+                                                float* copy) {
+  const float* ptrs[kNumBlockParams];
+  if (sizes.size() != kNumBlockParams) {
+    return absl::InternalError(absl::StrCat(who, ": a block has ", kNumBlockParams,
+                                            " params, got sizes for ", sizes.size()));
+  }
+  ZS_RETURN_IF_ERROR(UnitParamsAsFp32(view, unit, sizes, who, copy, ptrs));
+  return BlockWeights{ptrs[kW1], ptrs[kB1], ptrs[kW2], ptrs[kB2]};
 }
 
 absl::Status WriteUnitFromFp32(const float* src, const UnitView& view, int unit,

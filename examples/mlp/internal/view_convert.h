@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "examples/mlp/internal/block_math.h"
 #include "zeroshard/dtype.h"
 #include "zeroshard/engine.h"
 
@@ -40,6 +42,13 @@ absl::Status CheckUnitView(const UnitView& view, int unit, const std::vector<int
 // `sizes` floats. Errors: CheckUnitView's.
 absl::Status UnitParamsAsFp32(const UnitView& view, int unit, const std::vector<int64_t>& sizes,
                               const char* who, float* copy, const float** params);
+
+// A block's params (W1, b1, W2, b2, in ModelSpec order) as fp32, as
+// UnitParamsAsFp32 gives them: valid while the view is and until `copy` is
+// reused.
+absl::StatusOr<BlockWeights> BlockWeightsAsFp32(const UnitView& view, int unit,
+                                                const std::vector<int64_t>& sizes, const char* who,
+                                                float* copy);
 
 // Overwrites every element of a unit's gradient view with the fp32 values
 // in `src` (the params' gradients concatenated in ModelSpec order), rounded
