@@ -61,7 +61,7 @@ void MicroBatchLoader::Produce() {
       continue;
     }
     queue_.push_back(std::move(batch));
-    ready_.notify_one();
+    ready_.notify_all();  // Next, or a WaitQueued
   }
 }
 
@@ -104,6 +104,12 @@ absl::Duration MicroBatchLoader::Next(int64_t step, int micro, float* x, float* 
     spare_.push_back(std::move(batch));
   }
   return waited;
+}
+
+void MicroBatchLoader::WaitQueued(int n) {
+  const size_t want = static_cast<size_t>(std::clamp(n, 0, depth_));
+  std::unique_lock<std::mutex> lock(mu_);
+  ready_.wait(lock, [&] { return queue_.size() >= want; });
 }
 
 }  // namespace mlp

@@ -55,6 +55,12 @@ class MicroBatchLoader {
   // the micro-batch): what the trainer reports with RecordInputWait.
   absl::Duration Next(int64_t step, int micro, float* x, float* y);
 
+  // Blocks until the loader's thread has `n` micro-batches queued ahead (n
+  // clamped to [0, depth]; at depth 0 it returns at once): for a trainer
+  // that wants its first micro-batches made before Start, and for tests
+  // that need "made ahead" without guessing a sleep.
+  void WaitQueued(int n);
+
   int depth() const { return depth_; }
 
  private:
