@@ -86,7 +86,10 @@ struct Manifest {
   int64_t applied_steps = 0;  // updates applied (Adam bias correction)
   int64_t skipped_steps = 0;
   int world_size = 1;
-  TrainSpec train;  // stage, precision, optimizer, schedule, loss scale spec
+  TrainSpec train;  // every field of TrainSpecFieldTable
+  // The fields of `train` this manifest does not record (written before the
+  // field was; `train` holds its default): Load reports no change of them.
+  std::vector<std::string> unrecorded_train_fields;
   double loss_scale = 1.0;
   int hysteresis_left = 1;
   int64_t clean_steps = 0;

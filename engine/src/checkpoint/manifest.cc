@@ -5,14 +5,18 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "engine/src/checkpoint/crc32c.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/common/bounded_read.h"
 #include "engine/src/common/spec_fingerprint.h"
+#include "engine/src/common/train_spec_fields.h"
 #include "engine/src/layout/flat_layout.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/status.h"
@@ -52,15 +56,15 @@ bool HostIsLittleEndian() {
 class Fields {
  public:
   Fields(const json& object, std::string source, std::string prefix)
-      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+      : object_(&object), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
   absl::StatusOr<const json*> Get(const char* key, json::value_t type) const {
-    if (!object_.is_object() || !object_.contains(key)) {
+    if (!object_->is_object() || !object_->contains(key)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: field '%s%s' is missing; the manifest is damaged or from another tool", source_,
           prefix_, key));
     }
-    const json& v = object_.at(key);
+    const json& v = object_->at(key);
     const bool number = type == json::value_t::number_float;
     const bool ok = number                                  ? v.is_number()
                     : type == json::value_t::number_integer ? v.is_number_integer()
@@ -95,11 +99,15 @@ class Fields {
   // Every key of the object must be one of `known`: a manifest is written
   // by one function, so another key means another writer (or an edit the
   // checksum did not catch).
+  bool Has(const char* key) const { return object_->is_object() && object_->contains(key); }
   absl::Status CheckKeys(std::initializer_list<const char*> known) const {
-    if (!object_.is_object()) return absl::OkStatus();
-    for (const auto& item : object_.items()) {
+    return CheckKeys(std::vector<std::string>(known.begin(), known.end()));
+  }
+  absl::Status CheckKeys(const std::vector<std::string>& known) const {
+    if (!object_->is_object()) return absl::OkStatus();
+    for (const auto& item : object_->items()) {
       bool found = false;
-      for (const char* k : known) found |= item.key() == k;
+      for (const std::string& k : known) found |= item.key() == k;
       if (!found) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: %s holds a field %s that a zeroshard manifest does not have (another tool or "
@@ -124,82 +132,119 @@ class Fields {
                                                       source_, prefix_, key, value, min, max));
   }
 
-  const json& object_;
+  const json* object_;
   std::string source_;
   std::string prefix_;
 };
 
+// The next path segments below `prefix` ("" or "optimizer.") among the
+// table's field names, each once: the keys a "train" object holds there.
+std::vector<std::string> TrainKeysUnder(absl::string_view prefix) {
+  std::vector<std::string> keys;
+  for (const TrainSpecField& field : TrainSpecFieldTable()) {
+    absl::string_view name = field.name;
+    if (!absl::ConsumePrefix(&name, prefix)) continue;
+    const std::string key(name.substr(0, name.find('.')));
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  }
+  return keys;
+}
+
 json TrainToJson(const TrainSpec& t) {
-  json j;
-  j["zero_stage"] = t.zero_stage;
-  j["precision"] = PrecisionName(t.precision);
-  j["grad_dtype"] = DTypeName(t.effective_grad_dtype());
-  j["optimizer"] = {{"kind", t.optimizer.kind == OptimizerKind::kAdamW ? "AdamW" : "AdamL2"},
-                    {"lr", t.optimizer.lr},
-                    {"beta1", t.optimizer.beta1},
-                    {"beta2", t.optimizer.beta2},
-                    {"eps", t.optimizer.eps},
-                    {"weight_decay", t.optimizer.weight_decay}};
-  j["schedule"] = {
-      {"kind", t.schedule.kind == LrSchedule::Kind::kConstant ? "constant" : "warmup-cosine"},
-      {"warmup_steps", t.schedule.warmup_steps},
-      {"total_steps", t.schedule.total_steps},
-      {"min_lr_ratio", t.schedule.min_lr_ratio}};
-  j["max_grad_norm"] = t.max_grad_norm;
-  j["grad_accum_steps"] = t.grad_accum_steps;
+  json j = json::object();
+  for (const TrainSpecField& field : TrainSpecFieldTable()) {
+    const std::vector<std::string> path = absl::StrSplit(field.name, '.');
+    json* at = &j;
+    for (size_t i = 0; i + 1 < path.size(); ++i) at = &(*at)[path[i]];
+    json& value = (*at)[path.back()];
+    const int64_t bits = field.get(t);
+    switch (field.kind) {
+      case SpecValueKind::kInt:
+        value = bits;
+        break;
+      case SpecValueKind::kReal:
+        value = RealOfBits(bits);
+        break;
+      case SpecValueKind::kBool:
+        value = bits != 0;
+        break;
+      default:  // an enum, by name
+        value = FormatSpecValue(field.kind, bits);
+        break;
+    }
+  }
   return j;
 }
 
-absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f) {
+// Every object of a "train" document holds only the keys of the table's
+// fields at that path (`path` is "" or "optimizer."); recursively.
+absl::Status CheckTrainKeys(const Fields& at, const std::string& path) {
+  const std::vector<std::string> keys = TrainKeysUnder(path);
+  ZS_RETURN_IF_ERROR(at.CheckKeys(keys));
+  for (const std::string& key : keys) {
+    const std::string group = absl::StrCat(path, key, ".");
+    if (TrainKeysUnder(group).empty() || !at.Has(key.c_str())) continue;
+    ZS_ASSIGN_OR_RETURN(const json* object, at.Get(key.c_str(), json::value_t::object));
+    ZS_RETURN_IF_ERROR(CheckTrainKeys(at.Child(*object, key), group));
+  }
+  return absl::OkStatus();
+}
+
+// One field of the table from the "train" object `train`. Absent: an error
+// when every manifest has it, else its name in `unrecorded`.
+absl::Status TrainFieldFromJson(const Fields& train, const TrainSpecField& field, TrainSpec* t,
+                                std::vector<std::string>* unrecorded) {
+  const std::vector<std::string> path = absl::StrSplit(field.name, '.');
+  Fields at = train;
+  for (size_t i = 0;; ++i) {
+    if (!field.in_every_manifest && !at.Has(path[i].c_str())) {
+      unrecorded->push_back(field.name);
+      return absl::OkStatus();
+    }
+    if (i + 1 == path.size()) break;
+    ZS_ASSIGN_OR_RETURN(const json* group, at.Get(path[i].c_str(), json::value_t::object));
+    at = at.Child(*group, path[i]);
+  }
+  const char* key = path.back().c_str();
+  int64_t bits = 0;
+  switch (field.kind) {
+    case SpecValueKind::kInt: {
+      ZS_ASSIGN_OR_RETURN(bits, at.Int(key, field.min, field.max));
+      break;
+    }
+    case SpecValueKind::kReal: {
+      ZS_ASSIGN_OR_RETURN(const double value, at.Real(key));
+      bits = RealBits(value);
+      break;
+    }
+    case SpecValueKind::kBool: {
+      ZS_ASSIGN_OR_RETURN(const bool value, at.Bool(key));
+      bits = value ? 1 : 0;
+      break;
+    }
+    default: {
+      ZS_ASSIGN_OR_RETURN(const std::string name, at.String(key));
+      absl::StatusOr<int64_t> parsed = ParseSpecName(field.kind, name);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, %s", at.source(),
+                                                          at.prefix(), key, QuoteForMessage(name),
+                                                          parsed.status().message()));
+      }
+      bits = *parsed;
+      break;
+    }
+  }
+  field.set(*t, bits);
+  return absl::OkStatus();
+}
+
+// Every field of the table; `unrecorded` lists those an older manifest lacks.
+absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f, std::vector<std::string>* unrecorded) {
   TrainSpec t;
-  ZS_RETURN_IF_ERROR(f.CheckKeys({"zero_stage", "precision", "grad_dtype", "optimizer", "schedule",
-                                  "max_grad_norm", "grad_accum_steps"}));
-  ZS_ASSIGN_OR_RETURN(t.zero_stage, f.Int("zero_stage", 0, 3));
-  ZS_ASSIGN_OR_RETURN(std::string precision, f.String("precision"));
-  absl::StatusOr<Precision> p = ParsePrecision(precision);
-  if (!p.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: field '%sprecision': %s", f.source(),
-                                                      f.prefix(), p.status().message()));
+  ZS_RETURN_IF_ERROR(CheckTrainKeys(f, ""));
+  for (const TrainSpecField& field : TrainSpecFieldTable()) {
+    ZS_RETURN_IF_ERROR(TrainFieldFromJson(f, field, &t, unrecorded));
   }
-  t.precision = *p;
-  ZS_ASSIGN_OR_RETURN(std::string grad, f.String("grad_dtype"));
-  absl::StatusOr<DType> g = ParseDType(grad);
-  if (!g.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field '%sgrad_dtype' is '%s'", f.source(), f.prefix(), grad));
-  }
-  t.grad_dtype = *g;
-  ZS_ASSIGN_OR_RETURN(const json* opt, f.Get("optimizer", json::value_t::object));
-  const Fields o = f.Child(*opt, "optimizer");
-  ZS_RETURN_IF_ERROR(o.CheckKeys({"kind", "lr", "beta1", "beta2", "eps", "weight_decay"}));
-  ZS_ASSIGN_OR_RETURN(std::string kind, o.String("kind"));
-  if (kind != "AdamW" && kind != "AdamL2") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: field '%soptimizer.kind' is '%s', not AdamW or AdamL2", f.source(), f.prefix(), kind));
-  }
-  t.optimizer.kind = kind == "AdamW" ? OptimizerKind::kAdamW : OptimizerKind::kAdamL2;
-  ZS_ASSIGN_OR_RETURN(t.optimizer.lr, o.Real("lr"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.beta1, o.Real("beta1"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.beta2, o.Real("beta2"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.eps, o.Real("eps"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.weight_decay, o.Real("weight_decay"));
-  ZS_ASSIGN_OR_RETURN(const json* sched, f.Get("schedule", json::value_t::object));
-  const Fields s = f.Child(*sched, "schedule");
-  ZS_RETURN_IF_ERROR(s.CheckKeys({"kind", "warmup_steps", "total_steps", "min_lr_ratio"}));
-  ZS_ASSIGN_OR_RETURN(std::string skind, s.String("kind"));
-  if (skind != "constant" && skind != "warmup-cosine") {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field '%sschedule.kind' is '%s', not constant or warmup-cosine",
-                        f.source(), f.prefix(), skind));
-  }
-  t.schedule.kind =
-      skind == "constant" ? LrSchedule::Kind::kConstant : LrSchedule::Kind::kWarmupCosine;
-  ZS_ASSIGN_OR_RETURN(t.schedule.warmup_steps, s.Int("warmup_steps", 0, int64_t{1} << 50));
-  ZS_ASSIGN_OR_RETURN(t.schedule.total_steps, s.Int("total_steps", 0, int64_t{1} << 50));
-  ZS_ASSIGN_OR_RETURN(t.schedule.min_lr_ratio, s.Real("min_lr_ratio"));
-  ZS_ASSIGN_OR_RETURN(t.max_grad_norm, f.Real("max_grad_norm"));
-  ZS_ASSIGN_OR_RETURN(const int64_t accum, f.Int("grad_accum_steps", 1, 1 << 20));
-  t.grad_accum_steps = static_cast<int>(accum);
   absl::Status valid = t.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
@@ -375,7 +420,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
                         files->size(), m.world_size));
   }
   ZS_ASSIGN_OR_RETURN(const json* train, f.Get("train", json::value_t::object));
-  ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train")));
+  ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train"), &m.unrecorded_train_fields));
   ZS_ASSIGN_OR_RETURN(const json* ls, f.Get("loss_scale", json::value_t::object));
   const Fields l = f.Child(*ls, "loss_scale");
   ZS_RETURN_IF_ERROR(
