@@ -140,6 +140,9 @@ absl::Status CheckRankFileHeader(absl::string_view bytes, const Manifest& manife
                                  const std::string& path);
 absl::Status CheckRankFileTrailer(absl::string_view bytes, const Manifest& manifest,
                                   const std::string& path);
+// DataLoss: "<path>: <what>; the file is damaged: load an earlier
+// checkpoint", the wording of every check of a rank file.
+absl::Status DamagedRankFile(const std::string& path, const std::string& what);
 
 // Streams one rank's shard into its file, computing the chunk, unit and
 // file checksums on the way. `data` is the file's data section (unit-major,
@@ -149,7 +152,8 @@ absl::StatusOr<FileRecord> WriteRankFile(const std::string& final_path, int rank
                                          const std::vector<int64_t>& shard_numel,
                                          const std::vector<float>& data);
 
-// Reads elements of one rank file, verifying every chunk it touches.
+// Reads elements of one rank file, verifying every chunk it touches
+// (rank_file_reader.cc).
 class RankFileReader {
  public:
   // Opens rank `rank`'s file of the checkpoint in `step_dir`: a regular file
