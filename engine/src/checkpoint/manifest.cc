@@ -15,6 +15,7 @@
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/common/bounded_read.h"
+#include "engine/src/common/json_fields.h"
 #include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/common/train_spec_fields.h"
 #include "engine/src/layout/flat_layout.h"
@@ -50,92 +51,6 @@ bool HostIsLittleEndian() {
   std::memcpy(&first, &one, 1);
   return first == 1;
 }
-
-// Reads one field with an error that names it ("manifest.json: field
-// 'optimizer.beta1' is missing").
-class Fields {
- public:
-  Fields(const json& object, std::string source, std::string prefix)
-      : object_(&object), source_(std::move(source)), prefix_(std::move(prefix)) {}
-
-  absl::StatusOr<const json*> Get(const char* key, json::value_t type) const {
-    if (!object_->is_object() || !object_->contains(key)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: field '%s%s' is missing; the manifest is damaged or from another tool", source_,
-          prefix_, key));
-    }
-    const json& v = object_->at(key);
-    const bool number = type == json::value_t::number_float;
-    const bool ok = number                                  ? v.is_number()
-                    : type == json::value_t::number_integer ? v.is_number_integer()
-                                                            : v.type() == type;
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, of the wrong type",
-                                                        source_, prefix_, key, v.dump()));
-    }
-    return &v;
-  }
-  absl::StatusOr<int64_t> Int(const char* key, int64_t min, int64_t max) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_integer));
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
-      return OutOfRange(key, v->dump(), min, max);
-    }
-    const int64_t value = v->get<int64_t>();
-    if (value < min || value > max) return OutOfRange(key, v->dump(), min, max);
-    return value;
-  }
-  absl::StatusOr<double> Real(const char* key) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_float));
-    return v->get<double>();
-  }
-  absl::StatusOr<std::string> String(const char* key) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::string));
-    return v->get<std::string>();
-  }
-  absl::StatusOr<bool> Bool(const char* key) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::boolean));
-    return v->get<bool>();
-  }
-  // Every key of the object must be one of `known`: a manifest is written
-  // by one function, so another key means another writer (or an edit the
-  // checksum did not catch).
-  bool Has(const char* key) const { return object_->is_object() && object_->contains(key); }
-  absl::Status CheckKeys(std::initializer_list<const char*> known) const {
-    return CheckKeys(std::vector<std::string>(known.begin(), known.end()));
-  }
-  absl::Status CheckKeys(const std::vector<std::string>& known) const {
-    if (!object_->is_object()) return absl::OkStatus();
-    for (const auto& item : object_->items()) {
-      bool found = false;
-      for (const std::string& k : known) found |= item.key() == k;
-      if (!found) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: %s holds a field %s that a zeroshard manifest does not have (another tool or "
-            "version wrote it?)",
-            source_,
-            prefix_.empty() ? "the top level" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'",
-            QuoteForMessage(item.key())));
-      }
-    }
-    return absl::OkStatus();
-  }
-  Fields Child(const json& object, const std::string& name) const {
-    return Fields(object, source_, prefix_ + name + ".");
-  }
-  const std::string& source() const { return source_; }
-  const std::string& prefix() const { return prefix_; }
-
- private:
-  absl::Status OutOfRange(const char* key, const std::string& value, int64_t min,
-                          int64_t max) const {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, outside [%d, %d]",
-                                                      source_, prefix_, key, value, min, max));
-  }
-
-  const json* object_;
-  std::string source_;
-  std::string prefix_;
-};
 
 // The next path segments below `prefix` ("" or "optimizer.") among the
 // table's field names, each once: the keys a "train" object holds there.
@@ -178,7 +93,7 @@ json TrainToJson(const TrainSpec& t) {
 
 // Every object of a "train" document holds only the keys of the table's
 // fields at that path (`path` is "" or "optimizer."); recursively.
-absl::Status CheckTrainKeys(const Fields& at, const std::string& path) {
+absl::Status CheckTrainKeys(const JsonFields& at, const std::string& path) {
   const std::vector<std::string> keys = TrainKeysUnder(path);
   ZS_RETURN_IF_ERROR(at.CheckKeys(keys));
   for (const std::string& key : keys) {
@@ -192,10 +107,10 @@ absl::Status CheckTrainKeys(const Fields& at, const std::string& path) {
 
 // One field of the table from the "train" object `train`. Absent: an error
 // when every manifest has it, else its name in `unrecorded`.
-absl::Status TrainFieldFromJson(const Fields& train, const TrainSpecField& field, TrainSpec* t,
+absl::Status TrainFieldFromJson(const JsonFields& train, const TrainSpecField& field, TrainSpec* t,
                                 std::vector<std::string>* unrecorded) {
   const std::vector<std::string> path = absl::StrSplit(field.name, '.');
-  Fields at = train;
+  JsonFields at = train;
   for (size_t i = 0;; ++i) {
     if (!field.in_every_manifest && !at.Has(path[i].c_str())) {
       unrecorded->push_back(field.name);
@@ -239,7 +154,7 @@ absl::Status TrainFieldFromJson(const Fields& train, const TrainSpecField& field
 }
 
 // Every field of the table; `unrecorded` lists those an older manifest lacks.
-absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f, std::vector<std::string>* unrecorded) {
+absl::StatusOr<TrainSpec> TrainFromJson(const JsonFields& f, std::vector<std::string>* unrecorded) {
   TrainSpec t;
   ZS_RETURN_IF_ERROR(CheckTrainKeys(f, ""));
   for (const TrainSpecField& field : TrainSpecFieldTable()) {
@@ -386,7 +301,7 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
 namespace {
 
 absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string& source) {
-  const Fields f(doc, source, "");
+  const JsonFields f(doc, source, "");
   ZS_ASSIGN_OR_RETURN(std::string format, f.String("format"));
   ZS_RETURN_IF_ERROR(
       f.CheckKeys({"format", "version", "step", "applied_steps", "skipped_steps", "world_size",
@@ -422,7 +337,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   ZS_ASSIGN_OR_RETURN(const json* train, f.Get("train", json::value_t::object));
   ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train"), &m.unrecorded_train_fields));
   ZS_ASSIGN_OR_RETURN(const json* ls, f.Get("loss_scale", json::value_t::object));
-  const Fields l = f.Child(*ls, "loss_scale");
+  const JsonFields l = f.Child(*ls, "loss_scale");
   ZS_RETURN_IF_ERROR(
       l.CheckKeys({"scale", "hysteresis_left", "clean_steps", "skips_at_min_scale"}));
   ZS_ASSIGN_OR_RETURN(m.loss_scale, l.Real("scale"));
@@ -437,7 +352,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   m.skips_at_min_scale = static_cast<int>(skips);
 
   ZS_ASSIGN_OR_RETURN(const json* model, f.Get("model", json::value_t::object));
-  const Fields mf = f.Child(*model, "model");
+  const JsonFields mf = f.Child(*model, "model");
   ZS_RETURN_IF_ERROR(mf.CheckKeys({"fingerprint", "num_params", "units"}));
   ZS_ASSIGN_OR_RETURN(std::string fingerprint, mf.String("fingerprint"));
   if (fingerprint.size() != 16 ||
@@ -448,40 +363,18 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   }
   m.model_fingerprint = std::strtoull(fingerprint.c_str(), nullptr, 16);
   ZS_ASSIGN_OR_RETURN(const int64_t num_params, mf.Int("num_params", 1, kMaxModelElements));
-  ZS_ASSIGN_OR_RETURN(const json* units, mf.Get("units", json::value_t::array));
-  if (units->empty() || units->size() > static_cast<size_t>(kMaxUnits)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field 'model.units' has %d entries; expected 1..%d", source,
-                        units->size(), kMaxUnits));
-  }
-  for (size_t u = 0; u < units->size(); ++u) {
-    const Fields uf = mf.Child((*units)[u], absl::StrFormat("units[%d]", u));
-    ZS_RETURN_IF_ERROR(uf.CheckKeys({"name", "params", "used_numel", "shard_numel"}));
-    UnitSpec unit;
-    ZS_ASSIGN_OR_RETURN(unit.name, uf.String("name"));
-    ZS_ASSIGN_OR_RETURN(const json* params, uf.Get("params", json::value_t::array));
-    for (size_t p = 0; p < params->size(); ++p) {
-      const Fields pf = uf.Child((*params)[p], absl::StrFormat("params[%d]", p));
-      ZS_RETURN_IF_ERROR(pf.CheckKeys({"name", "shape", "no_decay"}));
-      ParamSpec param;
-      ZS_ASSIGN_OR_RETURN(param.name, pf.String("name"));
-      ZS_ASSIGN_OR_RETURN(param.no_decay, pf.Bool("no_decay"));
-      ZS_ASSIGN_OR_RETURN(const json* shape, pf.Get("shape", json::value_t::array));
-      for (const json& d : *shape) {
-        if (!d.is_number_integer()) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "%s: field '%sshape' holds %s, not an integer", source, pf.prefix(), d.dump()));
-        }
-        param.shape.push_back(d.get<int64_t>());
-      }
-      unit.params.push_back(std::move(param));
-    }
-    ZS_ASSIGN_OR_RETURN(const int64_t used, uf.Int("used_numel", 0, kMaxModelElements));
-    ZS_ASSIGN_OR_RETURN(const int64_t shard, uf.Int("shard_numel", 0, kMaxModelElements));
-    m.used_numel.push_back(used);
-    m.shard_numel.push_back(shard);
-    m.model.units.push_back(std::move(unit));
-  }
+  UnitJsonRules rules;
+  rules.strict = true;
+  rules.unit_keys = {"used_numel", "shard_numel"};
+  ZS_ASSIGN_OR_RETURN(
+      m.model,
+      ModelUnitsFromJson(mf, "units", rules, [&m](const JsonFields& unit, int) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(const int64_t used, unit.Int("used_numel", 0, kMaxModelElements));
+        ZS_ASSIGN_OR_RETURN(const int64_t shard, unit.Int("shard_numel", 0, kMaxModelElements));
+        m.used_numel.push_back(used);
+        m.shard_numel.push_back(shard);
+        return absl::OkStatus();
+      }));
   absl::Status valid = m.model.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": field 'model': ", valid.message()));
@@ -510,7 +403,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
     }
   }
   ZS_ASSIGN_OR_RETURN(const json* layout_json, f.Get("layout", json::value_t::object));
-  const Fields lf = f.Child(*layout_json, "layout");
+  const JsonFields lf = f.Child(*layout_json, "layout");
   ZS_RETURN_IF_ERROR(lf.CheckKeys(
       {"byte_order", "tensors", "chunk_elements", "param_alignment", "shard_quantum"}));
   ZS_ASSIGN_OR_RETURN(const json* tensors, lf.Get("tensors", json::value_t::array));
@@ -533,7 +426,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   ZS_ASSIGN_OR_RETURN(m.chunk_elements, lf.Int("chunk_elements", 1, int64_t{1} << 30));
   const int64_t expected_bytes = FileBytes(m.shard_numel, m.chunk_elements);
   for (size_t r = 0; r < files->size(); ++r) {
-    const Fields ff = f.Child((*files)[r], absl::StrFormat("files[%d]", r));
+    const JsonFields ff = f.Child((*files)[r], absl::StrFormat("files[%d]", r));
     ZS_RETURN_IF_ERROR(ff.CheckKeys({"name", "bytes", "crc32c", "index_crc32c", "unit_crc32c"}));
     FileRecord rec;
     ZS_ASSIGN_OR_RETURN(rec.name, ff.String("name"));
