@@ -20,13 +20,14 @@ namespace {
 // pads the vocabulary).
 int64_t SplitExtent(int64_t extent, int tp) { return extent / tp + (extent % tp != 0 ? 1 : 0); }
 
-UnitSpec SliceUnit(const UnitSpec& unit, const std::vector<int>* split_dims, int tp) {
-  if (tp == 1 || split_dims == nullptr) return unit;
+// The unit as one of tp ranks holds it: each param's tp_split_dim divided
+// by tp, rounded up.
+UnitSpec SliceUnit(const UnitSpec& unit, int tp) {
+  if (tp == 1) return unit;
   UnitSpec out = unit;
-  for (size_t p = 0; p < out.params.size(); ++p) {
-    const int d = (*split_dims)[p];
-    if (d < 0) continue;
-    int64_t& extent = out.params[p].shape[d];
+  for (ParamSpec& param : out.params) {
+    if (param.tp_split_dim < 0) continue;
+    int64_t& extent = param.shape[param.tp_split_dim];
     extent = SplitExtent(extent, tp);
   }
   return out;
@@ -35,13 +36,12 @@ UnitSpec SliceUnit(const UnitSpec& unit, const std::vector<int>* split_dims, int
 // The elements of the first `count` params of `unit` sliced as SliceUnit
 // slices them, without copying the unit. Each is at most the unsliced
 // count, which the validated spec bounds.
-std::vector<int64_t> SlicedNumels(const UnitSpec& unit, const std::vector<int>* split_dims, int tp,
-                                  size_t count) {
+std::vector<int64_t> SlicedNumels(const UnitSpec& unit, int tp, size_t count) {
   std::vector<int64_t> numels;
   numels.reserve(count);
   for (size_t p = 0; p < count; ++p) {
     const ParamSpec& param = unit.params[p];
-    const int split = tp == 1 || split_dims == nullptr ? -1 : (*split_dims)[p];
+    const int split = tp == 1 ? -1 : param.tp_split_dim;
     int64_t n = 1;
     for (size_t d = 0; d < param.shape.size(); ++d) {
       n *= static_cast<int>(d) == split ? SplitExtent(param.shape[d], tp) : param.shape[d];
@@ -208,14 +208,11 @@ StageUnits UnitsOfStage(const ModelDescription& model, int pp, int pp_stage) {
 }
 
 ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage, int64_t* layers) {
-  auto split_of = [&](int u) -> const std::vector<int>* {
-    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
-  };
   const StageUnits stage = UnitsOfStage(model, pp, pp_stage);
   ModelSpec out;
-  for (int u : stage.units) out.units.push_back(SliceUnit(model.spec.units[u], split_of(u), tp));
+  for (int u : stage.units) out.units.push_back(SliceUnit(model.spec.units[u], tp));
   if (stage.tied_embedding_copy) {
-    UnitSpec head = SliceUnit(model.spec.units[0], split_of(0), tp);
+    UnitSpec head = SliceUnit(model.spec.units[0], tp);
     head.name = kTiedEmbeddingCopyUnit;
     head.params.resize(1);
     out.units.push_back(std::move(head));
@@ -225,22 +222,18 @@ ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage,
 }
 
 absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp) {
-  auto split_of = [&](int u) -> const std::vector<int>* {
-    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
-  };
   SliceSizes sizes;
   sizes.unit_used.reserve(model.spec.units.size());
   for (size_t u = 0; u < model.spec.units.size(); ++u) {
     const UnitSpec& unit = model.spec.units[u];
     ZS_ASSIGN_OR_RETURN(const int64_t used,
-                        FlatLayout::UsedNumel(SlicedNumels(unit, split_of(static_cast<int>(u)), tp,
-                                                           unit.params.size())));
+                        FlatLayout::UsedNumel(SlicedNumels(unit, tp, unit.params.size())));
     sizes.unit_used.push_back(used);
   }
   if (!model.spec.units.empty()) {
     // The tied copy holds the embedding's first param alone.
-    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used, FlatLayout::UsedNumel(SlicedNumels(
-                                                  model.spec.units[0], split_of(0), tp, 1)));
+    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used,
+                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1)));
   }
   return sizes;
 }
