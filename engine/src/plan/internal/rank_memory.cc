@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/tp_split.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/activations.h"
 #include "engine/src/plan/buffer_plan.h"
@@ -16,19 +17,15 @@ namespace zeroshard {
 namespace internal {
 namespace {
 
-// A split dimension's extent on one of tp ranks, rounded up (as Megatron
-// pads the vocabulary).
-int64_t SplitExtent(int64_t extent, int tp) { return extent / tp + (extent % tp != 0 ? 1 : 0); }
-
 // The unit as one of tp ranks holds it: each param's tp_split_dim divided
-// by tp, rounded up.
+// by tp, rounded up (TpShardShape, as ShardModelSpec splits, but padding
+// where ShardModelSpec needs tp to divide the dimension).
 UnitSpec SliceUnit(const UnitSpec& unit, int tp) {
   if (tp == 1) return unit;
   UnitSpec out = unit;
   for (ParamSpec& param : out.params) {
-    if (param.tp_split_dim < 0) continue;
-    int64_t& extent = param.shape[param.tp_split_dim];
-    extent = SplitExtent(extent, tp);
+    // Cannot fail: kRoundUp never refuses.
+    param.shape = TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape);
   }
   return out;
 }
@@ -41,10 +38,14 @@ std::vector<int64_t> SlicedNumels(const UnitSpec& unit, int tp, size_t count) {
   numels.reserve(count);
   for (size_t p = 0; p < count; ++p) {
     const ParamSpec& param = unit.params[p];
-    const int split = tp == 1 ? -1 : param.tp_split_dim;
     int64_t n = 1;
-    for (size_t d = 0; d < param.shape.size(); ++d) {
-      n *= static_cast<int>(d) == split ? SplitExtent(param.shape[d], tp) : param.shape[d];
+    if (tp == 1 || param.tp_split_dim < 0) {
+      for (int64_t d : param.shape) n *= d;
+    } else {
+      for (int64_t d :
+           TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape)) {
+        n *= d;
+      }
     }
     numels.push_back(n);
   }
