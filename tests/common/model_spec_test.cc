@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/tp_split.h"
 #include "gtest/gtest.h"
 #include "tests/grid_test_util.h"
 #include "tests/test_seed.h"
@@ -252,6 +253,41 @@ TEST(PipelineStageUnitsTest, EqualUnitsSplitEvenlyWithTheFirstStageLightest) {
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find("pp " + std::to_string(pp)), std::string::npos)
         << bad.status();
+  }
+}
+
+// The one tensor-parallel split of a param (ShardModelSpec refuses a
+// remainder, the planner rounds it up): random shapes from the test seed,
+// expected extents counted by hand.
+TEST(TpShardShapeTest, DividesTheSplitDimensionAndRoundsUpOrRefusesARemainder) {
+  std::mt19937_64 rng(testing::Seed());
+  for (int k = 0; k < 200; ++k) {
+    ParamSpec p;
+    p.name = "w";
+    const int dims = static_cast<int>(rng() % 3) + 1;
+    for (int d = 0; d < dims; ++d) p.shape.push_back(static_cast<int64_t>(rng() % 1000) + 1);
+    p.tp_split_dim = static_cast<int>(rng() % (dims + 1)) - 1;  // -1 .. dims-1
+    const int tp = static_cast<int>(rng() % 8) + 1;
+    std::vector<int64_t> padded = p.shape;
+    bool divides = true;
+    if (p.tp_split_dim >= 0 && tp > 1) {
+      int64_t ranks_extent = 0;  // the least e with e * tp >= extent
+      while (ranks_extent * tp < p.shape[p.tp_split_dim]) ++ranks_extent;
+      divides = ranks_extent * tp == p.shape[p.tp_split_dim];
+      padded[p.tp_split_dim] = ranks_extent;
+    }
+    const auto round_up = internal::TpShardShape(p, tp, internal::TpRemainder::kRoundUp, "u");
+    ASSERT_TRUE(round_up.ok()) << round_up.status();
+    EXPECT_EQ(*round_up, padded) << testing::SeedTrace();
+    const auto refuse = internal::TpShardShape(p, tp, internal::TpRemainder::kRefuse, "u");
+    if (divides) {
+      ASSERT_TRUE(refuse.ok()) << refuse.status();
+      EXPECT_EQ(*refuse, padded) << testing::SeedTrace();
+    } else {
+      EXPECT_EQ(refuse.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(refuse.status().message().find("param 'u.w'"), std::string::npos)
+          << refuse.status();
+    }
   }
 }
 

@@ -86,7 +86,10 @@ struct Manifest {
   int64_t applied_steps = 0;  // updates applied (Adam bias correction)
   int64_t skipped_steps = 0;
   int world_size = 1;
-  TrainSpec train;  // stage, precision, optimizer, schedule, loss scale spec
+  TrainSpec train;  // every field of TrainSpecFieldTable
+  // The fields of `train` this manifest does not record (written before the
+  // field was; `train` holds its default): Load reports no change of them.
+  std::vector<std::string> unrecorded_train_fields;
   double loss_scale = 1.0;
   int hysteresis_left = 1;
   int64_t clean_steps = 0;
@@ -137,6 +140,9 @@ absl::Status CheckRankFileHeader(absl::string_view bytes, const Manifest& manife
                                  const std::string& path);
 absl::Status CheckRankFileTrailer(absl::string_view bytes, const Manifest& manifest,
                                   const std::string& path);
+// DataLoss: "<path>: <what>; the file is damaged: load an earlier
+// checkpoint", the wording of every check of a rank file.
+absl::Status DamagedRankFile(const std::string& path, const std::string& what);
 
 // Streams one rank's shard into its file, computing the chunk, unit and
 // file checksums on the way. `data` is the file's data section (unit-major,
@@ -146,7 +152,8 @@ absl::StatusOr<FileRecord> WriteRankFile(const std::string& final_path, int rank
                                          const std::vector<int64_t>& shard_numel,
                                          const std::vector<float>& data);
 
-// Reads elements of one rank file, verifying every chunk it touches.
+// Reads elements of one rank file, verifying every chunk it touches
+// (rank_file_reader.cc).
 class RankFileReader {
  public:
   // Opens rank `rank`'s file of the checkpoint in `step_dir`: a regular file

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/safetensors.h"
+#include "engine/src/checkpoint/segment_reader.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/layout/flat_layout.h"
 #include "zeroshard/checkpoint.h"
@@ -157,7 +157,7 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
   const int64_t header_bytes = s.bytes_written;
   const int64_t tensor_bytes = m.model.NumParams() * (dtype == DType::kFloat32 ? 4 : 2);
 
-  std::vector<std::unique_ptr<internal::RankFileReader>> readers(m.world_size);
+  internal::SegmentReader reader(step_dir, m);
   std::vector<float> segment;
   std::vector<uint16_t> halves;
   for (int u = 0; u < layout.num_units(); ++u) {
@@ -166,18 +166,8 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
     segment.assign(static_cast<size_t>(used), 0.0f);
     s.peak_buffer_bytes =
         std::max<int64_t>(s.peak_buffer_bytes, used * static_cast<int64_t>(sizeof(float)));
-    for (int r = 0; r < m.world_size; ++r) {
-      const int64_t shard = m.shard_numel[u];
-      const int64_t begin = r * shard;
-      const int64_t end = std::min((r + 1) * shard, used);
-      if (begin >= end) continue;
-      if (readers[r] == nullptr) {
-        ZS_ASSIGN_OR_RETURN(internal::RankFileReader reader,
-                            internal::RankFileReader::Open(step_dir, m, r));
-        readers[r] = std::make_unique<internal::RankFileReader>(std::move(reader));
-      }
-      ZS_RETURN_IF_ERROR(readers[r]->Read(u, /*tensor=*/0, 0, end - begin, segment.data() + begin));
-    }
+    float* const master_only[internal::kTensorsPerUnit] = {segment.data(), nullptr, nullptr};
+    ZS_RETURN_IF_ERROR(reader.Read(u, 0, used, master_only));
     for (const internal::ParamSlot& slot : layout.unit(u).params) {
       const float* values = segment.data() + slot.offset;
       const size_t n = static_cast<size_t>(slot.numel);

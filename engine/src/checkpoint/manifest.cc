@@ -5,13 +5,18 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/common/bounded_read.h"
+#include "engine/src/common/json_fields.h"
 #include "engine/src/common/spec_fingerprint.h"
+#include "engine/src/common/train_spec_fields.h"
 #include "engine/src/layout/flat_layout.h"
 #include "kernels/cpu/crc32c.h"
 #include "nlohmann/json.hpp"
@@ -47,159 +52,114 @@ bool HostIsLittleEndian() {
   return first == 1;
 }
 
-// Reads one field with an error that names it ("manifest.json: field
-// 'optimizer.beta1' is missing").
-class Fields {
- public:
-  Fields(const json& object, std::string source, std::string prefix)
-      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
-
-  absl::StatusOr<const json*> Get(const char* key, json::value_t type) const {
-    if (!object_.is_object() || !object_.contains(key)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: field '%s%s' is missing; the manifest is damaged or from another tool", source_,
-          prefix_, key));
-    }
-    const json& v = object_.at(key);
-    const bool number = type == json::value_t::number_float;
-    const bool ok = number                                  ? v.is_number()
-                    : type == json::value_t::number_integer ? v.is_number_integer()
-                                                            : v.type() == type;
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, of the wrong type",
-                                                        source_, prefix_, key, v.dump()));
-    }
-    return &v;
+// The next path segments below `prefix` ("" or "optimizer.") among the
+// table's field names, each once: the keys a "train" object holds there.
+std::vector<std::string> TrainKeysUnder(absl::string_view prefix) {
+  std::vector<std::string> keys;
+  for (const TrainSpecField& field : TrainSpecFieldTable()) {
+    absl::string_view name = field.name;
+    if (!absl::ConsumePrefix(&name, prefix)) continue;
+    const std::string key(name.substr(0, name.find('.')));
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
   }
-  absl::StatusOr<int64_t> Int(const char* key, int64_t min, int64_t max) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_integer));
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
-      return OutOfRange(key, v->dump(), min, max);
-    }
-    const int64_t value = v->get<int64_t>();
-    if (value < min || value > max) return OutOfRange(key, v->dump(), min, max);
-    return value;
-  }
-  absl::StatusOr<double> Real(const char* key) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_float));
-    return v->get<double>();
-  }
-  absl::StatusOr<std::string> String(const char* key) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::string));
-    return v->get<std::string>();
-  }
-  absl::StatusOr<bool> Bool(const char* key) const {
-    ZS_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::boolean));
-    return v->get<bool>();
-  }
-  // Every key of the object must be one of `known`: a manifest is written
-  // by one function, so another key means another writer (or an edit the
-  // checksum did not catch).
-  absl::Status CheckKeys(std::initializer_list<const char*> known) const {
-    if (!object_.is_object()) return absl::OkStatus();
-    for (const auto& item : object_.items()) {
-      bool found = false;
-      for (const char* k : known) found |= item.key() == k;
-      if (!found) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: %s holds a field %s that a zeroshard manifest does not have (another tool or "
-            "version wrote it?)",
-            source_,
-            prefix_.empty() ? "the top level" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'",
-            QuoteForMessage(item.key())));
-      }
-    }
-    return absl::OkStatus();
-  }
-  Fields Child(const json& object, const std::string& name) const {
-    return Fields(object, source_, prefix_ + name + ".");
-  }
-  const std::string& source() const { return source_; }
-  const std::string& prefix() const { return prefix_; }
-
- private:
-  absl::Status OutOfRange(const char* key, const std::string& value, int64_t min,
-                          int64_t max) const {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, outside [%d, %d]",
-                                                      source_, prefix_, key, value, min, max));
-  }
-
-  const json& object_;
-  std::string source_;
-  std::string prefix_;
-};
+  return keys;
+}
 
 json TrainToJson(const TrainSpec& t) {
-  json j;
-  j["zero_stage"] = t.zero_stage;
-  j["precision"] = PrecisionName(t.precision);
-  j["grad_dtype"] = DTypeName(t.effective_grad_dtype());
-  j["optimizer"] = {{"kind", t.optimizer.kind == OptimizerKind::kAdamW ? "AdamW" : "AdamL2"},
-                    {"lr", t.optimizer.lr},
-                    {"beta1", t.optimizer.beta1},
-                    {"beta2", t.optimizer.beta2},
-                    {"eps", t.optimizer.eps},
-                    {"weight_decay", t.optimizer.weight_decay}};
-  j["schedule"] = {
-      {"kind", t.schedule.kind == LrSchedule::Kind::kConstant ? "constant" : "warmup-cosine"},
-      {"warmup_steps", t.schedule.warmup_steps},
-      {"total_steps", t.schedule.total_steps},
-      {"min_lr_ratio", t.schedule.min_lr_ratio}};
-  j["max_grad_norm"] = t.max_grad_norm;
-  j["grad_accum_steps"] = t.grad_accum_steps;
+  json j = json::object();
+  for (const TrainSpecField& field : TrainSpecFieldTable()) {
+    const std::vector<std::string> path = absl::StrSplit(field.name, '.');
+    json* at = &j;
+    for (size_t i = 0; i + 1 < path.size(); ++i) at = &(*at)[path[i]];
+    json& value = (*at)[path.back()];
+    const int64_t bits = field.get(t);
+    switch (field.kind) {
+      case SpecValueKind::kInt:
+        value = bits;
+        break;
+      case SpecValueKind::kReal:
+        value = RealOfBits(bits);
+        break;
+      case SpecValueKind::kBool:
+        value = bits != 0;
+        break;
+      default:  // an enum, by name
+        value = FormatSpecValue(field.kind, bits);
+        break;
+    }
+  }
   return j;
 }
 
-absl::StatusOr<TrainSpec> TrainFromJson(const Fields& f) {
+// Every object of a "train" document holds only the keys of the table's
+// fields at that path (`path` is "" or "optimizer."); recursively.
+absl::Status CheckTrainKeys(const JsonFields& at, const std::string& path) {
+  const std::vector<std::string> keys = TrainKeysUnder(path);
+  ZS_RETURN_IF_ERROR(at.CheckKeys(keys));
+  for (const std::string& key : keys) {
+    const std::string group = absl::StrCat(path, key, ".");
+    if (TrainKeysUnder(group).empty() || !at.Has(key.c_str())) continue;
+    ZS_ASSIGN_OR_RETURN(const json* object, at.Get(key.c_str(), json::value_t::object));
+    ZS_RETURN_IF_ERROR(CheckTrainKeys(at.Child(*object, key), group));
+  }
+  return absl::OkStatus();
+}
+
+// One field of the table from the "train" object `train`. Absent: an error
+// when every manifest has it, else its name in `unrecorded`.
+absl::Status TrainFieldFromJson(const JsonFields& train, const TrainSpecField& field, TrainSpec* t,
+                                std::vector<std::string>* unrecorded) {
+  const std::vector<std::string> path = absl::StrSplit(field.name, '.');
+  JsonFields at = train;
+  for (size_t i = 0;; ++i) {
+    if (!field.in_every_manifest && !at.Has(path[i].c_str())) {
+      unrecorded->push_back(field.name);
+      return absl::OkStatus();
+    }
+    if (i + 1 == path.size()) break;
+    ZS_ASSIGN_OR_RETURN(const json* group, at.Get(path[i].c_str(), json::value_t::object));
+    at = at.Child(*group, path[i]);
+  }
+  const char* key = path.back().c_str();
+  int64_t bits = 0;
+  switch (field.kind) {
+    case SpecValueKind::kInt: {
+      ZS_ASSIGN_OR_RETURN(bits, at.Int(key, field.min, field.max));
+      break;
+    }
+    case SpecValueKind::kReal: {
+      ZS_ASSIGN_OR_RETURN(const double value, at.Real(key));
+      bits = RealBits(value);
+      break;
+    }
+    case SpecValueKind::kBool: {
+      ZS_ASSIGN_OR_RETURN(const bool value, at.Bool(key));
+      bits = value ? 1 : 0;
+      break;
+    }
+    default: {
+      ZS_ASSIGN_OR_RETURN(const std::string name, at.String(key));
+      absl::StatusOr<int64_t> parsed = ParseSpecName(field.kind, name);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat("%s: field '%s%s' is %s, %s", at.source(),
+                                                          at.prefix(), key, QuoteForMessage(name),
+                                                          parsed.status().message()));
+      }
+      bits = *parsed;
+      break;
+    }
+  }
+  field.set(*t, bits);
+  return absl::OkStatus();
+}
+
+// Every field of the table; `unrecorded` lists those an older manifest lacks.
+absl::StatusOr<TrainSpec> TrainFromJson(const JsonFields& f, std::vector<std::string>* unrecorded) {
   TrainSpec t;
-  ZS_RETURN_IF_ERROR(f.CheckKeys({"zero_stage", "precision", "grad_dtype", "optimizer", "schedule",
-                                  "max_grad_norm", "grad_accum_steps"}));
-  ZS_ASSIGN_OR_RETURN(t.zero_stage, f.Int("zero_stage", 0, 3));
-  ZS_ASSIGN_OR_RETURN(std::string precision, f.String("precision"));
-  absl::StatusOr<Precision> p = ParsePrecision(precision);
-  if (!p.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: field '%sprecision': %s", f.source(),
-                                                      f.prefix(), p.status().message()));
+  ZS_RETURN_IF_ERROR(CheckTrainKeys(f, ""));
+  for (const TrainSpecField& field : TrainSpecFieldTable()) {
+    ZS_RETURN_IF_ERROR(TrainFieldFromJson(f, field, &t, unrecorded));
   }
-  t.precision = *p;
-  ZS_ASSIGN_OR_RETURN(std::string grad, f.String("grad_dtype"));
-  absl::StatusOr<DType> g = ParseDType(grad);
-  if (!g.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field '%sgrad_dtype' is '%s'", f.source(), f.prefix(), grad));
-  }
-  t.grad_dtype = *g;
-  ZS_ASSIGN_OR_RETURN(const json* opt, f.Get("optimizer", json::value_t::object));
-  const Fields o = f.Child(*opt, "optimizer");
-  ZS_RETURN_IF_ERROR(o.CheckKeys({"kind", "lr", "beta1", "beta2", "eps", "weight_decay"}));
-  ZS_ASSIGN_OR_RETURN(std::string kind, o.String("kind"));
-  if (kind != "AdamW" && kind != "AdamL2") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: field '%soptimizer.kind' is '%s', not AdamW or AdamL2", f.source(), f.prefix(), kind));
-  }
-  t.optimizer.kind = kind == "AdamW" ? OptimizerKind::kAdamW : OptimizerKind::kAdamL2;
-  ZS_ASSIGN_OR_RETURN(t.optimizer.lr, o.Real("lr"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.beta1, o.Real("beta1"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.beta2, o.Real("beta2"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.eps, o.Real("eps"));
-  ZS_ASSIGN_OR_RETURN(t.optimizer.weight_decay, o.Real("weight_decay"));
-  ZS_ASSIGN_OR_RETURN(const json* sched, f.Get("schedule", json::value_t::object));
-  const Fields s = f.Child(*sched, "schedule");
-  ZS_RETURN_IF_ERROR(s.CheckKeys({"kind", "warmup_steps", "total_steps", "min_lr_ratio"}));
-  ZS_ASSIGN_OR_RETURN(std::string skind, s.String("kind"));
-  if (skind != "constant" && skind != "warmup-cosine") {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field '%sschedule.kind' is '%s', not constant or warmup-cosine",
-                        f.source(), f.prefix(), skind));
-  }
-  t.schedule.kind =
-      skind == "constant" ? LrSchedule::Kind::kConstant : LrSchedule::Kind::kWarmupCosine;
-  ZS_ASSIGN_OR_RETURN(t.schedule.warmup_steps, s.Int("warmup_steps", 0, int64_t{1} << 50));
-  ZS_ASSIGN_OR_RETURN(t.schedule.total_steps, s.Int("total_steps", 0, int64_t{1} << 50));
-  ZS_ASSIGN_OR_RETURN(t.schedule.min_lr_ratio, s.Real("min_lr_ratio"));
-  ZS_ASSIGN_OR_RETURN(t.max_grad_norm, f.Real("max_grad_norm"));
-  ZS_ASSIGN_OR_RETURN(const int64_t accum, f.Int("grad_accum_steps", 1, 1 << 20));
-  t.grad_accum_steps = static_cast<int>(accum);
   absl::Status valid = t.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
@@ -341,7 +301,7 @@ absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std
 namespace {
 
 absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string& source) {
-  const Fields f(doc, source, "");
+  const JsonFields f(doc, source, "");
   ZS_ASSIGN_OR_RETURN(std::string format, f.String("format"));
   ZS_RETURN_IF_ERROR(
       f.CheckKeys({"format", "version", "step", "applied_steps", "skipped_steps", "world_size",
@@ -375,9 +335,9 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
                         files->size(), m.world_size));
   }
   ZS_ASSIGN_OR_RETURN(const json* train, f.Get("train", json::value_t::object));
-  ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train")));
+  ZS_ASSIGN_OR_RETURN(m.train, TrainFromJson(f.Child(*train, "train"), &m.unrecorded_train_fields));
   ZS_ASSIGN_OR_RETURN(const json* ls, f.Get("loss_scale", json::value_t::object));
-  const Fields l = f.Child(*ls, "loss_scale");
+  const JsonFields l = f.Child(*ls, "loss_scale");
   ZS_RETURN_IF_ERROR(
       l.CheckKeys({"scale", "hysteresis_left", "clean_steps", "skips_at_min_scale"}));
   ZS_ASSIGN_OR_RETURN(m.loss_scale, l.Real("scale"));
@@ -392,7 +352,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   m.skips_at_min_scale = static_cast<int>(skips);
 
   ZS_ASSIGN_OR_RETURN(const json* model, f.Get("model", json::value_t::object));
-  const Fields mf = f.Child(*model, "model");
+  const JsonFields mf = f.Child(*model, "model");
   ZS_RETURN_IF_ERROR(mf.CheckKeys({"fingerprint", "num_params", "units"}));
   ZS_ASSIGN_OR_RETURN(std::string fingerprint, mf.String("fingerprint"));
   if (fingerprint.size() != 16 ||
@@ -403,40 +363,18 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   }
   m.model_fingerprint = std::strtoull(fingerprint.c_str(), nullptr, 16);
   ZS_ASSIGN_OR_RETURN(const int64_t num_params, mf.Int("num_params", 1, kMaxModelElements));
-  ZS_ASSIGN_OR_RETURN(const json* units, mf.Get("units", json::value_t::array));
-  if (units->empty() || units->size() > static_cast<size_t>(kMaxUnits)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: field 'model.units' has %d entries; expected 1..%d", source,
-                        units->size(), kMaxUnits));
-  }
-  for (size_t u = 0; u < units->size(); ++u) {
-    const Fields uf = mf.Child((*units)[u], absl::StrFormat("units[%d]", u));
-    ZS_RETURN_IF_ERROR(uf.CheckKeys({"name", "params", "used_numel", "shard_numel"}));
-    UnitSpec unit;
-    ZS_ASSIGN_OR_RETURN(unit.name, uf.String("name"));
-    ZS_ASSIGN_OR_RETURN(const json* params, uf.Get("params", json::value_t::array));
-    for (size_t p = 0; p < params->size(); ++p) {
-      const Fields pf = uf.Child((*params)[p], absl::StrFormat("params[%d]", p));
-      ZS_RETURN_IF_ERROR(pf.CheckKeys({"name", "shape", "no_decay"}));
-      ParamSpec param;
-      ZS_ASSIGN_OR_RETURN(param.name, pf.String("name"));
-      ZS_ASSIGN_OR_RETURN(param.no_decay, pf.Bool("no_decay"));
-      ZS_ASSIGN_OR_RETURN(const json* shape, pf.Get("shape", json::value_t::array));
-      for (const json& d : *shape) {
-        if (!d.is_number_integer()) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "%s: field '%sshape' holds %s, not an integer", source, pf.prefix(), d.dump()));
-        }
-        param.shape.push_back(d.get<int64_t>());
-      }
-      unit.params.push_back(std::move(param));
-    }
-    ZS_ASSIGN_OR_RETURN(const int64_t used, uf.Int("used_numel", 0, kMaxModelElements));
-    ZS_ASSIGN_OR_RETURN(const int64_t shard, uf.Int("shard_numel", 0, kMaxModelElements));
-    m.used_numel.push_back(used);
-    m.shard_numel.push_back(shard);
-    m.model.units.push_back(std::move(unit));
-  }
+  UnitJsonRules rules;
+  rules.strict = true;
+  rules.unit_keys = {"used_numel", "shard_numel"};
+  ZS_ASSIGN_OR_RETURN(
+      m.model,
+      ModelUnitsFromJson(mf, "units", rules, [&m](const JsonFields& unit, int) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(const int64_t used, unit.Int("used_numel", 0, kMaxModelElements));
+        ZS_ASSIGN_OR_RETURN(const int64_t shard, unit.Int("shard_numel", 0, kMaxModelElements));
+        m.used_numel.push_back(used);
+        m.shard_numel.push_back(shard);
+        return absl::OkStatus();
+      }));
   absl::Status valid = m.model.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": field 'model': ", valid.message()));
@@ -465,7 +403,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
     }
   }
   ZS_ASSIGN_OR_RETURN(const json* layout_json, f.Get("layout", json::value_t::object));
-  const Fields lf = f.Child(*layout_json, "layout");
+  const JsonFields lf = f.Child(*layout_json, "layout");
   ZS_RETURN_IF_ERROR(lf.CheckKeys(
       {"byte_order", "tensors", "chunk_elements", "param_alignment", "shard_quantum"}));
   ZS_ASSIGN_OR_RETURN(const json* tensors, lf.Get("tensors", json::value_t::array));
@@ -488,7 +426,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   ZS_ASSIGN_OR_RETURN(m.chunk_elements, lf.Int("chunk_elements", 1, int64_t{1} << 30));
   const int64_t expected_bytes = FileBytes(m.shard_numel, m.chunk_elements);
   for (size_t r = 0; r < files->size(); ++r) {
-    const Fields ff = f.Child((*files)[r], absl::StrFormat("files[%d]", r));
+    const JsonFields ff = f.Child((*files)[r], absl::StrFormat("files[%d]", r));
     ZS_RETURN_IF_ERROR(ff.CheckKeys({"name", "bytes", "crc32c", "index_crc32c", "unit_crc32c"}));
     FileRecord rec;
     ZS_ASSIGN_OR_RETURN(rec.name, ff.String("name"));

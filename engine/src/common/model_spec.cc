@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/tp_split.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -237,18 +238,30 @@ absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_
   if (tp == 1) return shard;
   for (UnitSpec& unit : shard.units) {
     for (ParamSpec& p : unit.params) {
-      if (p.tp_split_dim < 0) continue;
-      int64_t& dim = p.shape[p.tp_split_dim];
-      if (dim % tp != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "shard model spec: param '%s.%s' of shape %s splits dimension %d (%d) over tp %d, "
-            "which does not divide it; choose a tp that divides it, or pad the dimension",
-            unit.name, p.name, ShapeText(p.shape), p.tp_split_dim, dim, tp));
-      }
-      dim /= tp;
+      ZS_ASSIGN_OR_RETURN(p.shape,
+                          internal::TpShardShape(p, tp, internal::TpRemainder::kRefuse, unit.name));
     }
   }
   return shard;
 }
 
+namespace internal {
+
+absl::StatusOr<std::vector<int64_t>> TpShardShape(const ParamSpec& param, int tp,
+                                                  TpRemainder remainder,
+                                                  const std::string& unit_name) {
+  std::vector<int64_t> shape = param.shape;
+  if (tp == 1 || param.tp_split_dim < 0) return shape;
+  int64_t& dim = shape[param.tp_split_dim];
+  if (dim % tp != 0 && remainder == TpRemainder::kRefuse) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard model spec: param '%s.%s' of shape %s splits dimension %d (%d) over tp %d, "
+        "which does not divide it; choose a tp that divides it, or pad the dimension",
+        unit_name, param.name, ShapeText(param.shape), param.tp_split_dim, dim, tp));
+  }
+  dim = dim / tp + (dim % tp != 0 ? 1 : 0);
+  return shape;
+}
+
+}  // namespace internal
 }  // namespace zeroshard

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/src/common/bounded_read.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/json_fields.h"
 #include "engine/src/plan/presets/hf_presets.h"
 #include "engine/src/plan/transformer_spec.h"
 #include "nlohmann/json.hpp"
@@ -33,104 +34,8 @@ absl::StatusOr<json> ParseJson(absl::string_view text, absl::string_view source)
   return doc;
 }
 
-constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
-
-// An integer JSON value as int64_t; integers above 2^63 - 1 (which the JSON
-// reader keeps as unsigned) are refused rather than wrapped.
-absl::StatusOr<int64_t> JsonInt64(const json& v, const std::string& where,
-                                  const std::string& what) {
-  if (v.is_number_unsigned() &&
-      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s is %s, above 2^63 - 1; give a smaller value", where, what, v.dump()));
-  }
-  return v.get<int64_t>();
-}
-
-// Reads object fields with errors naming the source and the field.
-class FieldReader {
- public:
-  FieldReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
-
-  bool Has(const char* key) const { return object_.contains(key) && !object_.at(key).is_null(); }
-
-  absl::StatusOr<int64_t> Int(const char* key) const {
-    if (!Has(key)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field '%s' is missing; it is required", where_, key));
-    }
-    const json& v = object_.at(key);
-    if (!v.is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field '%s' is %s; it must be an integer", where_, key, v.dump()));
-    }
-    return JsonInt64(v, where_, absl::StrCat("field '", key, "'"));
-  }
-
-  absl::StatusOr<int64_t> IntOr(const char* key, int64_t fallback) const {
-    if (!Has(key)) return fallback;
-    return Int(key);
-  }
-
-  // A size: an integer in [1, max]. The error names the field and the limit.
-  absl::StatusOr<int64_t> Size(const char* key, int64_t max = kNoLimit) const {
-    ZS_ASSIGN_OR_RETURN(const int64_t v, Int(key));
-    return CheckSize(key, v, max);
-  }
-
-  absl::StatusOr<int64_t> SizeOr(const char* key, int64_t fallback, int64_t max = kNoLimit) const {
-    if (!Has(key)) return fallback;
-    return Size(key, max);
-  }
-
-  absl::StatusOr<int64_t> CheckSize(const char* key, int64_t v, int64_t max) const {
-    if (v < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field '%s' is %d; it must be a positive integer", where_, key, v));
-    }
-    if (v > max) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s %d exceeds the supported maximum %d; check the config", where_, key, v, max));
-    }
-    return v;
-  }
-
-  absl::StatusOr<bool> BoolOr(const char* key, bool fallback) const {
-    if (!Has(key)) return fallback;
-    const json& v = object_.at(key);
-    if (!v.is_boolean()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field '%s' is %s; it must be true or false", where_, key, v.dump()));
-    }
-    return v.get<bool>();
-  }
-
-  absl::StatusOr<double> NumberOr(const char* key, double fallback) const {
-    if (!Has(key)) return fallback;
-    const json& v = object_.at(key);
-    if (!v.is_number()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field '%s' is %s; it must be a number", where_, key, v.dump()));
-    }
-    return v.get<double>();
-  }
-
-  absl::StatusOr<std::string> StringOr(const char* key, const std::string& fallback) const {
-    if (!Has(key)) return fallback;
-    const json& v = object_.at(key);
-    if (!v.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field '%s' is %s; it must be a string", where_, key, v.dump()));
-    }
-    return v.get<std::string>();
-  }
-
-  const std::string& where() const { return where_; }
-
- private:
-  const json& object_;
-  std::string where_;
-};
+using FieldReader = internal::JsonFields;
+constexpr int64_t kNoLimit = FieldReader::kNoLimit;
 
 const char* const kSupportedArchitectures =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel";
@@ -229,15 +134,15 @@ absl::StatusOr<TransformerShape> ParseGpt2Config(const FieldReader& f) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: n_embd %d is not a multiple of n_head %d (GPT-2 needs equal heads that fill "
         "n_embd); check the config",
-        f.where(), s.hidden, s.heads));
+        f.source(), s.hidden, s.heads));
   }
   s.kv_heads = s.heads;
   s.head_dim = s.hidden / s.heads;
   s.qkv_bias = s.attn_out_bias = s.mlp_bias = s.layer_norm_bias = true;
   s.learned_positions = true;
   // GPT2Config defaults every dropout to 0.1.
-  ZS_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
-  ZS_ASSIGN_OR_RETURN(double attn, f.NumberOr("attn_pdrop", 0.1));
+  ZS_ASSIGN_OR_RETURN(double resid, f.RealOr("resid_pdrop", 0.1));
+  ZS_ASSIGN_OR_RETURN(double attn, f.RealOr("attn_pdrop", 0.1));
   s.dropout = resid > 0 || attn > 0;
   return s;
 }
@@ -259,7 +164,7 @@ absl::StatusOr<TransformerShape> ParseLlamaFamilyConfig(const FieldReader& f,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: hidden_size %d is smaller than num_attention_heads %d; give head_dim or fix the "
         "sizes",
-        f.where(), s.hidden, s.heads));
+        f.source(), s.hidden, s.heads));
   }
   // Hugging Face's default: hidden_size // num_attention_heads.
   ZS_ASSIGN_OR_RETURN(s.head_dim, f.SizeOr("head_dim", s.hidden / s.heads));
@@ -278,7 +183,7 @@ absl::StatusOr<TransformerShape> ParseLlamaFamilyConfig(const FieldReader& f,
     s.qkv_bias = s.attn_out_bias = attention_bias;
     ZS_ASSIGN_OR_RETURN(s.mlp_bias, f.BoolOr("mlp_bias", false));
   }
-  ZS_ASSIGN_OR_RETURN(double attention_dropout, f.NumberOr("attention_dropout", 0.0));
+  ZS_ASSIGN_OR_RETURN(double attention_dropout, f.RealOr("attention_dropout", 0.0));
   s.dropout = attention_dropout > 0;
   return s;
 }
@@ -351,74 +256,19 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
   ModelDescription model;
   FieldReader top(doc, std::string(source));
   ZS_ASSIGN_OR_RETURN(model.name, top.StringOr("name", std::string(source)));
-  if (!doc.contains("units") || !doc["units"].is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": field 'units' is missing or not an array of units"));
-  }
-  const json& units = doc["units"];
-  // The limits before anything grows with the counts.
-  if (static_cast<int64_t>(units.size()) > kMaxUnits) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d units exceed the supported maximum %d; group layers into fewer units", source,
-        units.size(), kMaxUnits));
-  }
-  int64_t tensors = 0;
-  for (const json& unit : units) {
-    if (unit.is_object() && unit.contains("params") && unit["params"].is_array()) {
-      tensors += static_cast<int64_t>(unit["params"].size());
-    }
-  }
-  if (tensors > kMaxModelTensors) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d params (tensors) exceed the supported maximum %d; merge small params", source,
-        tensors, kMaxModelTensors));
-  }
-  model.spec.units.reserve(units.size());
-  for (size_t u = 0; u < units.size(); ++u) {
-    const std::string where = absl::StrFormat("%s: units[%d]", source, u);
-    if (!units[u].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": must be an object"));
-    }
-    FieldReader unit_fields(units[u], where);
-    UnitSpec unit;
-    ZS_ASSIGN_OR_RETURN(unit.name, unit_fields.StringOr("name", ""));
-    ZS_ASSIGN_OR_RETURN(int64_t activation_bytes,
-                        unit_fields.IntOr("activation_bytes_per_sample", 0));
-    if (activation_bytes < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": activation_bytes_per_sample must be >= 0"));
-    }
-    if (!units[u].contains("params") || !units[u]["params"].is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": field 'params' is missing or not an array"));
-    }
-    const json& params = units[u]["params"];
-    for (size_t p = 0; p < params.size(); ++p) {
-      const std::string pwhere = absl::StrFormat("%s.params[%d]", where, p);
-      if (!params[p].is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(pwhere, ": must be an object"));
-      }
-      FieldReader pf(params[p], pwhere);
-      ParamSpec param;
-      ZS_ASSIGN_OR_RETURN(param.name, pf.StringOr("name", ""));
-      ZS_ASSIGN_OR_RETURN(param.no_decay, pf.BoolOr("no_decay", false));
-      if (!params[p].contains("shape") || !params[p]["shape"].is_array()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(pwhere, ": field 'shape' is missing or not an array of integers"));
-      }
-      for (const json& d : params[p]["shape"]) {
-        if (!d.is_number_integer()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(pwhere, ": shape entry ", d.dump(), " is not an integer"));
-        }
-        ZS_ASSIGN_OR_RETURN(const int64_t extent, JsonInt64(d, pwhere, "a shape entry"));
-        param.shape.push_back(extent);
-      }
-      unit.params.push_back(std::move(param));
-    }
-    model.spec.units.push_back(std::move(unit));
-    model.activation_bytes_per_sample.push_back(activation_bytes);
-  }
+  ZS_ASSIGN_OR_RETURN(model.spec,
+                      internal::ModelUnitsFromJson(
+                          top, "units", internal::UnitJsonRules{},
+                          [&model](const FieldReader& unit, int) -> absl::Status {
+                            ZS_ASSIGN_OR_RETURN(const int64_t bytes,
+                                                unit.IntOr("activation_bytes_per_sample", 0));
+                            if (bytes < 0) {
+                              return unit.Error("activation_bytes_per_sample",
+                                                absl::StrFormat("is %d; it must be >= 0", bytes));
+                            }
+                            model.activation_bytes_per_sample.push_back(bytes);
+                            return absl::OkStatus();
+                          }));
   absl::Status valid = model.spec.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", valid.message()));

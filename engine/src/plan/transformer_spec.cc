@@ -12,7 +12,7 @@
 namespace zeroshard::internal {
 namespace {
 
-// Collects one unit's params and their tensor-parallel split dimensions.
+// Collects one unit's params, each with its tensor-parallel split dimension.
 class UnitBuilder {
  public:
   explicit UnitBuilder(std::string name) { unit_.name = std::move(name); }
@@ -23,18 +23,14 @@ class UnitBuilder {
     p.name = std::move(name);
     p.shape = std::move(shape);
     p.no_decay = no_decay;
+    p.tp_split_dim = split_dim;
     unit_.params.push_back(std::move(p));
-    split_.push_back(split_dim);
   }
 
-  void AppendTo(ModelDescription& model) {
-    model.spec.units.push_back(std::move(unit_));
-    model.tp_split_dim.push_back(std::move(split_));
-  }
+  void AppendTo(ModelDescription& model) { model.spec.units.push_back(std::move(unit_)); }
 
  private:
   UnitSpec unit_;
-  std::vector<int> split_;
 };
 
 constexpr int kReplicated = -1;

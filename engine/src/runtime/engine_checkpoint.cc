@@ -24,7 +24,9 @@
 #include "engine/src/checkpoint/directory.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
+#include "engine/src/checkpoint/segment_reader.h"
 #include "engine/src/common/bounded_read.h"
+#include "engine/src/common/train_spec_fields.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "engine/src/runtime/fingerprint.h"
 #include "engine/src/runtime/status_words.h"
@@ -189,7 +191,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     }
     const OptimizerSpec& a = manifest.train.optimizer;
     const OptimizerSpec& b = train_.optimizer;
-    if (a.kind != b.kind || a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps) {
+    if (!MustMatchDifferences(manifest.train, train_).empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "checkpoint %s: its optimizer is %s with beta1 %g, beta2 %g, eps %g; this engine's is "
           "%s with %g, %g, %g: the Adam moments do not carry over to another optimizer",
@@ -200,37 +202,15 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     for (const FileRecord& f : manifest.files) {
       manifest_hash = HashBytes(&f.crc32c, sizeof(f.crc32c), manifest_hash);
     }
-    std::vector<std::unique_ptr<RankFileReader>> readers(manifest.world_size);
-    std::vector<float> whole[kTensorsPerUnit];
+    // Each old rank's file holds a shard of the old layout: read from those
+    // whose shards overlap what this rank owns.
+    SegmentReader reader(step_dir, manifest);
     for (int u = 0; u < units; ++u) {
-      const int64_t used = layout_.unit(u).used_numel;
-      const int64_t old_shard = manifest.shard_numel[u];
-      for (int r = 0; r < manifest.world_size; ++r) {
-        const int64_t begin = std::max(owned[u].begin, r * old_shard);
-        const int64_t end = std::min({owned[u].end, (r + 1) * old_shard, used});
-        if (begin >= end) continue;
-        if (readers[r] == nullptr) {
-          ZS_ASSIGN_OR_RETURN(RankFileReader reader, RankFileReader::Open(step_dir, manifest, r));
-          readers[r] = std::make_unique<RankFileReader>(std::move(reader));
-        }
-        // An old shard this rank owns whole (every shard at the same world
-        // size) is read whole, so that its unit checksum is checked too;
-        // a part of one, chunk by chunk (each chunk checked by the index).
-        const bool owns_whole =
-            owned[u].begin <= r * old_shard && (r + 1) * old_shard <= owned[u].end;
-        if (owns_whole) ZS_RETURN_IF_ERROR(readers[r]->ReadUnit(u, whole));
-        for (int t = 0; t < kTensorsPerUnit; ++t) {
-          float* out =
-              fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].data() + (begin - owned[u].begin);
-          if (owns_whole) {
-            std::memcpy(out, whole[t].data() + (begin - r * old_shard),
-                        static_cast<size_t>(end - begin) * sizeof(float));
-          } else {
-            ZS_RETURN_IF_ERROR(
-                readers[r]->Read(u, t, begin - r * old_shard, end - r * old_shard, out));
-          }
-        }
+      float* out[kTensorsPerUnit];
+      for (int t = 0; t < kTensorsPerUnit; ++t) {
+        out[t] = fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].data();
       }
+      ZS_RETURN_IF_ERROR(reader.Read(u, owned[u].begin, owned[u].end, out));
     }
     return absl::OkStatus();
   }();
@@ -311,29 +291,14 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   info.num_units = static_cast<int>(manifest.model.units.size());
   for (const FileRecord& f : manifest.files) info.file_bytes.push_back(f.bytes);
   info.trainer_state = manifest.trainer_state;
-  const TrainSpec& was = manifest.train;
-  auto note = [&](const char* what, const std::string& before, const std::string& after) {
-    if (before != after)
-      info.changed_settings.push_back(absl::StrCat(what, " ", before, " -> ", after));
-  };
-  auto real = [](double v) { return absl::StrFormat("%g", v); };
-  note("world size", absl::StrCat(manifest.world_size), absl::StrCat(world_));
-  note("zero_stage", absl::StrCat(was.zero_stage), absl::StrCat(train_.zero_stage));
-  note("precision", PrecisionName(was.precision), PrecisionName(train_.precision));
-  note("grad_accum_steps", absl::StrCat(was.grad_accum_steps),
-       absl::StrCat(train_.grad_accum_steps));
-  note("optimizer.lr", real(was.optimizer.lr), real(train_.optimizer.lr));
-  note("optimizer.weight_decay", real(was.optimizer.weight_decay),
-       real(train_.optimizer.weight_decay));
-  note("max_grad_norm", real(was.max_grad_norm), real(train_.max_grad_norm));
-  note("schedule.kind", absl::StrCat(static_cast<int>(was.schedule.kind)),
-       absl::StrCat(static_cast<int>(train_.schedule.kind)));
-  note("schedule.warmup_steps", absl::StrCat(was.schedule.warmup_steps),
-       absl::StrCat(train_.schedule.warmup_steps));
-  note("schedule.total_steps", absl::StrCat(was.schedule.total_steps),
-       absl::StrCat(train_.schedule.total_steps));
-  note("schedule.min_lr_ratio", real(was.schedule.min_lr_ratio),
-       real(train_.schedule.min_lr_ratio));
+  if (manifest.world_size != world_) {
+    info.changed_settings.push_back(
+        absl::StrCat("world size ", manifest.world_size, " -> ", world_));
+  }
+  for (std::string& change :
+       DescribeTrainSpecChanges(manifest.train, train_, manifest.unrecorded_train_fields)) {
+    info.changed_settings.push_back(std::move(change));
+  }
   return info;
 }
 

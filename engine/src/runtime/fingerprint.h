@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/src/common/spec_fingerprint.h"
+#include "engine/src/common/train_spec_fields.h"
 #include "engine/src/layout/flat_layout.h"
 #include "zeroshard/fingerprint.h"
 #include "zeroshard/model_spec.h"
@@ -24,26 +25,19 @@ uint64_t FingerprintTrainSpec(const TrainSpec& train);
 // One value every rank must share, as Start() exchanges it: named, with a
 // kind that says how to print it.
 struct StartField {
-  enum class Kind : uint8_t {
-    kInt,
-    kReal,  // `bits` is the double's bit pattern: compared exactly
-    kBool,
-    kPrecision,
-    kDType,
-    kOptimizer,
-    kSchedule,
-    kHash,  // a fingerprint: only "differs" can be said
-  };
+  // kHash for fingerprints; the other kinds are those of the TrainSpec
+  // fields (engine/src/common/train_spec_fields.h).
+  using Kind = SpecValueKind;
   std::string name;
   Kind kind = Kind::kInt;
   int64_t bits = 0;
 };
 
-// Every field of `train`, named as in the struct ("optimizer.lr").
+// Every field of `train`, named as in the struct ("optimizer.lr"), in the
+// order of TrainSpecFieldTable.
 std::vector<StartField> TrainSpecFields(const TrainSpec& train);
 // The value for messages: "0.001", "bf16", "AdamW", "true".
 std::string FormatStartValue(StartField::Kind kind, int64_t bits);
-int64_t RealBits(double value);
 
 }  // namespace zeroshard::internal
 

@@ -57,10 +57,9 @@ struct ModelDescription {
   // before go to the first stage, units after to the last.
   int first_layer_unit = 0;
   int num_layer_units = 0;
-  // Per unit, per param: the dimension that tensor parallelism splits, or -1
-  // when the param is replicated across the tensor-parallel group. Empty
-  // when the model does not support tensor parallelism (custom specs).
-  std::vector<std::vector<int>> tp_split_dim;
+  // The dimension tensor parallelism splits is each param's own
+  // ParamSpec::tp_split_dim in `spec` (-1: replicated across the
+  // tensor-parallel group, as every param of a JSON spec).
   // Custom specs only: activation bytes one sample keeps per unit (0 when
   // not given). Transformers use the Korthikanti et al. formulas instead.
   std::vector<int64_t> activation_bytes_per_sample;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/tp_split.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/activations.h"
 #include "engine/src/plan/buffer_plan.h"
@@ -16,18 +17,15 @@ namespace zeroshard {
 namespace internal {
 namespace {
 
-// A split dimension's extent on one of tp ranks, rounded up (as Megatron
-// pads the vocabulary).
-int64_t SplitExtent(int64_t extent, int tp) { return extent / tp + (extent % tp != 0 ? 1 : 0); }
-
-UnitSpec SliceUnit(const UnitSpec& unit, const std::vector<int>* split_dims, int tp) {
-  if (tp == 1 || split_dims == nullptr) return unit;
+// The unit as one of tp ranks holds it: each param's tp_split_dim divided
+// by tp, rounded up (TpShardShape, as ShardModelSpec splits, but padding
+// where ShardModelSpec needs tp to divide the dimension).
+UnitSpec SliceUnit(const UnitSpec& unit, int tp) {
+  if (tp == 1) return unit;
   UnitSpec out = unit;
-  for (size_t p = 0; p < out.params.size(); ++p) {
-    const int d = (*split_dims)[p];
-    if (d < 0) continue;
-    int64_t& extent = out.params[p].shape[d];
-    extent = SplitExtent(extent, tp);
+  for (ParamSpec& param : out.params) {
+    // Cannot fail: kRoundUp never refuses.
+    param.shape = TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape);
   }
   return out;
 }
@@ -35,16 +33,19 @@ UnitSpec SliceUnit(const UnitSpec& unit, const std::vector<int>* split_dims, int
 // The elements of the first `count` params of `unit` sliced as SliceUnit
 // slices them, without copying the unit. Each is at most the unsliced
 // count, which the validated spec bounds.
-std::vector<int64_t> SlicedNumels(const UnitSpec& unit, const std::vector<int>* split_dims, int tp,
-                                  size_t count) {
+std::vector<int64_t> SlicedNumels(const UnitSpec& unit, int tp, size_t count) {
   std::vector<int64_t> numels;
   numels.reserve(count);
   for (size_t p = 0; p < count; ++p) {
     const ParamSpec& param = unit.params[p];
-    const int split = tp == 1 || split_dims == nullptr ? -1 : (*split_dims)[p];
     int64_t n = 1;
-    for (size_t d = 0; d < param.shape.size(); ++d) {
-      n *= static_cast<int>(d) == split ? SplitExtent(param.shape[d], tp) : param.shape[d];
+    if (tp == 1 || param.tp_split_dim < 0) {
+      for (int64_t d : param.shape) n *= d;
+    } else {
+      for (int64_t d :
+           TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape)) {
+        n *= d;
+      }
     }
     numels.push_back(n);
   }
@@ -208,14 +209,11 @@ StageUnits UnitsOfStage(const ModelDescription& model, int pp, int pp_stage) {
 }
 
 ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage, int64_t* layers) {
-  auto split_of = [&](int u) -> const std::vector<int>* {
-    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
-  };
   const StageUnits stage = UnitsOfStage(model, pp, pp_stage);
   ModelSpec out;
-  for (int u : stage.units) out.units.push_back(SliceUnit(model.spec.units[u], split_of(u), tp));
+  for (int u : stage.units) out.units.push_back(SliceUnit(model.spec.units[u], tp));
   if (stage.tied_embedding_copy) {
-    UnitSpec head = SliceUnit(model.spec.units[0], split_of(0), tp);
+    UnitSpec head = SliceUnit(model.spec.units[0], tp);
     head.name = kTiedEmbeddingCopyUnit;
     head.params.resize(1);
     out.units.push_back(std::move(head));
@@ -225,22 +223,18 @@ ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage,
 }
 
 absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp) {
-  auto split_of = [&](int u) -> const std::vector<int>* {
-    return model.tp_split_dim.empty() ? nullptr : &model.tp_split_dim[u];
-  };
   SliceSizes sizes;
   sizes.unit_used.reserve(model.spec.units.size());
   for (size_t u = 0; u < model.spec.units.size(); ++u) {
     const UnitSpec& unit = model.spec.units[u];
     ZS_ASSIGN_OR_RETURN(const int64_t used,
-                        FlatLayout::UsedNumel(SlicedNumels(unit, split_of(static_cast<int>(u)), tp,
-                                                           unit.params.size())));
+                        FlatLayout::UsedNumel(SlicedNumels(unit, tp, unit.params.size())));
     sizes.unit_used.push_back(used);
   }
   if (!model.spec.units.empty()) {
     // The tied copy holds the embedding's first param alone.
-    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used, FlatLayout::UsedNumel(SlicedNumels(
-                                                  model.spec.units[0], split_of(0), tp, 1)));
+    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used,
+                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1)));
   }
   return sizes;
 }
