@@ -116,6 +116,10 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text, const std::strin
 // The same without the checksum (the fuzz target's way past it): every field
 // is still validated.
 absl::StatusOr<Manifest> ParseManifestContent(const std::string& text, const std::string& source);
+// What a checkpoint's manifest says of it, as InspectCheckpoint and Load
+// return it (`note`: how `latest` was resolved; changed_settings empty).
+CheckpointInfo DescribeCheckpoint(const std::string& step_dir, const Manifest& manifest,
+                                  const std::string& note);
 
 // Byte offsets within a rank file of the writing layout.
 int64_t DataBytes(const Manifest& manifest);

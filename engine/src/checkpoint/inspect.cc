@@ -24,23 +24,6 @@
 namespace zeroshard {
 namespace {
 
-CheckpointInfo Describe(const std::string& step_dir, const internal::Manifest& m,
-                        const std::string& note) {
-  CheckpointInfo info;
-  info.note = note;
-  info.path = step_dir;
-  info.step = m.step;
-  info.world_size = m.world_size;
-  info.zero_stage = m.train.zero_stage;
-  info.precision = m.train.precision;
-  info.grad_accum_steps = m.train.grad_accum_steps;
-  info.num_params = m.model.NumParams();
-  info.num_units = static_cast<int>(m.model.units.size());
-  for (const internal::FileRecord& f : m.files) info.file_bytes.push_back(f.bytes);
-  info.trainer_state = m.trainer_state;
-  return info;
-}
-
 // Refuses an export target that would change the checkpoint it reads: the
 // same file as anything the checkpoint directory holds (compared by device
 // and inode, so a symlink, a hard link or another spelling of the path is
@@ -119,7 +102,7 @@ absl::StatusOr<CheckpointInfo> InspectCheckpoint(const std::string& path,
     done += manifest.files[r].bytes;
     if (progress) progress(done, total);
   }
-  return Describe(step_dir, manifest, note);
+  return internal::DescribeCheckpoint(step_dir, manifest, note);
 }
 
 absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,

@@ -503,4 +503,21 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
   return ParseManifest(*text, path);
 }
 
+CheckpointInfo DescribeCheckpoint(const std::string& step_dir, const Manifest& m,
+                                  const std::string& note) {
+  CheckpointInfo info;
+  info.note = note;
+  info.path = step_dir;
+  info.step = m.step;
+  info.world_size = m.world_size;
+  info.zero_stage = m.train.zero_stage;
+  info.precision = m.train.precision;
+  info.grad_accum_steps = m.train.grad_accum_steps;
+  info.num_params = m.model.NumParams();
+  info.num_units = static_cast<int>(m.model.units.size());
+  for (const FileRecord& f : m.files) info.file_bytes.push_back(f.bytes);
+  info.trainer_state = m.trainer_state;
+  return info;
+}
+
 }  // namespace zeroshard::internal

@@ -279,18 +279,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   for (auto& unit_hashes : param_hashes_) {
     for (uint64_t& h : unit_hashes) h = manifest_hash | 1;
   }
-  CheckpointInfo info;
-  info.path = step_dir;
-  info.note = resolve_note;
-  info.step = manifest.step;
-  info.world_size = manifest.world_size;
-  info.zero_stage = manifest.train.zero_stage;
-  info.precision = manifest.train.precision;
-  info.grad_accum_steps = manifest.train.grad_accum_steps;
-  info.num_params = manifest.model.NumParams();
-  info.num_units = static_cast<int>(manifest.model.units.size());
-  for (const FileRecord& f : manifest.files) info.file_bytes.push_back(f.bytes);
-  info.trainer_state = manifest.trainer_state;
+  CheckpointInfo info = DescribeCheckpoint(step_dir, manifest, resolve_note);
   if (manifest.world_size != world_) {
     info.changed_settings.push_back(
         absl::StrCat("world size ", manifest.world_size, " -> ", world_));
