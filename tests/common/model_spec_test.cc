@@ -291,5 +291,50 @@ TEST(TpShardShapeTest, DividesTheSplitDimensionAndRoundsUpOrRefusesARemainder) {
   }
 }
 
+// A unit on one of tp ranks, as ShardModelSpec and the planner both take
+// it: every param split by hand (the least e with e * tp >= extent), names,
+// no_decay and tp_split_dim kept; kRefuse fails on the first remainder.
+TEST(TpShardShapeTest, AUnitSplitsEveryParamAndKeepsTheRest) {
+  std::mt19937_64 rng(testing::Seed() + 1);
+  for (int k = 0; k < 100; ++k) {
+    UnitSpec unit;
+    unit.name = "block." + std::to_string(k);
+    const int tp = static_cast<int>(rng() % 8) + 1;
+    const int params = static_cast<int>(rng() % 4) + 1;
+    std::vector<std::vector<int64_t>> expected;
+    bool divides = true;
+    for (int i = 0; i < params; ++i) {
+      ParamSpec p;
+      p.name = "p" + std::to_string(i);
+      p.shape = {static_cast<int64_t>(rng() % 300) + 1, static_cast<int64_t>(rng() % 300) + 1};
+      p.tp_split_dim = static_cast<int>(rng() % 3) - 1;  // -1, 0 or 1
+      p.no_decay = (rng() % 2) == 1;
+      std::vector<int64_t> shape = p.shape;
+      if (p.tp_split_dim >= 0) {
+        int64_t e = 0;
+        while (e * tp < p.shape[p.tp_split_dim]) ++e;
+        divides = divides && e * tp == p.shape[p.tp_split_dim];
+        shape[p.tp_split_dim] = e;
+      }
+      expected.push_back(shape);
+      unit.params.push_back(p);
+    }
+    const auto round_up = internal::TpShardUnit(unit, tp, internal::TpRemainder::kRoundUp);
+    ASSERT_TRUE(round_up.ok()) << round_up.status();
+    EXPECT_EQ(round_up->name, unit.name);
+    ASSERT_EQ(round_up->params.size(), unit.params.size());
+    for (int i = 0; i < params; ++i) {
+      const ParamSpec& got = round_up->params[i];
+      EXPECT_EQ(got.shape, expected[i])
+          << unit.name << "." << got.name << " tp " << tp << "; " << testing::SeedTrace();
+      EXPECT_EQ(got.name, unit.params[i].name);
+      EXPECT_EQ(got.no_decay, unit.params[i].no_decay);
+      EXPECT_EQ(got.tp_split_dim, unit.params[i].tp_split_dim);
+    }
+    const auto refuse = internal::TpShardUnit(unit, tp, internal::TpRemainder::kRefuse);
+    EXPECT_EQ(refuse.ok(), divides || tp == 1) << refuse.status();
+  }
+}
+
 }  // namespace
 }  // namespace zeroshard

@@ -235,12 +235,8 @@ absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_
   ModelSpec shard;
   const auto [first, last] = stages[pp_rank];
   shard.units.assign(model.units.begin() + first, model.units.begin() + last);
-  if (tp == 1) return shard;
   for (UnitSpec& unit : shard.units) {
-    for (ParamSpec& p : unit.params) {
-      ZS_ASSIGN_OR_RETURN(p.shape,
-                          internal::TpShardShape(p, tp, internal::TpRemainder::kRefuse, unit.name));
-    }
+    ZS_ASSIGN_OR_RETURN(unit, internal::TpShardUnit(unit, tp, internal::TpRemainder::kRefuse));
   }
   return shard;
 }
@@ -261,6 +257,15 @@ absl::StatusOr<std::vector<int64_t>> TpShardShape(const ParamSpec& param, int tp
   }
   dim = dim / tp + (dim % tp != 0 ? 1 : 0);
   return shape;
+}
+
+absl::StatusOr<UnitSpec> TpShardUnit(const UnitSpec& unit, int tp, TpRemainder remainder) {
+  UnitSpec out = unit;
+  if (tp == 1) return out;
+  for (ParamSpec& p : out.params) {
+    ZS_ASSIGN_OR_RETURN(p.shape, TpShardShape(p, tp, remainder, unit.name));
+  }
+  return out;
 }
 
 }  // namespace internal

@@ -18,16 +18,11 @@ namespace internal {
 namespace {
 
 // The unit as one of tp ranks holds it: each param's tp_split_dim divided
-// by tp, rounded up (TpShardShape, as ShardModelSpec splits, but padding
+// by tp, rounded up (TpShardUnit, as ShardModelSpec splits, but padding
 // where ShardModelSpec needs tp to divide the dimension).
 UnitSpec SliceUnit(const UnitSpec& unit, int tp) {
-  if (tp == 1) return unit;
-  UnitSpec out = unit;
-  for (ParamSpec& param : out.params) {
-    // Cannot fail: kRoundUp never refuses.
-    param.shape = TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape);
-  }
-  return out;
+  // Cannot fail: kRoundUp never refuses.
+  return TpShardUnit(unit, tp, TpRemainder::kRoundUp).value_or(unit);
 }
 
 // The elements of the first `count` params of `unit` sliced as SliceUnit
