@@ -57,13 +57,11 @@ absl::Status RunCase(int world, bool replicated_out, bool nan_in_replicated, int
   auto mp_group = CreateLocalGroup(1);  // this rank's model-parallel group: itself
   if (!mp_group.ok()) return mp_group.status();
   const absl::Status run = RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
-    ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(model, world));
-    ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
-    ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
-    ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
-    ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
-    StreamDrain drain(*services);
-    GradNorm norm(layout, rank, DType::kFloat32, /*host_accessible=*/true, buffers, *services);
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<RankRig> rig,
+                        RankRig::Create(model, train, world, rank, comm));
+    const FlatLayout& layout = rig->layout;
+    ShardBuffers& buffers = *rig->buffers;
+    GradNorm norm(layout, rank, DType::kFloat32, /*host_accessible=*/true, buffers, *rig->services);
     if (replicated_out) {
       ModelParallelOptions options;
       options.group = (*mp_group)[0].get();  // world 1 only

@@ -57,13 +57,12 @@ absl::Status RunCase(const Case& c, int world) {
   train.grad_accum_steps = c.accum;
   train.num_grad_buffers = c.grad_buffers;
   return RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
-    ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(model, world));
-    ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
-    ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
-    ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
-    ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
-    StreamDrain drain(*services);
-    GradReducer reducer(model, layout, plan, rank, DType::kFloat32, c.accum, buffers, *services);
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<RankRig> rig,
+                        RankRig::Create(model, train, world, rank, comm));
+    const FlatLayout& layout = rig->layout;
+    ShardBuffers& buffers = *rig->buffers;
+    GradReducer reducer(model, layout, rig->plan, rank, DType::kFloat32, c.accum, buffers,
+                        *rig->services);
     std::vector<int> fired;
     reducer.set_final_grad_hook([&](int unit) {
       fired.push_back(unit);
@@ -99,7 +98,7 @@ absl::Status RunCase(const Case& c, int world) {
         }
       }
       ZS_RETURN_IF_ERROR(reducer.Drain());
-      ZS_RETURN_IF_ERROR(services->SyncCompute());
+      ZS_RETURN_IF_ERROR(rig->services->SyncCompute());
       if (reducer.reductions_in_flight() != 0) return absl::InternalError("Drain left reductions");
       if (fired != order) {
         return absl::InternalError(absl::StrFormat(

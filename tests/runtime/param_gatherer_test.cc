@@ -51,13 +51,11 @@ absl::Status RunStage(int stage, int world) {
   train.zero_stage = stage;
   train.prefetch_units = 1;
   return RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
-    ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(model, world));
-    ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
-    ZS_ASSIGN_OR_RETURN(std::unique_ptr<TestServices> services, TestServices::Create(comm));
-    ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
-    ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
-    StreamDrain drain(*services);
-    ParamGatherer g(model, layout, plan, rank, DType::kFloat32, buffers, *services);
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<RankRig> rig,
+                        RankRig::Create(model, train, world, rank, comm));
+    const FlatLayout& layout = rig->layout;
+    ShardBuffers& buffers = *rig->buffers;
+    ParamGatherer g(model, layout, rig->plan, rank, DType::kFloat32, buffers, *rig->services);
     const int units = layout.num_units();
     // Every rank writes only its own shard of each unit (the optimizer's
     // part); the gathers must bring the others'.
@@ -70,9 +68,9 @@ absl::Status RunStage(int stage, int world) {
     if (stage < 3) {
       g.IssueUpdatedParamGathers();
       const int64_t expected = world > 1 && stage > 0 ? units : 0;
-      if (services->log().total() != expected) {
+      if (rig->services->log().total() != expected) {
         return absl::InternalError(absl::StrFormat("%d updated-param all-gathers, expected %d",
-                                                   services->log().total(), expected));
+                                                   rig->services->log().total(), expected));
       }
       if (stage == 0) return absl::OkStatus();  // no sharding: nothing gathered
     }

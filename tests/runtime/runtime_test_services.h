@@ -9,7 +9,10 @@
 #include <string>
 #include <utility>
 
+#include "engine/src/layout/flat_layout.h"
+#include "engine/src/plan/buffer_plan.h"
 #include "engine/src/runtime/runtime_services.h"
+#include "engine/src/runtime/shard_buffers.h"
 #include "engine/src/runtime/step_timeline.h"
 #include "zeroshard/status.h"
 
@@ -78,6 +81,34 @@ class StreamDrain {
 
  private:
   TestServices& services_;
+};
+
+// One rank's set-up for an owner's test: the layout and plan of `model`
+// over `world` ranks, the services on `comm`, this rank's fp32 buffers
+// allocated, and the drain (destroyed first, so queued work finishes before
+// the buffers go). Heap-held: the buffers refer to the layout and plan.
+struct RankRig {
+  internal::FlatLayout layout;
+  BufferPlan plan;
+  std::unique_ptr<TestServices> services;
+  std::unique_ptr<internal::ShardBuffers> buffers;
+  std::unique_ptr<StreamDrain> drain;
+
+  RankRig(internal::FlatLayout l, BufferPlan p) : layout(std::move(l)), plan(std::move(p)) {}
+
+  static absl::StatusOr<std::unique_ptr<RankRig>> Create(const ModelSpec& model,
+                                                         const TrainSpec& train, int world,
+                                                         int rank, Communicator& comm) {
+    ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout, internal::FlatLayout::Create(model, world));
+    ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
+    auto rig = std::unique_ptr<RankRig>(new RankRig(std::move(layout), std::move(plan)));
+    ZS_ASSIGN_OR_RETURN(rig->services, TestServices::Create(comm));
+    rig->buffers = std::make_unique<internal::ShardBuffers>(rig->layout, rig->plan, rank,
+                                                            DType::kFloat32, DType::kFloat32);
+    ZS_RETURN_IF_ERROR(rig->buffers->Allocate(rig->services->device()));
+    rig->drain = std::make_unique<StreamDrain>(*rig->services);
+    return rig;
+  }
 };
 
 // A model of `units` units, each of 1-3 params of random sizes (some not a
