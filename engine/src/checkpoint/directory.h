@@ -51,7 +51,7 @@ absl::Status PruneCheckpointDirectory(const std::string& root, int64_t committed
 absl::StatusOr<std::string> ResolveCheckpointWithNote(const std::string& path, std::string* note);
 
 // The probe file the ranks' directory check writes and reads
-// (EngineImpl::CheckSharedDirectory); pruning removes leftovers of it.
+// (CheckpointWriter::CheckSharedDirectory); pruning removes leftovers of it.
 inline constexpr char kDirectoryProbeName[] = ".zeroshard_dir_check";
 
 }  // namespace zeroshard::internal
