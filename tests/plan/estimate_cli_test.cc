@@ -530,7 +530,7 @@ TEST(CalibrateCliTest, WritesAProfileThatEstimateMachineReads) {
 }
 
 // --cpus-per-rank: a rank bound to one of the 2 cores runs its loader on
-// the trainer's core. testdata/machine-2-cores.json is tools/mlp_step_model_test.cc's
+// the trainer's core. testdata/machine-2-cores.json is tests/tools/mlp_step_model_test.cc's
 // round profile, so the figures are its hand-computed ones (hidden 64, 2
 // blocks, micro-batch 4, stage 0, one rank): critical path 2.332928 ms, CPU
 // work 2.871808 ms.
