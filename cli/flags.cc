@@ -59,13 +59,15 @@ absl::StatusOr<int64_t> ParseSizeFlag(absl::string_view flag, absl::string_view 
 }
 
 absl::StatusOr<double> ParseNumberFlag(absl::string_view flag, absl::string_view text, double lo,
-                                       double hi, bool lo_open) {
+                                       double hi, bool lo_open, absl::string_view unit) {
   double v = 0;
-  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v < lo || (lo_open && v == lo) ||
-      v > hi) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", text, "' is not a number in ",
-                                                   lo_open ? "(" : "[", FormatNumber(lo), ", ",
-                                                   FormatNumber(hi), "]"));
+  const bool number = absl::SimpleAtod(text, &v) && std::isfinite(v);
+  if (!number || v < lo || (lo_open && v == lo) || v > hi) {
+    // The value as given: "1000001", not the "1e+06" of a formatted double.
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", text, "' is ", number ? "outside " : "not a number in ", lo_open ? "(" : "[",
+        FormatNumber(lo), ", ", FormatNumber(hi), "]", unit.empty() ? "" : " (", unit,
+        unit.empty() ? "" : ")", "; give a number in that range"));
   }
   return v;
 }

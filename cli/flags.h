@@ -12,7 +12,7 @@
 //                        "--ranks: '0' in '1,0' is not an integer in [1, 64]"
 //      ParseSizeFlag     a byte size ("16MiB", "1GB", "4096"), the estimator's
 //                        rule (zeroshard/estimate/byte_units.h), in [min, max] bytes
-//      ParseNumberFlag   a finite number in [lo, hi]
+//      ParseNumberFlag   a finite number in [lo, hi] (with its unit)
 //      ParseChoiceFlag   one of a fixed set of words
 //  - FlagSet, which walks argv (--name value, --name=value, switches,
 //    --help / -h) and applies those rules to the flags it was given.
@@ -65,10 +65,13 @@ absl::StatusOr<std::vector<int64_t>> ParseIntListFlag(absl::string_view flag,
 absl::StatusOr<int64_t> ParseSizeFlag(absl::string_view flag, absl::string_view text,
                                       int64_t min_bytes = 1, int64_t max_bytes = kNoUpperBound);
 
-// `text` as a finite number in [lo, hi] (in (lo, hi] with lo_open).
-// InvalidArgument otherwise: "<flag>: '<text>' is not a number in [lo, hi]".
+// `text` as a finite number in [lo, hi] (in (lo, hi] with lo_open), quoted
+// as the user gave it when refused, with `unit` when one is given:
+// "<flag>: '<text>' is outside [lo, hi] (<unit>); give a number in that
+// range", or "... is not a number in [lo, hi] ...".
 absl::StatusOr<double> ParseNumberFlag(absl::string_view flag, absl::string_view text, double lo,
-                                       double hi, bool lo_open = false);
+                                       double hi, bool lo_open = false,
+                                       absl::string_view unit = "");
 
 // The index of `text` in `choices`. InvalidArgument otherwise:
 // "<flag>: '<text>' is not a, b or c".

@@ -158,7 +158,8 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
       {"--price", &o.price_per_gpu_hour, kPricePerGpuHourRange, "USD per GPU-hour"}};
   for (const NumberOption& n : numbers) {
     if (auto* v = get(n.flag)) {
-      ZS_ASSIGN_OR_RETURN(*n.field, NumberFlag(n.flag, *v, n.range, n.unit));
+      ZS_ASSIGN_OR_RETURN(*n.field, cli::ParseNumberFlag(n.flag, *v, n.range.min, n.range.max,
+                                                         /*lo_open=*/false, n.unit));
     }
   }
   if (get("--peak-tflops")) c.peak_tflops_fp32 = c.peak_tflops;
@@ -220,20 +221,6 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
 }
 
 }  // namespace
-
-absl::StatusOr<double> NumberFlag(const std::string& flag, const std::string& text,
-                                  NumberRange range, absl::string_view unit) {
-  double v = 0;
-  const bool number = absl::SimpleAtod(text, &v) && std::isfinite(v);
-  if (!number || !range.Contains(v)) {
-    // The value as given: "1000001", not the "1e+06" of a formatted double.
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: '%s' is %s [%s, %s] (%s); give a number in that range", flag, text,
-                        number ? "outside" : "not a number in", FormatNumber(range.min),
-                        FormatNumber(range.max), unit));
-  }
-  return v;
-}
 
 std::string EstimateUsage() {
   return R"(usage: zeroshard estimate MODEL [CLUSTER] [TRAINING] [CHOICE] [OUTPUT]

@@ -27,15 +27,6 @@ int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::os
 // The usage text of `zeroshard estimate --help`.
 std::string EstimateUsage();
 
-// A number flag's value, checked against the planner's own range
-// (zeroshard/estimate/planner.h) and quoted as the user gave it when it is refused
-// (estimate and estimate --machine share it): "--intra-node-bw: '1000001' is
-// outside [0.001, 1000000] (GB/s per GPU); give a number in that range".
-// Integer flags use cli::ParseIntFlag (cli/flags.h): "--tp: '5000' is not an
-// integer in [1, 1024]".
-absl::StatusOr<double> NumberFlag(const std::string& flag, const std::string& text,
-                                  NumberRange range, absl::string_view unit);
-
 }  // namespace zeroshard::tools
 
 #endif  // ZEROSHARD_TOOLS_ESTIMATE_COMMAND_H_

@@ -142,12 +142,21 @@ TEST(ParseSizeFlagTest, RandomCountsTimesEachUnit) {
 TEST(ParseNumberAndChoiceTest, RangesAndWords) {
   EXPECT_EQ(ParseNumberFlag("--lr", "0.003", 0, 1e30).value_or(-1), 0.003);
   EXPECT_EQ(ParseNumberFlag("--lr", "-1", 0, 1e30).status().message(),
-            "--lr: '-1' is not a number in [0, 1e+30]");
+            "--lr: '-1' is outside [0, 1e+30]; give a number in that range");
   EXPECT_FALSE(ParseNumberFlag("--lr", "nan", 0, 1e30).ok());
   EXPECT_EQ(ParseNumberFlag("--x", "0.5", 0, 60, /*lo_open=*/true).value_or(-1), 0.5);
   EXPECT_EQ(ParseNumberFlag("--x", "0", 0, 60, /*lo_open=*/true).status().message(),
-            "--x: '0' is not a number in (0, 60]");
+            "--x: '0' is outside (0, 60]; give a number in that range");
   EXPECT_FALSE(ParseNumberFlag("--lr", "inf", 0, kNoUpperBound).ok());
+  // With a unit: the estimator's documented wording (docs/estimator.md).
+  EXPECT_EQ(ParseNumberFlag("--intra-node-bw", "1000001", 0.001, 1e6, false, "GB/s per GPU")
+                .status()
+                .message(),
+            "--intra-node-bw: '1000001' is outside [0.001, 1000000] (GB/s per GPU); give a number "
+            "in that range");
+  EXPECT_EQ(ParseNumberFlag("--mfu", "x", 0.001, 1, false, "fraction of peak").status().message(),
+            "--mfu: 'x' is not a number in [0.001, 1] (fraction of peak); give a number in that "
+            "range");
   EXPECT_EQ(ParseChoiceFlag("--backend", "mpi", {"local", "mpi"}).value_or(-1), 1);
   EXPECT_EQ(ParseChoiceFlag("--backend", "tcp", {"local", "mpi"}).status().message(),
             "--backend: 'tcp' is not local or mpi");

@@ -46,8 +46,8 @@ std::vector<std::string> Differences(const std::vector<StartField>& fields,
       out.push_back(absl::StrCat(prefix, fields[k].name));
     } else {
       out.push_back(absl::StrFormat("%s%s (rank 0: %s, rank %d: %s)", prefix, fields[k].name,
-                                    FormatStartValue(fields[k].kind, mine), r,
-                                    FormatStartValue(fields[k].kind, theirs)));
+                                    FormatSpecValue(fields[k].kind, mine), r,
+                                    FormatSpecValue(fields[k].kind, theirs)));
     }
   }
   return out;

@@ -36,8 +36,4 @@ uint64_t FingerprintTrainSpec(const TrainSpec& t) {
   return h;
 }
 
-std::string FormatStartValue(StartField::Kind kind, int64_t bits) {
-  return FormatSpecValue(kind, bits);
-}
-
 }  // namespace zeroshard::internal

@@ -26,7 +26,8 @@ uint64_t FingerprintTrainSpec(const TrainSpec& train);
 // kind that says how to print it.
 struct StartField {
   // kHash for fingerprints; the other kinds are those of the TrainSpec
-  // fields (engine/src/common/train_spec_fields.h).
+  // fields (engine/src/common/train_spec_fields.h), printed for messages by
+  // FormatSpecValue.
   using Kind = SpecValueKind;
   std::string name;
   Kind kind = Kind::kInt;
@@ -36,8 +37,6 @@ struct StartField {
 // Every field of `train`, named as in the struct ("optimizer.lr"), in the
 // order of TrainSpecFieldTable.
 std::vector<StartField> TrainSpecFields(const TrainSpec& train);
-// The value for messages: "0.001", "bf16", "AdamW", "true".
-std::string FormatStartValue(StartField::Kind kind, int64_t bits);
 
 }  // namespace zeroshard::internal
 
