@@ -250,6 +250,20 @@ class Engine {
   // grad_accum_steps micro-batches, each of which reduced every unit once.
   virtual absl::StatusOr<StepResult> Step() = 0;
 
+  // Freezes (false) or unfreezes (true) param `param` of unit `unit`, a
+  // param declared trainable in the ModelSpec, between steps. While frozen,
+  // its GradView entry has data == nullptr (the engine zeroes its gradient),
+  // it adds nothing to the norm and the update leaves it and its moments
+  // as they are (torch's AdamW keeps the state of a param without a
+  // gradient); unfrozen, it trains on from them. Collective: every rank
+  // calls it with the same arguments, after Start and between steps (no
+  // open view, no gathered unit); a rank that differs fails every rank
+  // with FailedPrecondition naming the ranks and both calls.
+  // InvalidArgument for a param declared frozen (trainable = false: it has
+  // no optimizer state; declare it trainable and freeze it here instead),
+  // or for a tied alias (freeze its owner).
+  virtual absl::Status SetTrainable(int unit, int param, bool trainable) = 0;
+
   // The factor the trainer must multiply its loss (the seed of its backward
   // pass) by before writing gradients: the dynamic loss scale with fp16, 1
   // otherwise. Constant within a step.

@@ -5,6 +5,7 @@
 #define ZEROSHARD_MODEL_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,12 @@ inline constexpr int64_t kMaxUnits = 65536;
 // Params (tensors) in a model, all units together.
 inline constexpr int64_t kMaxModelTensors = int64_t{1} << 20;
 
+// A param of another unit, by names (ParamSpec::tied_to).
+struct ParamRef {
+  std::string unit;
+  std::string param;
+};
+
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
@@ -40,6 +47,34 @@ struct ParamSpec {
   // reads it to count replicated params once in the global gradient norm
   // (ModelParallelOptions::count_replicated).
   int tp_split_dim = -1;
+
+  // Whether the optimizer trains the param. A frozen param (false) keeps
+  // the values it was given: the engine allocates no gradient, master or
+  // moments for it, reduces nothing for it and leaves it out of the
+  // gradient norm; stage 3 still gathers it for the forward and backward.
+  // GradView gives it an entry with data == nullptr (numel 0), and a unit
+  // whose params are all frozen has no GradView at all (docs/engine_api.md).
+  // Engine::SetTrainable freezes a param declared trainable between steps.
+  bool trainable = true;
+  // Tied weights: this param IS the param `tied_to` names, which lives in
+  // an earlier unit (its owner), e.g. an LM head's weight naming the token
+  // embedding's. Same shape; stored once, as the owner (one fp32 master,
+  // one pair of moments, one checkpoint entry under the owner's name).
+  // Gathering either unit makes it available; each unit writes its own
+  // use's gradient through its GradView and the engine sums the uses in the
+  // order of their ReduceGrads calls. Its trainable, no_decay, lr_scale,
+  // weight_decay and tp_split_dim must equal the owner's (Validate); the
+  // trainer sets its value through the owner (SetParam of the alias is
+  // InvalidArgument naming the owner).
+  std::optional<ParamRef> tied_to;
+  // Param groups, as torch's: the learning rate of this param is
+  // schedule(step) * lr_scale, and its decoupled weight decay is
+  // `weight_decay` (unset: OptimizerSpec::weight_decay). no_decay means a
+  // decay of 0 and cannot be combined with weight_decay. Params with equal
+  // (lr_scale, decay) form one group; the fused update applies each group's
+  // constants per run of the shard, in the same pass.
+  double lr_scale = 1.0;
+  std::optional<double> weight_decay;
 
   // Product of `shape` (1 for a scalar); -1 when the product does not fit
   // in int64_t (Validate() refuses such a shape).
@@ -63,7 +98,9 @@ struct ModelSpec {
   int64_t NumParams() const;
   // Non-empty units with unique names, params with unique names within a
   // unit, every dimension positive, tp_split_dim -1 or a dimension of the
-  // param's shape, and the limits above: at most kMaxUnits
+  // param's shape, lr_scale finite and >= 0, weight_decay finite and >= 0
+  // and not set with no_decay, every tied_to naming a param of an earlier
+  // unit that is not itself tied, with the same shape and settings, and the limits above: at most kMaxUnits
   // units and kMaxModelTensors params, at most kMaxModelElements elements in
   // all (every product and sum checked for overflow). InvalidArgument naming
   // the unit and param (and the limit) otherwise. Checks the counts before

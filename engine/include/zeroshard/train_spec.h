@@ -92,8 +92,15 @@ struct TrainSpec {
   // reductions of one unit overlap the trainer's backward of the next.
   int num_grad_buffers = 2;
 
+  // Stage 3. Units the trainer may hold gathered at once (between Gather
+  // and Release): 2 lets a trainer keep a tied embedding gathered while it
+  // gathers the head, or gather a block for its recompute while the next
+  // is gathered. The gather pool holds their storage plus the prefetch.
+  int max_gathered_units = 2;
   // Stage 3. Units gathered ahead of use, in the order recorded on the first
-  // step (0 = on demand only).
+  // step (0 = on demand only). Later steps must gather in that order (a
+  // recompute pass's repeated gathers included); one that does not fails
+  // with an error naming the gather.
   int prefetch_units = 1;
   // Cap on the gather pool (bytes); 0 = no cap: (1 + prefetch_units) units.
   // A cap below (1 + prefetch_units) units lowers the prefetch depth; one
