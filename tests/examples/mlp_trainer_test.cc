@@ -117,6 +117,9 @@ class FakeEngine final : public Engine {
     result.step = ++steps_;
     return result;
   }
+  absl::Status SetTrainable(int, int, bool) override {
+    return absl::UnimplementedError("FakeEngine::SetTrainable");
+  }
   double loss_scale() const override { return loss_scale_; }
   void RecordInputWait(absl::Duration) override {}
   void RecordPipelineWait(absl::Duration) override {}

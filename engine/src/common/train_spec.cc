@@ -150,6 +150,10 @@ absl::Status TrainSpec::Validate() const {
     return bad(absl::StrFormat("num_grad_buffers %d must be in [1, %d]", num_grad_buffers,
                                kMaxGradBuffers));
   }
+  if (max_gathered_units < 1 || max_gathered_units > kMaxPrefetchUnits) {
+    return bad(absl::StrFormat("max_gathered_units %d must be in [1, %d]", max_gathered_units,
+                               kMaxPrefetchUnits));
+  }
   if (prefetch_units < 0 || prefetch_units > kMaxPrefetchUnits) {
     return bad(
         absl::StrFormat("prefetch_units %d must be in [0, %d]", prefetch_units, kMaxPrefetchUnits));

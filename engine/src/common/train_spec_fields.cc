@@ -62,6 +62,7 @@ const TrainSpecField kFields[] = {
     {"max_grad_norm", Kind::kReal, ZS_REAL_MEMBER(max_grad_norm), 0, 0, true},
     {"grad_accum_steps", Kind::kInt, ZS_MEMBER(grad_accum_steps), 1, 1 << 20, true},
     {"num_grad_buffers", Kind::kInt, ZS_MEMBER(num_grad_buffers), 0, INT_MAX},
+    {"max_gathered_units", Kind::kInt, ZS_MEMBER(max_gathered_units), 0, INT_MAX},
     {"prefetch_units", Kind::kInt, ZS_MEMBER(prefetch_units), 0, INT_MAX},
     {"max_live_gather_bytes", Kind::kInt, ZS_MEMBER(max_live_gather_bytes), 0, INT64_MAX},
     {"persistent_unit_numel", Kind::kInt, ZS_MEMBER(persistent_unit_numel), 0, INT64_MAX},

@@ -57,6 +57,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   absl::StatusOr<UnitView> GradView(int unit) override;
   absl::Status ReduceGrads(int unit) override;
   absl::StatusOr<StepResult> Step() override;
+  absl::Status SetTrainable(int unit, int param, bool trainable) override;
   void RecordInputWait(absl::Duration d) override { timeline_.AddInputWait(d); }
   void RecordPipelineWait(absl::Duration d) override { timeline_.AddPipelineWait(d); }
   double loss_scale() const override { return loss_scaler_.scale(); }

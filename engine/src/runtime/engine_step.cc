@@ -134,6 +134,13 @@ absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
   return result;
 }
 
+absl::Status EngineImpl::SetTrainable(int unit, int param, bool trainable) {
+  (void)unit;
+  (void)param;
+  (void)trainable;
+  return absl::UnimplementedError("SetTrainable: not yet");
+}
+
 void EngineImpl::RecordStepTimes() {
   // The timeline splits the step (zeroshard/engine.h, StepTimes); the
   // communicator's busy time is read beside it.
