@@ -100,11 +100,10 @@ struct ModelSpec {
   // unit, every dimension positive, tp_split_dim -1 or a dimension of the
   // param's shape, lr_scale finite and >= 0, weight_decay finite and >= 0
   // and not set with no_decay, every tied_to naming a param of an earlier
-  // unit that is not itself tied, with the same shape and settings, and the limits above: at most kMaxUnits
-  // units and kMaxModelTensors params, at most kMaxModelElements elements in
-  // all (every product and sum checked for overflow). InvalidArgument naming
-  // the unit and param (and the limit) otherwise. Checks the counts before
-  // anything proportional to them is allocated.
+  // unit that is not itself tied, with the same shape and settings, and the limits above: at most
+  // kMaxUnits units and kMaxModelTensors params, at most kMaxModelElements elements in all (every
+  // product and sum checked for overflow). InvalidArgument naming the unit and param (and the
+  // limit) otherwise. Checks the counts before anything proportional to them is allocated.
   absl::Status Validate() const;
 };
 

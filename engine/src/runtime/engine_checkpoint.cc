@@ -69,7 +69,7 @@ std::string DescribeModelDifference(const ModelSpec& saved, const ModelSpec& min
 
 absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
   ZS_RETURN_IF_ERROR(CheckStarted(call));
-  for (int u = 0; u < layout_.num_units(); ++u) {
+  for (int u = 0; u < layout_.num_spec_units(); ++u) {
     if (reducer_->view_open(u) || reducer_->reduced_count(u) != 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s in the middle of a step (unit '%s' has gradients of this step); call it after "
@@ -171,8 +171,10 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   std::vector<ElementRange> owned(units);
   std::vector<std::vector<float>> fresh(static_cast<size_t>(units) * kTensorsPerUnit);
   for (int u = 0; u < units; ++u) {
-    owned[u] = OwnedRange(u);
-    for (int t = 0; t < kTensorsPerUnit; ++t) {
+    // A frozen segment has params only: the rank reads what it holds.
+    const bool frozen = !layout_.unit(u).trainable;
+    owned[u] = frozen ? buffers_.ParamsHeld(u) : OwnedRange(u);
+    for (int t = 0; t < (frozen ? 1 : kTensorsPerUnit); ++t) {
       fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].assign(
           static_cast<size_t>(owned[u].size()), 0.0f);
     }
@@ -208,7 +210,8 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     for (int u = 0; u < units; ++u) {
       float* out[kTensorsPerUnit];
       for (int t = 0; t < kTensorsPerUnit; ++t) {
-        out[t] = fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].data();
+        std::vector<float>& values = fresh[static_cast<size_t>(u) * kTensorsPerUnit + t];
+        out[t] = values.empty() ? nullptr : values.data();
       }
       ZS_RETURN_IF_ERROR(reader.Read(u, owned[u].begin, owned[u].end, out));
     }
@@ -251,9 +254,10 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     const int64_t n = range.size();
     const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
-    if (mixed_) ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(u, range.begin), master, bytes));
     ZS_RETURN_IF_ERROR(
         StoreConverted(master, n, param_dtype_, ParamsAt(u, range.begin), staging[u]));
+    if (!layout_.unit(u).trainable) continue;  // params only
+    if (mixed_) ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(u, range.begin), master, bytes));
     ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.AdamMAt(u, range.begin),
                                      fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(),
                                      bytes));

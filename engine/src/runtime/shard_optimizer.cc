@@ -12,9 +12,9 @@ std::vector<DecayRun> BuildDecayRuns(const FlatLayout& layout, const ModelSpec& 
                                      const std::function<ElementRange(int)>& owned_range) {
   std::vector<DecayRun> decay_runs;
   for (int u = 0; u < layout.num_units(); ++u) {
-    const ElementRange owned = owned_range(u);
     const UnitSegment& seg = layout.unit(u);
-    const UnitSpec& spec = model.units[u];
+    if (!seg.trainable) continue;  // no gradient, master or moments
+    const ElementRange owned = owned_range(u);
     // Each param's run also takes the alignment gap before it; the tail
     // padding joins the last run. Padding is zero, so its decay is moot.
     std::vector<DecayRun> runs;
@@ -22,7 +22,9 @@ std::vector<DecayRun> BuildDecayRuns(const FlatLayout& layout, const ModelSpec& 
     for (size_t p = 0; p < seg.params.size() && pos < owned.end; ++p) {
       const int64_t end = std::min(seg.params[p].offset + seg.params[p].numel, owned.end);
       if (end <= pos) continue;
-      runs.push_back({u, {pos, end}, !spec.params[p].no_decay});
+      const ParamSlot& slot = seg.params[p];
+      runs.push_back(
+          {u, {pos, end}, !model.units[slot.spec_unit].params[slot.spec_param].no_decay});
       pos = end;
     }
     if (pos < owned.end) {

@@ -52,6 +52,8 @@ class ShardOptimizer {
   int64_t applied_steps() const { return applied_steps_; }
   void set_applied_steps(int64_t steps) { applied_steps_ = steps; }
   const std::vector<DecayRun>& runs() const { return runs_; }
+  // Replaces the runs (the params frozen by Engine::SetTrainable left out).
+  void set_runs(std::vector<DecayRun> runs) { runs_ = std::move(runs); }
 
  private:
   OptimizerSpec spec_;
