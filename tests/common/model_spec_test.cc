@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/common/tp_split.h"
 #include "gtest/gtest.h"
 #include "tests/grid_test_util.h"
@@ -385,6 +386,46 @@ TEST(ShardModelSpecTest, RefusesATieAcrossPipelineStages) {
                 "stage 2 and unit 'embed' on an earlier one"),
             std::string::npos)
       << split.status();
+}
+
+// Start() and the manifest compare specs by this fingerprint: every new
+// field changes it, and a spec that leaves them at their defaults keeps
+// the fingerprint it had before they existed.
+TEST(SpecFingerprintTest, CoversTrainableTiesAndParamGroups) {
+  std::mt19937_64 rng(testing::Seed() + 4);
+  const int64_t hidden = 1 + static_cast<int64_t>(rng() % 64);
+  const ModelSpec base = TiedModel(hidden + 1, hidden);
+  ModelSpec untied = base;
+  untied.units[2].params[0].tied_to.reset();
+  const uint64_t h = internal::FingerprintModelSpec(untied);
+  auto with = [&](std::function<void(ParamSpec&)> change) {
+    ModelSpec spec = untied;
+    change(spec.units[1].params[0]);
+    return internal::FingerprintModelSpec(spec);
+  };
+  const double value = std::ldexp(static_cast<double>(1 + rng() % 1000), -10);
+  // Defaults written out explicitly are the defaults.
+  EXPECT_EQ(with([](ParamSpec& p) { p.trainable = true; }), h);
+  EXPECT_EQ(with([](ParamSpec& p) { p.lr_scale = 1.0; }), h);
+  std::vector<uint64_t> seen = {h, internal::FingerprintModelSpec(base)};
+  seen.push_back(with([](ParamSpec& p) { p.trainable = false; }));
+  seen.push_back(with([&](ParamSpec& p) { p.lr_scale = value; }));
+  seen.push_back(with([&](ParamSpec& p) { p.weight_decay = value; }));
+  seen.push_back(with([&](ParamSpec& p) { p.weight_decay = 0.0; }));
+  seen.push_back(with([&](ParamSpec& p) { p.tied_to = ParamRef{"embed", "w"}; }));
+  seen.push_back(with([&](ParamSpec& p) { p.tied_to = ParamRef{"embe", "dw"}; }));
+  // One field's value cannot pass for another's.
+  seen.push_back(with([&](ParamSpec& p) {
+    p.lr_scale = value;
+    p.weight_decay = value;
+  }));
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end()) << testing::SeedTrace();
+  // -0.0 is 0.0.
+  EXPECT_EQ(with([](ParamSpec& p) { p.lr_scale = -0.0; }),
+            with([](ParamSpec& p) { p.lr_scale = 0.0; }));
+  EXPECT_EQ(with([](ParamSpec& p) { p.weight_decay = -0.0; }),
+            with([](ParamSpec& p) { p.weight_decay = 0.0; }));
 }
 
 TEST(ShardModelSpecTest, SplitsTheMarkedDimensionAndKeepsReplicatedParamsWhole) {
