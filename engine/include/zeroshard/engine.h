@@ -208,7 +208,8 @@ class Engine {
   virtual absl::Status SetParam(int unit, int param, absl::Span<const float> values) = 0;
 
   // Checks that every rank agrees before training: the model spec (unit
-  // count, names, shapes, no_decay), the layout, every TrainSpec field, the
+  // count, names, shapes, no_decay, tp_split_dim, trainable, tied_to,
+  // lr_scale, weight_decay), the layout, every TrainSpec field, the
   // initial weights of every param and the trainer's own `settings` (names
   // and values; pass the same names in the same order on every rank). On a
   // difference: FailedPrecondition naming the ranks that differ from rank 0,
