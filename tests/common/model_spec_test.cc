@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/common/model_spec_changes.h"
 #include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/common/tp_split.h"
 #include "gtest/gtest.h"
@@ -426,6 +427,52 @@ TEST(SpecFingerprintTest, CoversTrainableTiesAndParamGroups) {
             with([](ParamSpec& p) { p.lr_scale = 0.0; }));
   EXPECT_EQ(with([](ParamSpec& p) { p.weight_decay = -0.0; }),
             with([](ParamSpec& p) { p.weight_decay = 0.0; }));
+}
+
+// Load's comparison of a checkpoint's model with the engine's: storage
+// (trainable, ties) must match; group changes are listed, in model order,
+// capped.
+TEST(ModelSpecChangesTest, StorageMustMatchAndGroupChangesAreListedInModelOrder) {
+  std::mt19937_64 rng(testing::Seed() + 5);
+  const int64_t hidden = 2 + static_cast<int64_t>(rng() % 30);
+  const ModelSpec saved = TiedModel(hidden + 3, hidden);
+  EXPECT_EQ(internal::DescribeModelStorageDifference(saved, saved), "");
+  EXPECT_TRUE(internal::DescribeParamGroupChanges(saved, saved).empty());
+  ModelSpec mine = saved;
+  mine.units[0].params[1].trainable = false;
+  EXPECT_NE(internal::DescribeModelStorageDifference(saved, mine)
+                .find("param 'embed.b' has trainable true in the checkpoint and false in this "
+                      "engine's model"),
+            std::string::npos);
+  mine = saved;
+  mine.units[2].params[0].tied_to->param = "b";
+  EXPECT_NE(internal::DescribeModelStorageDifference(saved, mine)
+                .find("param 'head.w' is tied to 'embed.w' in the checkpoint and tied to "
+                      "'embed.b' in this engine's model"),
+            std::string::npos);
+  // Groups are not storage.
+  mine = saved;
+  const double scale = std::ldexp(static_cast<double>(1 + rng() % 1000), -7);
+  for (UnitSpec& unit : mine.units) {
+    for (ParamSpec& p : unit.params) {
+      p.lr_scale = scale;
+      p.no_decay = !p.no_decay;
+    }
+  }
+  mine.units[1].params[0].no_decay = false;
+  mine.units[1].params[0].weight_decay = scale;
+  EXPECT_EQ(internal::DescribeModelStorageDifference(saved, mine), "");
+  const std::string s = absl::StrFormat("%.10g", scale);  // exact: k / 128
+  const std::vector<std::string> all = internal::DescribeParamGroupChanges(saved, mine);
+  EXPECT_EQ(all, (std::vector<std::string>{
+                     "embed.w: lr_scale 1 -> " + s, "embed.w: no_decay false -> true",
+                     "embed.b: lr_scale 1 -> " + s, "embed.b: no_decay true -> false",
+                     "block.w: lr_scale 1 -> " + s, "block.w: weight_decay unset -> " + s,
+                     "head.w: lr_scale 1 -> " + s, "head.w: no_decay false -> true"}))
+      << testing::SeedTrace();
+  const std::vector<std::string> capped = internal::DescribeParamGroupChanges(saved, mine, 3);
+  EXPECT_EQ(capped,
+            (std::vector<std::string>{all[0], all[1], all[2], "and 5 more param group changes"}));
 }
 
 TEST(ShardModelSpecTest, SplitsTheMarkedDimensionAndKeepsReplicatedParamsWhole) {

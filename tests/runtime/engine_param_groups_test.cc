@@ -7,16 +7,21 @@
 // trains bitwise like one rank accumulating the same micro-batches, and
 // every run stays within a stated tolerance of a double-precision AdamW
 // with torch's param-group semantics.
+#include <stdlib.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "examples/common/rng.h"
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
+#include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -43,7 +48,7 @@ ModelSpec GroupedSpec() {
   spec.units.push_back({"embed", {{"w", {37, 24}, false}, {"b", {24}, true}}});
   spec.units.push_back({"block.0", {{"w", {48, 40}, false}, {"b", {48}, true}}});
   spec.units.push_back({"block.1", {{"w", {40, 48}, false}, {"a", {5, 48}, false}}});
-  spec.units.push_back({"head", {{"w", {11, 40}, false}}});
+  spec.units.push_back({"head", {{"w", {40, 48}, false}, {"b", {11}, true}}});
   // Group "scaled": embed.w and block.1.w.
   for (ParamSpec* p : {&spec.units[0].params[0], &spec.units[2].params[0]}) {
     p->lr_scale = 0.25;
@@ -71,34 +76,59 @@ TrainSpec GroupedTrain(int stage, int accum) {
 }
 
 float Init(int unit, int param, int64_t i) { return 0.5f * Uniform(7, unit, param, i); }
-// The noise of micro-batch `micro` (over all ranks) of step `step`.
+// The noise of micro-batch `micro` (over all ranks) of step `step`: its
+// sign is shared by the step's micro-batches and its magnitude is in
+// [0.5, 1], so that no mean gradient comes near 0. (Near 0, Adam's update
+// g / sqrt(g^2) is a sign, and fp32 rounding of the mean could flip it
+// against the double reference: a difference of 2 * lr that no tolerance
+// for rounding covers.)
 float Noise(int64_t step, int micro, int unit, int param, int64_t i) {
-  return Uniform(1000 + step, micro, unit * 16 + param, i);
+  const float sign = Uniform(2000 + step, unit, param, i) < 0 ? -1.0f : 1.0f;
+  return sign * (0.75f + 0.25f * Uniform(1000 + step, micro, unit * 16 + param, i));
 }
 
 using Params = std::vector<std::vector<float>>;
 
+// How a run starts and ends: `steps` steps from Init, or from the
+// checkpoint `load_dir` (rank 0's Load result in `loaded`); saved into
+// `save_dir` at the end when given.
+struct RunOptions {
+  int world = 1;
+  int accum = 1;
+  int stage = 0;
+  int steps = kSteps;
+  std::string load_dir;
+  std::string save_dir;
+  CheckpointInfo* loaded = nullptr;
+};
+
 // `world` ranks of `accum` micro-batches each; rank r's micro-batch k is
 // micro-batch r * accum + k of the step. Every param at the end.
-absl::StatusOr<Params> Train(const ModelSpec& spec, int world, int accum, int stage) {
+absl::StatusOr<Params> Train(const ModelSpec& spec, const RunOptions& run) {
   Params result;
   std::mutex mu;
-  ZS_RETURN_IF_ERROR(RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
+  ZS_RETURN_IF_ERROR(RunLocalRanks(run.world, [&](int rank, Communicator& comm) -> absl::Status {
     std::unique_ptr<Device> device = CreateCpuDevice();
     ZS_ASSIGN_OR_RETURN(auto engine,
-                        Engine::Create(spec, GroupedTrain(stage, accum), *device, comm));
+                        Engine::Create(spec, GroupedTrain(run.stage, run.accum), *device, comm));
     const int units = static_cast<int>(spec.units.size());
-    for (int u = 0; u < units; ++u) {
-      for (int p = 0; p < static_cast<int>(spec.units[u].params.size()); ++p) {
-        std::vector<float> w(spec.units[u].params[p].NumElements());
-        for (size_t i = 0; i < w.size(); ++i) w[i] = Init(u, p, i);
-        ZS_RETURN_IF_ERROR(engine->SetParam(u, p, w));
+    if (run.load_dir.empty()) {
+      for (int u = 0; u < units; ++u) {
+        for (int p = 0; p < static_cast<int>(spec.units[u].params.size()); ++p) {
+          std::vector<float> w(spec.units[u].params[p].NumElements());
+          for (size_t i = 0; i < w.size(); ++i) w[i] = Init(u, p, i);
+          ZS_RETURN_IF_ERROR(engine->SetParam(u, p, w));
+        }
       }
+    } else {
+      ZS_ASSIGN_OR_RETURN(CheckpointInfo info, engine->Load(run.load_dir));
+      if (rank == 0 && run.loaded != nullptr) *run.loaded = info;
     }
     ZS_RETURN_IF_ERROR(engine->Start());
-    for (int64_t step = 0; step < kSteps; ++step) {
-      for (int k = 0; k < accum; ++k) {
-        const int micro = rank * accum + k;
+    for (int s = 0; s < run.steps; ++s) {
+      const int64_t step = engine->steps();
+      for (int k = 0; k < run.accum; ++k) {
+        const int micro = rank * run.accum + k;
         for (int u = 0; u < units; ++u) {  // the forward's gathers
           ZS_RETURN_IF_ERROR(engine->Gather(u).status());
           ZS_RETURN_IF_ERROR(engine->Release(u));
@@ -120,6 +150,10 @@ absl::StatusOr<Params> Train(const ModelSpec& spec, int world, int accum, int st
       }
       ZS_RETURN_IF_ERROR(engine->Step().status());
     }
+    if (!run.save_dir.empty()) {
+      ZS_RETURN_IF_ERROR(engine->Save(run.save_dir, "{}", CheckpointOptions{}));
+      ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
+    }
     Params params;
     for (int u = 0; u < units; ++u) {
       for (int p = 0; p < static_cast<int>(spec.units[u].params.size()); ++p) {
@@ -140,9 +174,11 @@ absl::StatusOr<Params> Train(const ModelSpec& spec, int world, int accum, int st
 // micro-batches, AdamW with torch's param groups (lr = schedule(step) *
 // lr_scale; p *= 1 - lr * weight_decay, the group's decay: its own, 0 for
 // no_decay, else the optimizer's). `ignore_groups`: every param with the
-// optimizer's settings (the negative control).
+// optimizer's settings (the negative control). `later`: the groups of the
+// steps from `later_from` on (0-based; a resume with other groups).
 std::vector<std::vector<double>> Reference(const ModelSpec& spec, int micro_batches,
-                                           bool ignore_groups) {
+                                           bool ignore_groups, const ModelSpec* later = nullptr,
+                                           int64_t later_from = kSteps) {
   const TrainSpec train = GroupedTrain(0, 1);
   const OptimizerSpec& o = train.optimizer;
   std::vector<std::vector<double>> p, m, v;
@@ -163,7 +199,8 @@ std::vector<std::vector<double>> Reference(const ModelSpec& spec, int micro_batc
     size_t k = 0;
     for (size_t u = 0; u < spec.units.size(); ++u) {
       for (size_t q = 0; q < spec.units[u].params.size(); ++q, ++k) {
-        const ParamSpec& param = spec.units[u].params[q];
+        const ParamSpec& param =
+            (later != nullptr && step >= later_from ? *later : spec).units[u].params[q];
         double group_lr = lr * param.lr_scale;
         double decay = param.no_decay ? 0.0 : param.weight_decay.value_or(o.weight_decay);
         if (ignore_groups) {
@@ -215,7 +252,7 @@ TEST(EngineParamGroupsTest, EveryStageAndWorldSizeTrainsBitwiseAndMatchesTheDoub
   const ModelSpec spec = GroupedSpec();
   ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
   for (int world = 1; world <= 4; ++world) {
-    auto baseline = Train(spec, 1, world, 0);
+    auto baseline = Train(spec, {1, world, 0});
     ASSERT_TRUE(baseline.ok()) << baseline.status();
     const double error = MaxAbsDifference(*baseline, Reference(spec, world, false));
     const double control = MaxAbsDifference(*baseline, Reference(spec, world, true));
@@ -227,12 +264,86 @@ TEST(EngineParamGroupsTest, EveryStageAndWorldSizeTrainsBitwiseAndMatchesTheDoub
     EXPECT_GT(control, 100 * kTolerance) << "the groups changed nothing; " << SeedTrace();
     if (world == 1) continue;
     for (int stage = 0; stage <= 3; ++stage) {
-      auto result = Train(spec, world, 1, stage);
+      auto result = Train(spec, {world, 1, stage});
       ASSERT_TRUE(result.ok()) << result.status();
       EXPECT_TRUE(Bitwise(*result, *baseline))
           << "world " << world << " stage " << stage << " differs from one rank; " << SeedTrace();
     }
   }
+}
+
+// A checkpoint resumes with other param groups: Load lists each change, and
+// the steps after it follow the new groups (the double reference switches
+// groups at the same step). Trainable flags and ties decide what is
+// stored: a model with others is refused, naming the param.
+TEST(EngineParamGroupsTest, ResumeWithOtherGroupsIsReportedAndTrainsWithThem) {
+  char pattern[] = "/tmp/zs_groups_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const ModelSpec spec = GroupedSpec();
+  const int world = 2;
+  const int first_leg = kSteps / 2;
+  RunOptions save;
+  save.world = world;
+  save.stage = 1;
+  save.steps = first_leg;
+  save.save_dir = dir;
+  ASSERT_TRUE(Train(spec, save).ok());
+
+  ModelSpec regrouped = spec;
+  regrouped.units[0].params[0].weight_decay.reset();  // embed.w: the optimizer's decay
+  regrouped.units[1].params[1].no_decay = false;      // block.0.b decays
+  regrouped.units[2].params[1].lr_scale = 0.5;        // block.1.a slower
+  ASSERT_TRUE(regrouped.Validate().ok()) << regrouped.Validate();
+  CheckpointInfo info;
+  RunOptions resume;
+  resume.world = world;
+  resume.stage = 2;
+  resume.steps = kSteps - first_leg;
+  resume.load_dir = dir;
+  resume.loaded = &info;
+  auto resumed = Train(regrouped, resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(info.changed_settings,
+            (std::vector<std::string>{"zero_stage 1 -> 2", "embed.w: weight_decay 0.2 -> unset",
+                                      "block.0.b: no_decay true -> false",
+                                      "block.1.a: lr_scale 2 -> 0.5"}));
+  const double error =
+      MaxAbsDifference(*resumed, Reference(spec, world, false, &regrouped, first_leg));
+  const double unchanged = MaxAbsDifference(*resumed, Reference(spec, world, false));
+  std::printf(
+      "resumed with other groups: max |fp32 - double reference| %.3g; against the reference "
+      "that keeps the old groups %.3g\n",
+      error, unchanged);
+  EXPECT_LE(error, kTolerance) << SeedTrace();
+  EXPECT_GT(unchanged, 100 * kTolerance) << "the new groups changed nothing; " << SeedTrace();
+
+  auto refused = [&](const ModelSpec& other) {
+    RunOptions load = resume;
+    load.steps = 0;
+    load.loaded = nullptr;
+    return Train(other, load).status();
+  };
+  ModelSpec frozen = spec;
+  frozen.units[1].params[0].trainable = false;
+  const absl::Status not_trainable = refused(frozen);
+  EXPECT_EQ(not_trainable.code(), absl::StatusCode::kInvalidArgument) << not_trainable;
+  EXPECT_NE(not_trainable.message().find("param 'block.0.w' has trainable true in the "
+                                         "checkpoint and false in this engine's model"),
+            std::string::npos)
+      << not_trainable;
+  ModelSpec tied = spec;
+  tied.units[3].params[0] = spec.units[2].params[0];  // head.w: block.1.w's shape and group
+  tied.units[3].params[0].name = "w";
+  tied.units[3].params[0].tied_to = ParamRef{"block.1", "w"};
+  ASSERT_TRUE(tied.Validate().ok()) << tied.Validate();
+  const absl::Status other_tie = refused(tied);
+  EXPECT_EQ(other_tie.code(), absl::StatusCode::kInvalidArgument) << other_tie;
+  EXPECT_NE(other_tie.message().find("param 'head.w' is untied in the checkpoint and tied to "
+                                     "'block.1.w' in this engine's model"),
+            std::string::npos)
+      << other_tie;
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 }  // namespace

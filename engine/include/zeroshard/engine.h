@@ -336,7 +336,11 @@ class Engine {
   // including the trainer's state. Errors name the file and the field or
   // byte range: NotFound / FailedPrecondition for a missing or incomplete
   // checkpoint, DataLoss for a checksum mismatch or a truncated file,
-  // InvalidArgument for another model or an incompatible optimizer.
+  // InvalidArgument for another model (units, names, shapes, trainable
+  // flags or ties: they decide what is stored) or an incompatible
+  // optimizer. Param groups (lr_scale, weight_decay, no_decay) may differ:
+  // the loading model's apply from the next step, and each change is listed
+  // in CheckpointInfo::changed_settings.
   virtual absl::StatusOr<CheckpointInfo> Load(const std::string& path) = 0;
 
   // Full fp32 value of a param: the master weights (gathered across ranks
