@@ -8,13 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <functional>
 #include <limits>
 #include <random>
 #include <string>
 
-#include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/common/tp_split.h"
 #include "gtest/gtest.h"
