@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the perf/peers scripts: a venv with PyTorch and NumPy from the
 # package registry, made once and reused while it imports them.
 #
