@@ -191,9 +191,7 @@ std::string ManifestToJson(const Manifest& m) {
   for (size_t u = 0; u < m.model.units.size(); ++u) {
     const UnitSpec& unit = m.model.units[u];
     json params = json::array();
-    for (const ParamSpec& p : unit.params) {
-      params.push_back({{"name", p.name}, {"shape", p.shape}, {"no_decay", p.no_decay}});
-    }
+    for (const ParamSpec& p : unit.params) params.push_back(ParamSpecToJson(p));
     json record = {{"name", unit.name}, {"params", params}};
     if (per_unit) {
       record["used_numel"] = m.used_numel[u];

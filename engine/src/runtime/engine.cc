@@ -86,8 +86,8 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
       buffers_(layout_, plan_, rank_, param_dtype_, grad_dtype_),
       log_(train.check_collective_sequence),
       loss_scaler_(train.precision, train.loss_scale),
-      optimizer_(train,
-                 BuildDecayRuns(layout_, model_, [this](int u) { return buffers_.OwnedRange(u); })),
+      optimizer_(train, BuildUpdateRuns(layout_, model_,
+                                        [this](int u) { return buffers_.OwnedRange(u); })),
       norm_(layout_, rank_, grad_dtype_, device.host_accessible(), buffers_, *this) {
   const int units = layout_.num_spec_units();
   param_hashes_.resize(units);

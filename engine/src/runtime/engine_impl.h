@@ -137,7 +137,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // this rank's shard; a non-finite norm skips the update.
   absl::StatusOr<StepResult> NormClipAndUpdate();
   // `runs` without the params frozen by SetTrainable.
-  std::vector<DecayRun> ExcludeFrozenNow(std::vector<DecayRun> runs) const;
+  std::vector<UpdateRun> ExcludeFrozenNow(std::vector<UpdateRun> runs) const;
   // Ends the step on the timeline (the next one begins), books its times
   // into stats_.
   void RecordStepTimes();

@@ -125,8 +125,9 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
       {"world size", Kind::kInt, world_},
       {"model spec: number of units", Kind::kInt, units},
       {"model spec: number of params", Kind::kInt, model_.NumParams()},
-      {"model spec (unit and param names, shapes, no_decay)", Kind::kHash,
-       static_cast<int64_t>(FingerprintModelSpec(model_))},
+      {"model spec (unit and param names, shapes, no_decay, tp_split_dim, trainable, tied_to, "
+       "lr_scale, weight_decay)",
+       Kind::kHash, static_cast<int64_t>(FingerprintModelSpec(model_))},
       {"layout (param offsets, padding, shards)", Kind::kHash,
        static_cast<int64_t>(FingerprintLayout(layout_))},
       {"number of trainer settings", Kind::kInt, static_cast<int64_t>(settings.size())},
@@ -203,8 +204,8 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
                             model_.units[u].name, all[2 * u], r, all[at]));
       } else if (all[at + 1] != all[2 * u + 1]) {
         differences.push_back(absl::StrFormat(
-            "unit %d ('%s' here): same element count, but its name, param names, shapes or "
-            "no_decay differ",
+            "unit %d ('%s' here): same element count, but its name or its params' names, "
+            "shapes, no_decay, tp_split_dim, trainable, tied_to, lr_scale or weight_decay differ",
             u, model_.units[u].name));
       }
     }

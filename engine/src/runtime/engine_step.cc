@@ -194,14 +194,14 @@ absl::Status EngineImpl::SetTrainable(int unit, int param, bool trainable) {
   const ParamPlace place = layout_.PlaceOf(unit, param);
   frozen_now_[place.segment][place.slot] = trainable ? 0 : 1;
   optimizer_.set_runs(ExcludeFrozenNow(
-      BuildDecayRuns(layout_, model_, [this](int u) { return buffers_.OwnedRange(u); })));
+      BuildUpdateRuns(layout_, model_, [this](int u) { return buffers_.OwnedRange(u); })));
   return absl::OkStatus();
 }
 
-std::vector<DecayRun> EngineImpl::ExcludeFrozenNow(std::vector<DecayRun> runs) const {
+std::vector<UpdateRun> EngineImpl::ExcludeFrozenNow(std::vector<UpdateRun> runs) const {
   // Cut the params frozen by SetTrainable out of the update runs.
-  std::vector<DecayRun> out;
-  for (const DecayRun& run : runs) {
+  std::vector<UpdateRun> out;
+  for (const UpdateRun& run : runs) {
     const UnitSegment& seg = layout_.unit(run.unit);
     int64_t pos = run.range.begin;
     for (size_t k = 0; k < seg.params.size(); ++k) {
@@ -210,14 +210,14 @@ std::vector<DecayRun> EngineImpl::ExcludeFrozenNow(std::vector<DecayRun> runs) c
       const int64_t fe = std::min(run.range.end, seg.params[k].offset + seg.params[k].numel);
       if (fb >= fe) continue;
       if (fb > pos) {
-        DecayRun piece = run;
+        UpdateRun piece = run;
         piece.range = {pos, fb};
         out.push_back(piece);
       }
       pos = fe;
     }
     if (pos < run.range.end) {
-      DecayRun piece = run;
+      UpdateRun piece = run;
       piece.range = {pos, run.range.end};
       out.push_back(piece);
     }
