@@ -62,8 +62,12 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
   const double dp_gbps = dp_in_node ? cluster.intra_node_gbps : cluster.inter_node_gbps;
   const double dp_lat = dp_in_node ? cluster.intra_node_latency_us : cluster.inter_node_latency_us;
   const double param_bytes = static_cast<double>(sizes.full_numel) * ParamBytes(options.precision);
-  const double grad_bytes = param_bytes;  // gradients in the param dtype
-  const double rs_grads = RingSeconds(c.dp, grad_bytes, dp_gbps, dp_lat);
+  // Gradients (in the param dtype) and updated params exist for the
+  // trainable params only; stage 3 still gathers the frozen ones.
+  const double trainable_bytes =
+      static_cast<double>(sizes.trainable_full_numel) * ParamBytes(options.precision);
+  const double rs_grads = RingSeconds(c.dp, trainable_bytes, dp_gbps, dp_lat);
+  const double ag_updated = RingSeconds(c.dp, trainable_bytes, dp_gbps, dp_lat);
   const double ag_params = RingSeconds(c.dp, param_bytes, dp_gbps, dp_lat);
   double dp_comm = 0;
   switch (c.stage) {
@@ -71,10 +75,10 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
       dp_comm = 2 * rs_grads;
       break;  // all-reduce
     case 1:
-      dp_comm = rs_grads + ag_params;
+      dp_comm = rs_grads + ag_updated;
       break;
     case 2:
-      dp_comm = m * rs_grads + ag_params;
+      dp_comm = m * rs_grads + ag_updated;
       break;  // reduce-scatter every micro-batch
     default:
       dp_comm = m * (rs_grads + 2 * ag_params);
@@ -106,12 +110,15 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
     time.pp_comm = m * 2.0 * (lat * 1e-6 + send / (gbps * 1e9));
   }
   if (c.offload != Offload::kNone) {
-    const double shard = static_cast<double>(c.stage == 0 ? sizes.full_numel : sizes.shard_numel);
+    // The CPU Adam steps the trainable shard; offloaded params move whole.
+    const double shard = static_cast<double>(c.stage == 0 ? sizes.trainable_full_numel
+                                                          : sizes.trainable_shard_numel);
+    const double params_shard = static_cast<double>(sizes.shard_numel);
     const double pcie = cluster.pcie_gbps * 1e9;
     time.offload = shard * 2.0 * ParamBytes(options.precision) / pcie +
                    shard / (cluster.cpu_adam_gparams_per_s * 1e9);
     if (c.offload == Offload::kOptimizerAndParams) {
-      time.offload += m * 2.0 * shard * ParamBytes(options.precision) / pcie;
+      time.offload += m * 2.0 * params_shard * ParamBytes(options.precision) / pcie;
     }
   }
   time.total =
