@@ -167,5 +167,39 @@ TEST(FineTuningTest, FreezeRefusesAPatternThatMatchesNothing) {
   }
 }
 
+// A frozen param has no weight gradient: 4 FLOPs per token (forward and
+// input gradient) instead of 6. Llama-2-7B, all but the attention frozen.
+TEST(FineTuningTest, FrozenParamsSkipTheWeightGradientFlops) {
+  auto full = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(full.ok());
+  ModelDescription frozen = *full;
+  std::mt19937_64 rng(Seed());
+  const int layer = std::uniform_int_distribution<int>(0, 31)(rng);
+  ASSERT_TRUE(FreezeParams(frozen.spec, "*mlp*").ok());
+  ASSERT_TRUE(FreezeParams(frozen.spec, absl::StrCat("layers.", layer)).ok());
+  ASSERT_TRUE(FreezeParams(frozen.spec, "embed").ok());
+  const double n = 6738415616.0;
+  const double h = 4096, seq = 4096;
+  // Trainable: q, k, v, o and two norms in 31 layers, the final norm, the
+  // LM head.
+  const double trainable = 31 * (4 * h * h + 2 * h) + h + 32000 * h;
+  const double attention = 12 * seq * 32 * 128 * 32;  // 12 s (a d) L per token
+  PlanOptions options;
+  options.seq = static_cast<int64_t>(seq);
+  options.recompute = Recompute::kNone;
+  options.stage = 0;
+  options.offload = Offload::kNone;
+  options.tp = options.pp = 1;
+  ClusterSpec cluster;
+  cluster.gpus = cluster.gpus_per_node = 8;
+  auto full_plan = Planner::Plan(*full, cluster, options);
+  auto frozen_plan = Planner::Plan(frozen, cluster, options);
+  ASSERT_TRUE(full_plan.ok() && frozen_plan.ok());
+  const double ratio =
+      frozen_plan->candidates[0].time.compute / full_plan->candidates[0].time.compute;
+  EXPECT_NEAR(ratio, (4 * n + 2 * trainable + attention) / (6 * n + attention), 1e-12)
+      << SeedTrace();
+}
+
 }  // namespace
 }  // namespace zeroshard

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "zeroshard/estimate/fine_tuning.h"
+
 namespace zeroshard {
 namespace internal {
 namespace {
@@ -22,6 +24,16 @@ double ActiveParams(const ModelDescription& model) {
                                                      : model.spec.NumParams());
 }
 
+// The active params that get a weight gradient: ActiveParams scaled by the
+// trainable share of the stored params (a dense model's trainable params).
+double TrainableActiveParams(const ModelDescription& model) {
+  const ParamCounts counts = CountParams(model.spec);
+  if (counts.frozen == 0) return ActiveParams(model);
+  if (counts.total() == 0) return 0.0;
+  return ActiveParams(model) * static_cast<double>(counts.trainable) /
+         static_cast<double>(counts.total());
+}
+
 int ParamBytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 }  // namespace
@@ -29,7 +41,8 @@ int ParamBytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
                          int64_t global_batch) {
   const double tokens = static_cast<double>(global_batch) * static_cast<double>(options.seq);
-  return tokens * (6.0 * ActiveParams(model) + AttentionFlopsPerToken(model, options));
+  return tokens * (4.0 * ActiveParams(model) + 2.0 * TrainableActiveParams(model) +
+                   AttentionFlopsPerToken(model, options));
 }
 
 double RingSeconds(int n, double bytes, double gbps, double latency_us) {
