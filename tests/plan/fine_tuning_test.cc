@@ -5,9 +5,11 @@
 
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/src/plan/internal/rank_memory.h"
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
 #include "zeroshard/estimate/model_source.h"
@@ -199,6 +201,46 @@ TEST(FineTuningTest, FrozenParamsSkipTheWeightGradientFlops) {
       frozen_plan->candidates[0].time.compute / full_plan->candidates[0].time.compute;
   EXPECT_NEAR(ratio, (4 * n + 2 * trainable + attention) / (6 * n + attention), 1e-12)
       << SeedTrace();
+}
+
+// Tensor parallelism splits an adapter where it splits its weight: B along
+// the output of a column-parallel weight, A along the input of a
+// row-parallel one; the rank side is never split.
+TEST(FineTuningTest, LoraAdaptersFollowTheirWeightsTensorSplit) {
+  auto model = ModelFromPreset("llama-2-7b");
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE(AddLoraAdapters(*model, 16).ok());
+  int64_t layers = 0;
+  const ModelSpec slice = internal::RankSlice(*model, 4, 1, 0, &layers);
+  auto shape_of = [&](const std::string& name) {
+    for (const ParamSpec& p : slice.units[1].params) {
+      if (p.name == name) return p.shape;
+    }
+    ADD_FAILURE() << name << " not in " << slice.units[1].name;
+    return std::vector<int64_t>{};
+  };
+  using Shape = std::vector<int64_t>;
+  EXPECT_EQ(shape_of("self_attn.q_proj.lora_A.weight"), (Shape{16, 4096}));
+  EXPECT_EQ(shape_of("self_attn.q_proj.lora_B.weight"), (Shape{1024, 16}));
+  EXPECT_EQ(shape_of("self_attn.o_proj.lora_A.weight"), (Shape{16, 1024}));
+  EXPECT_EQ(shape_of("self_attn.o_proj.lora_B.weight"), (Shape{4096, 16}));
+  EXPECT_EQ(shape_of("mlp.up_proj.lora_B.weight"), (Shape{2752, 16}));
+  EXPECT_EQ(shape_of("mlp.down_proj.lora_A.weight"), (Shape{16, 2752}));
+  EXPECT_EQ(shape_of("mlp.down_proj.lora_B.weight"), (Shape{4096, 16}));
+
+  auto gpt2 = ModelFromPreset("gpt2");
+  ASSERT_TRUE(gpt2.ok());
+  ASSERT_TRUE(AddLoraAdapters(*gpt2, 8).ok());
+  const ModelSpec gpt2_slice = internal::RankSlice(*gpt2, 2, 1, 0, &layers);
+  for (const ParamSpec& p : gpt2_slice.units[1].params) {
+    // Conv1D c_attn [768, 2304] is column-parallel: B [2304 / 2, 8].
+    if (p.name == "attn.c_attn.lora_B.weight") EXPECT_EQ(p.shape, (Shape{1152, 8}));
+    if (p.name == "attn.c_attn.lora_A.weight") EXPECT_EQ(p.shape, (Shape{8, 768}));
+    // mlp.c_proj [3072, 768] is row-parallel: A [8, 3072 / 2].
+    if (p.name == "mlp.c_proj.lora_A.weight") EXPECT_EQ(p.shape, (Shape{8, 1536}));
+    if (p.name == "mlp.c_proj.lora_B.weight") EXPECT_EQ(p.shape, (Shape{768, 8}));
+    EXPECT_EQ(p.trainable, p.name.find("lora_") != std::string::npos) << p.name;
+  }
 }
 
 }  // namespace
