@@ -98,6 +98,22 @@ void ExpectPlan(const std::string& model_args, int stage, int gpus, int64_t all,
   EXPECT_EQ(bytes["optimizer"].get<int64_t>(), hand.optimizer);
 }
 
+// The gradient staging slots (2 by default; every micro-batch at stage 2)
+// hold the trainable params of the largest unit: a frozen param has no
+// gradient to stage.
+void ExpectStagingOf(const std::string& model_args, int64_t largest_trainable_unit) {
+  SCOPED_TRACE(model_args);
+  const Result r = RunCli(absl::StrCat("estimate ", model_args,
+                                       " --gpus 8 --stage 2 --offload none --tp 1 --pp 1 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  int64_t staging = -1;
+  for (const nlohmann::json& b : doc["candidates"][0]["buffers"]) {
+    if (b["name"] == "grad_staging") staging = b["numel"].get<int64_t>();
+  }
+  EXPECT_EQ(staging, 2 * largest_trainable_unit);
+}
+
 TEST(EstimateFineTuningCliTest, LoraOnLlama2_7bMatchesAHandCount) {
   ASSERT_EQ(kBase, 6738415616);  // the published count
   std::mt19937_64 rng(Seed());
@@ -118,6 +134,7 @@ TEST(EstimateFineTuningCliTest, LoraOnLlama2_7bMatchesAHandCount) {
       ExpectPlan(absl::StrCat("--preset llama-2-7b --lora ", r), stage, 8, kBase + trainable,
                  trainable);
     }
+    ExpectStagingOf(absl::StrCat("--preset llama-2-7b --lora ", r), adapters_per_layer);
   }
 }
 
@@ -138,6 +155,8 @@ TEST(EstimateFineTuningCliTest, FreezePatternsMatchAHandCount) {
     trainable += kV * kH;
   }
   for (int stage = 0; stage <= 3; ++stage) ExpectPlan(args, stage, 8, kBase, trainable);
+  // The largest trainable unit: the LM head, else a layer's attention.
+  ExpectStagingOf(args, head ? kAttention + kNorms : kV * kH);
 
   // The table says it too.
   const Result table = RunCli(absl::StrCat("estimate ", args, " --gpus 8"));

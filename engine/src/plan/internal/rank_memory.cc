@@ -135,9 +135,10 @@ bool AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
 }
 
 // The buffers of one rank: PlanBuffers (exactly what the engine allocates),
-// with the gradient, fp32 master and Adam moments taken from PlanBuffers
-// over the trainable segments alone (a frozen param has none of them), then
-// the analytic changes for offload.
+// with the gradient-side buffers (gradient, staging, norm blocks, fp32
+// master, Adam moments) taken from PlanBuffers over the trainable segments
+// alone (a frozen param has none of them), then the analytic changes for
+// offload. With nothing frozen the two layouts are the same.
 absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const SplitLayout::Stage& stage,
                                                       const PlanOptions& options,
                                                       const Candidate& c) {
@@ -150,8 +151,10 @@ absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const SplitLayout::Stage& 
   }
   std::vector<PlacedBuffer> out;
   for (PlannedBuffer& b : engine_plan.buffers) {
-    if (b.name == kGradsBuffer || b.name == kMasterBuffer || b.name == kAdamMBuffer ||
-        b.name == kAdamVBuffer) {
+    // Every buffer of the gradient side: the gradient, its staging slots,
+    // the norm's blocks over the gradient shard, and the optimizer state.
+    if (b.name == kGradsBuffer || b.name == kGradStagingBuffer || b.name == kNormBlocksBuffer ||
+        b.name == kMasterBuffer || b.name == kAdamMBuffer || b.name == kAdamVBuffer) {
       const PlannedBuffer* trainable_b =
           trainable_plan.has_value() ? trainable_plan->Find(b.name) : nullptr;
       b.numel = trainable_b != nullptr ? trainable_b->numel : 0;
