@@ -177,6 +177,31 @@ TEST(EstimateFineTuningCliTest, LoraOnGpt2UsesItsConv1DShapes) {
   EXPECT_EQ(doc["params"].get<int64_t>(), 124439808 + 12 * per_layer);
 }
 
+// --freeze on a JSON spec (--spec): the same counting as for a transformer.
+TEST(EstimateFineTuningCliTest, FreezeWorksOnAJsonSpec) {
+  std::mt19937_64 rng(Seed());
+  // Units of whole 1024-element multiples: no padding at up to 8 GPUs.
+  const int64_t rows_in = 16 * std::uniform_int_distribution<int64_t>(1, 64)(rng);
+  const int64_t rows_block = 16 * std::uniform_int_distribution<int64_t>(1, 64)(rng);
+  const int64_t rows_out = 16 * std::uniform_int_distribution<int64_t>(1, 64)(rng);
+  const std::string spec = absl::StrCat(
+      R"({"name": "three", "units": [)", R"({"name": "in", "params": [{"name": "w", "shape": [)",
+      rows_in, R"(, 64]}]},)", R"({"name": "block.0", "params": [{"name": "w", "shape": [)",
+      rows_block, R"(, 64]}, {"name": "b", "shape": [1024]}]},)",
+      R"({"name": "out", "params": [{"name": "w", "shape": [)", rows_out, R"(, 64]}]}]})");
+  const char* dir = std::getenv("TMPDIR");
+  const std::string path =
+      std::string(dir != nullptr ? dir : "/tmp") + "/zs_estimate_fine_tuning_spec.json";
+  std::ofstream(path) << spec;
+  const int64_t all = 64 * (rows_in + rows_block + rows_out) + 1024;
+  const int64_t trainable = 64 * rows_out + 1024;  // block.0's bias stays trainable
+  for (int stage = 0; stage <= 3; ++stage) {
+    ExpectPlan(absl::StrCat("--spec ", path, " --freeze in --freeze block.0.w"), stage, 4, all,
+               trainable);
+  }
+  std::remove(path.c_str());
+}
+
 void ExpectRefused(const std::string& args, const std::string& needle) {
   SCOPED_TRACE(args);
   const Result r = RunCli(args);
