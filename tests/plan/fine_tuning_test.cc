@@ -241,6 +241,12 @@ TEST(FineTuningTest, LoraAdaptersFollowTheirWeightsTensorSplit) {
     if (p.name == "mlp.c_proj.lora_B.weight") EXPECT_EQ(p.shape, (Shape{768, 8}));
     EXPECT_EQ(p.trainable, p.name.find("lora_") != std::string::npos) << p.name;
   }
+  // Adapters twice: refused (the names would repeat), the model unchanged.
+  const int64_t before = gpt2->spec.NumParams();
+  const absl::Status again = AddLoraAdapters(*gpt2, 4);
+  EXPECT_EQ(again.code(), absl::StatusCode::kInvalidArgument) << again;
+  EXPECT_EQ(gpt2->spec.NumParams(), before);
+  EXPECT_EQ(gpt2->name, "gpt2 + LoRA r8");
 }
 
 }  // namespace

@@ -248,7 +248,10 @@ struct AdaptedWeight {
   bool expert = false;  // a Mixtral expert's: only experts_per_token of them are active
 };
 
-AdaptedWeight LoraTarget(const std::string& name, bool gpt2) {
+AdaptedWeight LoraTarget(const ParamSpec& param, bool gpt2) {
+  const std::string& name = param.name;
+  // Adapters themselves are never adapted (a second AddLoraAdapters).
+  if (param.shape.size() != 2 || absl::StrContains(name, ".lora_")) return {};
   if (gpt2) {
     for (const char* w :
          {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
@@ -289,12 +292,12 @@ absl::Status AddLoraAdapters(ModelDescription& model, int64_t rank) {
   CheckedInt64 elements = model.spec.NumParams();
   for (int u = first; u < end; ++u) {
     for (const ParamSpec& p : model.spec.units[u].params) {
-      if (!LoraTarget(p.name, gpt2).adapted) continue;
+      if (!LoraTarget(p, gpt2).adapted) continue;
       const int64_t smaller = std::min(p.shape[0], p.shape[1]);
       if (rank > smaller) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "model '%s': LoRA rank %d exceeds the smaller side (%d) of %s.%s [%d, %d]; give "
-            "--lora %d or less",
+            "model '%s': LoRA rank %d exceeds the smaller side (%d) of %s.%s [%d, %d]; use a "
+            "rank of %d or less",
             model.name, rank, smaller, model.spec.units[u].name, p.name, p.shape[0], p.shape[1],
             smaller));
       }
@@ -313,7 +316,9 @@ absl::Status AddLoraAdapters(ModelDescription& model, int64_t rank) {
         "elements; lower the rank",
         model.name, rank, kMaxModelTensors, kMaxModelElements));
   }
-  for (UnitSpec& unit : model.spec.units) {
+  // Built on a copy: on an error `model` is left as it was.
+  ModelSpec spec = model.spec;
+  for (UnitSpec& unit : spec.units) {
     for (ParamSpec& p : unit.params) p.trainable = false;
   }
   // Below kMaxModelElements (checked above), so plain sums cannot overflow.
@@ -321,8 +326,8 @@ absl::Status AddLoraAdapters(ModelDescription& model, int64_t rank) {
   int64_t expert_added = 0;
   for (int u = first; u < end; ++u) {
     std::vector<ParamSpec> params;
-    for (ParamSpec& w : model.spec.units[u].params) {
-      const AdaptedWeight target = LoraTarget(w.name, gpt2);
+    for (ParamSpec& w : spec.units[u].params) {
+      const AdaptedWeight target = LoraTarget(w, gpt2);
       params.push_back(w);
       if (!target.adapted) continue;
       // nn.Linear stores [out, in]; GPT-2's Conv1D [in, out].
@@ -345,13 +350,14 @@ absl::Status AddLoraAdapters(ModelDescription& model, int64_t rank) {
       params.push_back(std::move(a));
       params.push_back(std::move(b));
     }
-    model.spec.units[u].params = std::move(params);
+    spec.units[u].params = std::move(params);
   }
-  absl::Status valid = model.spec.Validate();
+  absl::Status valid = spec.Validate();
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model '", model.name, "' with LoRA rank ", rank, ": ", valid.message()));
   }
+  model.spec = std::move(spec);
   if (model.active_params > 0) {
     // A token passes through experts_per_token of the experts (and their
     // adapters); every expert has the same shapes, so the division is exact.

@@ -34,7 +34,10 @@ inline constexpr int64_t kMaxLoraRank = 65536;
 // a transformer (a --spec or --params model: put the adapters in the spec
 // and mark the base weights "trainable": false instead), when rank is
 // outside [1, kMaxLoraRank] or above the smaller side of an adapted weight
-// (naming it), or when the adapted spec breaks a ModelSpec limit.
+// (naming it), or when the adapted spec breaks a ModelSpec limit; `model`
+// is then unchanged. Params named "*.lora_*" (adapters already added) are
+// never adapted again. Implemented beside BuildTransformerModel
+// (plan/transformer_spec.cc), which names the weights.
 absl::Status AddLoraAdapters(ModelDescription& model, int64_t rank);
 
 // Whether a freeze pattern matches the param `name` of unit `unit`. The
