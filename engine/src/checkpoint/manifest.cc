@@ -486,10 +486,10 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
     rec.crc32c = static_cast<uint32_t>(crc);
     rec.index_crc32c = static_cast<uint32_t>(index_crc);
     ZS_ASSIGN_OR_RETURN(const json* unit_crcs, ff.Get("unit_crc32c", json::value_t::array));
-    if (unit_crcs->size() != m.model.units.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field 'files[%d].unit_crc32c' has %d entries for %d units", source,
-                          r, unit_crcs->size(), m.model.units.size()));
+    if (unit_crcs->size() != m.used_numel.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: field 'files[%d].unit_crc32c' has %d entries for %d storage segments", source, r,
+          unit_crcs->size(), m.used_numel.size()));
     }
     for (const json& c : *unit_crcs) {
       if (!c.is_number_unsigned() || c.get<uint64_t>() > UINT32_MAX) {

@@ -91,7 +91,7 @@ absl::Status EngineImpl::StartMismatch(const std::vector<std::string>& per_rank)
 absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
   ZS_RETURN_IF_ERROR(poisoned_);
   if (started_) return absl::FailedPreconditionError("Start() called twice");
-  const int units = layout_.num_units();
+  const int units = layout_.num_spec_units();
   for (int u = 0; u < units; ++u) {
     for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
       if (param_hashes_[u][p] == 0) {
@@ -185,7 +185,7 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
 }
 
 absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
-  const int units = layout_.num_units();
+  const int units = layout_.num_spec_units();
   std::vector<int64_t> mine;
   for (int u = 0; u < units; ++u) {
     mine.push_back(model_.units[u].NumElements());
@@ -217,7 +217,7 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
 absl::Status EngineImpl::CheckWeightsAndSettingsAgree(absl::Span<const TrainerSetting> settings) {
   // 2. One fingerprint per param's initial weights, then the settings.
   std::vector<StartField> fields;
-  for (int u = 0; u < layout_.num_units(); ++u) {
+  for (int u = 0; u < layout_.num_spec_units(); ++u) {
     for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
       fields.push_back({absl::StrFormat("initial weights of unit '%s', param '%s'",
                                         model_.units[u].name, model_.units[u].params[p].name),
