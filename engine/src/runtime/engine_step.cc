@@ -169,7 +169,14 @@ absl::Status EngineImpl::SetTrainable(int unit, int param, bool trainable) {
   const int64_t mine[4] = {unit, param, trainable ? 1 : 0, static_cast<int64_t>(local.code())};
   std::vector<int64_t> all(static_cast<size_t>(4) * world_);
   log_.Note(CollectiveKind::kSetTrainable, -4, 4);
-  ZS_RETURN_IF_ERROR(HostAllGather(mine, all.data(), 4));
+  const absl::Status exchanged = HostAllGather(mine, all.data(), 4);
+  if (!exchanged.ok()) {
+    return absl::Status(
+        exchanged.code(),
+        absl::StrFormat("SetTrainable(%d, %d, %s): the ranks did not all call it "
+                        "(every rank must, between the same steps): %s",
+                        unit, param, trainable ? "true" : "false", exchanged.message()));
+  }
   if (!local.ok()) return local;
   std::vector<std::string> differ;
   for (int r = 0; r < world_; ++r) {

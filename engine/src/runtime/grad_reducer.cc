@@ -219,7 +219,7 @@ absl::Status GradReducer::ReduceSegment(const SegmentView& view) {
   const int micro = contributions_[s] / uses;
   const int use = contributions_[s] % uses;
   ++contributions_[s];
-  if (uses == 1) return MicroComplete(s, micro, view.slot, ViewData(s, view.slot));
+  if (uses == 1) return MicroComplete(s, micro, view.slot, ViewData(s, view.slot), false);
   // A tied segment: later uses add into the first's memory, in call order.
   const int base = micro == 0 && !plan_.stage.grads_sharded ? kDirectView : kAccumView;
   void* base_data = ViewData(s, base);
@@ -229,10 +229,12 @@ absl::Status GradReducer::ReduceSegment(const SegmentView& view) {
     free_slots_.push_back(view.slot);
   }
   if (use + 1 < uses) return absl::OkStatus();
-  return MicroComplete(s, micro, base, base_data);
+  // The later uses were added on the compute stream.
+  return MicroComplete(s, micro, base, base_data, /*added_on_compute=*/true);
 }
 
-absl::Status GradReducer::MicroComplete(int segment, int micro, int slot, void* data) {
+absl::Status GradReducer::MicroComplete(int segment, int micro, int slot, void* data,
+                                        bool added_on_compute) {
   const UnitSegment& seg = layout_.unit(segment);
   const ElementRange shard = layout_.ShardRange(segment, rank_);
   const uint64_t tag = CollectiveLog::UnitTag(segment);
@@ -258,7 +260,7 @@ absl::Status GradReducer::MicroComplete(int segment, int micro, int slot, void* 
       // accumulated (same stream).
       if (world_ == 1 && grads == shard_grads) return GradFinal(segment);
       std::shared_ptr<Event> ready;
-      if (slot != kDirectView) {
+      if (slot != kDirectView || added_on_compute) {
         ZS_ASSIGN_OR_RETURN(ready, services_.RecordCompute());
       }
       Reduction r;

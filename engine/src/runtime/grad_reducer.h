@@ -110,8 +110,9 @@ class GradReducer {
   absl::StatusOr<SegmentView> OpenSegment(int segment);
   absl::Status ReduceSegment(const SegmentView& view);
   // The micro-batch gradient of segment `segment` is complete in `data`
-  // (view kind `slot`): accumulate or reduce it.
-  absl::Status MicroComplete(int segment, int micro, int slot, void* data);
+  // (view kind `slot`; `added_on_compute`: the compute stream still adds
+  // into it): accumulate or reduce it.
+  absl::Status MicroComplete(int segment, int micro, int slot, void* data, bool added_on_compute);
   void* ViewData(int segment, int slot) const;
   // Finishes the oldest reduction: waits for it, adds a later micro-batch's
   // shard into the gradient shard (stage 2), frees its slot, and runs the
