@@ -290,6 +290,11 @@ DistributedSampler::DistributedSampler(const MlpConfig& cfg, int world, int rank
     internal::NetworkForward(teacher_, chunk, h, x.data(), &teacher_state_);
     internal::HeadForward(embed.data(), bias.data(), teacher_state_.output().data(), n, h, v,
                           logits.data());
+    // The token itself is excluded: the residual path makes it the teacher's
+    // argmax for most tokens (x E^T peaks at the token's own row), which a
+    // student learns by scaling its embedding. The rule is then a fixed
+    // random-looking map to another token, which the student must learn.
+    for (int64_t k = 0; k < n; ++k) logits[k * v + first + k] = -INFINITY;
     internal::ArgmaxRows(logits.data(), n, v, teacher_next_.data() + first);
   }
 }

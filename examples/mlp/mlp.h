@@ -16,7 +16,8 @@
 //   them with "weight" tied to embed.weight (ParamSpec::tied_to) and "bias"
 //   [V] (no_decay); logits = blocks(E[token]) E^T + bias, mean cross-entropy
 //   against the next token a fixed random teacher LM (teacher_seed, same
-//   shape) predicts: the argmax of its logits (internal/lm_math.h).
+//   shape) predicts: the argmax of its logits over the tokens other than the
+//   input token (internal/lm_math.h).
 // - lora_rank R > 0: every block's w1, b1, w2, b2 frozen (trainable = false)
 //   and four trainable adapters per block, lora_a1 [R, h], lora_b1 [4h, R],
 //   lora_a2 [R, 4h], lora_b2 [h, R] (internal/lora_math.h); with vocab the
@@ -193,7 +194,7 @@ class DistributedSampler {
   float InputAt(int64_t sample_id, int64_t j) const;
   // The LM mode: the token of sample `sample_id`, uniform in [0, vocab)
   // (pure function of data_seed), and the teacher's next token after
-  // `token`: the argmax of the teacher LM's logits.
+  // `token`: the argmax of the teacher LM's logits over the other tokens.
   int32_t TokenAt(int64_t sample_id) const;
   int32_t TargetOf(int32_t token) const { return teacher_next_[static_cast<size_t>(token)]; }
 
