@@ -99,6 +99,18 @@ absl::Status MlpConfig::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status CheckRegressionModelOnly(const MlpConfig& cfg, const char* who) {
+  const char* variant = cfg.lm()        ? "the language model (vocab > 0, --vocab)"
+                        : cfg.lora()    ? "LoRA (lora_rank > 0, --lora)"
+                        : cfg.recompute ? "recompute (--recompute)"
+                                        : nullptr;
+  if (variant == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(who, " trains the regression MLP only, not ",
+                                               variant,
+                                               "; use MlpTrainer (the CPU "
+                                               "data-parallel trainer)"));
+}
+
 ModelSpec BuildModelSpec(const MlpConfig& cfg) {
   const int64_t h = cfg.hidden;
   const int64_t inner = internal::InnerSize(h);

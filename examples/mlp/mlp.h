@@ -78,6 +78,11 @@ struct MlpConfig {
   absl::Status Validate() const;
 };
 
+// OK for the regression model; Unimplemented naming `who` and the variant
+// (vocab, lora_rank, recompute) otherwise: for the trainers that run the
+// regression model only (GridMlpTrainer, gpu::CudaMlpTrainer).
+absl::Status CheckRegressionModelOnly(const MlpConfig& cfg, const char* who);
+
 // A config of the given shape, the seeds at their defaults.
 inline MlpConfig MlpShape(int64_t hidden, int blocks, int micro_batch) {
   MlpConfig cfg;
