@@ -308,7 +308,7 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                  m.adapter_lr_scale, m.adapter_weight_decay.value_or(opts.weight_decay));
   }
   if (r.baseline.activation_bytes > 0) {
-    std::fprintf(out, "          activations kept per micro-batch (baseline): %s%s\n",
+    std::fprintf(out, "          activations kept per micro-batch: %s%s\n",
                  FormatSize(r.baseline.activation_bytes).c_str(),
                  m.recompute ? " (--recompute: block inputs only)" : "");
   }
