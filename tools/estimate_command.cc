@@ -13,6 +13,7 @@
 #include "cli/flags.h"
 #include "tools/machine_estimate.h"
 #include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/estimate/fine_tuning.h"
 #include "zeroshard/estimate/model_source.h"
 #include "zeroshard/estimate/planner.h"
 #include "zeroshard/estimate/report.h"
@@ -58,7 +59,8 @@ const std::set<std::string>& ValueFlags() {
                                                                         "--hidden",
                                                                         "--blocks",
                                                                         "--backend",
-                                                                        "--cpus-per-rank"};
+                                                                        "--cpus-per-rank",
+                                                                        "--lora"};
   return *flags;
 }
 
@@ -108,9 +110,60 @@ struct Request {
   std::string svg_path;
 };
 
-absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& flags) {
+// The one flag that may be given more than once.
+constexpr char kFreezeFlag[] = "--freeze";
+
+// Takes every `--freeze PATTERN` (or --freeze=PATTERN) out of `args`, in
+// order, into `patterns`; the other arguments stay for ParseFlagMap. A value
+// of another flag that reads "--freeze" stays that flag's value.
+absl::Status ExtractFreezePatterns(std::vector<std::string>& args,
+                                   std::vector<std::string>& patterns) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == kFreezeFlag) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError("--freeze needs a value (a param name pattern)");
+      }
+      patterns.push_back(args[++i]);
+    } else if (a.rfind("--freeze=", 0) == 0) {
+      patterns.push_back(a.substr(sizeof("--freeze=") - 1));
+    } else {
+      rest.push_back(a);
+      if (ValueFlags().count(a) != 0 && i + 1 < args.size()) rest.push_back(args[++i]);
+    }
+  }
+  for (const std::string& p : patterns) {
+    if (p.empty()) return absl::InvalidArgumentError("--freeze: the pattern is empty");
+  }
+  args = std::move(rest);
+  return absl::OkStatus();
+}
+
+// --lora R (adapters on a transformer's projections, base frozen), then
+// every --freeze pattern, in the order given.
+absl::Status ApplyFineTuning(const std::map<std::string, std::string>& flags,
+                             const std::vector<std::string>& freeze, ModelDescription& model) {
+  auto lora = flags.find("--lora");
+  if (lora != flags.end()) {
+    ZS_ASSIGN_OR_RETURN(int64_t rank, cli::ParseIntFlag("--lora", lora->second, 1, kMaxLoraRank));
+    absl::Status added = AddLoraAdapters(model, rank);
+    if (!added.ok()) return absl::InvalidArgumentError(absl::StrCat("--lora: ", added.message()));
+  }
+  for (const std::string& pattern : freeze) {
+    absl::Status frozen = FreezeParams(model.spec, pattern);
+    if (!frozen.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--freeze: ", frozen.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& flags,
+                                     const std::vector<std::string>& freeze) {
   Request r;
   ZS_ASSIGN_OR_RETURN(r.model, LoadModel(flags));
+  ZS_RETURN_IF_ERROR(ApplyFineTuning(flags, freeze, r.model));
   auto get = [&](const char* f) -> const std::string* {
     auto it = flags.find(f);
     return it == flags.end() ? nullptr : &it->second;
@@ -235,6 +288,13 @@ MODEL (exactly one):
   --hf-config FILE       Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, GPT-2)
   --spec FILE            JSON spec of units and params (docs/estimator.md)
   --params N             a bare parameter count (one unit), e.g. 7.5e9 or 7.5B
+FINE-TUNING (frozen params have no gradients, fp32 master or Adam moments):
+  --lora R               LoRA adapters of rank R on the attention and MLP projections of a
+                         --preset or --hf-config model; every base weight is frozen
+  --freeze PATTERN       freeze the params PATTERN names (repeatable): a glob over
+                         unit.param names (* any run, dots too; ? one character) that
+                         also matches everything below it, e.g. embed, 'layers.*.mlp.*';
+                         a pattern that matches nothing is an error
 CLUSTER:
   --gpus N               GPUs in total (default 8)
   --gpus-per-node G      GPUs per node (default 8, or --gpus when fewer)
@@ -279,7 +339,13 @@ Exit codes: 0 a configuration fits, 1 none fits, 2 bad input.
 )";
 }
 
-int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunEstimate(const std::vector<std::string>& all_args, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> args = all_args;
+  std::vector<std::string> freeze;
+  if (absl::Status s = ExtractFreezePatterns(args, freeze); !s.ok()) {
+    err << "zeroshard estimate: " << s.message() << "\n";
+    return kExitBadInput;
+  }
   auto flags = cli::ParseFlagMap(args, ValueFlags(), SwitchFlags(), "zeroshard estimate --help");
   if (!flags.ok()) {
     err << "zeroshard estimate: " << flags.status().message() << "\n";
@@ -289,14 +355,21 @@ int RunEstimate(const std::vector<std::string>& args, std::ostream& out, std::os
     out << EstimateUsage();
     return kExitOk;
   }
-  if (flags->count("--machine")) return RunMachineEstimate(*flags, out, err);
+  if (flags->count("--machine")) {
+    if (flags->count("--lora") || !freeze.empty()) {
+      err << "zeroshard estimate: --lora and --freeze apply to the memory plan, not to --machine "
+             "(the calibrated step time of the example MLP)\n";
+      return kExitBadInput;
+    }
+    return RunMachineEstimate(*flags, out, err);
+  }
   for (const char* f : kMachineFlags) {
     if (flags->count(f)) {
       err << "zeroshard estimate: " << f << " needs --machine PROFILE (the calibrated step time)\n";
       return kExitBadInput;
     }
   }
-  auto request = BuildRequest(*flags);
+  auto request = BuildRequest(*flags, freeze);
   if (!request.ok()) {
     err << "zeroshard estimate: " << request.status().message() << "\n";
     return kExitBadInput;

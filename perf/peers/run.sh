@@ -66,30 +66,9 @@ if [[ $do_train -eq 1 ]] && ! command -v mpirun > /dev/null; then
 fi
 
 # --- PyTorch from the package registry --------------------------------------
-# PyPI's Linux torch wheel is built for CUDA; it does not import without its
-# nvidia-* dependencies (libtorch_cuda.so links libcufile, libcudart, ...),
-# even on a CPU-only machine, so `pip install --no-deps torch` is not enough
-# and the full install (about 5.4 GB in the venv) is what works. The CPU-only
-# wheels live outside PyPI.
-skip() {
-  echo "perf/peers: skipped: $1"
-  echo "perf/peers: no numbers were measured (the comparison needs PyTorch)."
-  exit 0
-}
-if ! "$venv/bin/python" -c 'import torch, numpy' > /dev/null 2>&1; then
-  echo "perf/peers: installing $torch_spec and numpy into $venv (about 5 GB with the CUDA" \
-    "libraries PyPI's wheel needs; a few minutes)"
-  t0=$SECONDS
-  python3 -m venv "$venv" || skip "cannot create a venv at $venv (python3 -m venv failed)"
-  log="$venv/install.log"
-  if ! "$venv/bin/pip" install "$torch_spec" numpy > "$log" 2>&1; then
-    tail -5 "$log" | sed 's/^/  /'
-    skip "pip install $torch_spec numpy failed (log: $log)"
-  fi
-  "$venv/bin/python" -c 'import torch, numpy' > /dev/null 2>&1 ||
-    skip "torch was installed into $venv but does not import: $("$venv/bin/python" -c 'import torch' 2>&1 | tail -1)"
-  echo "perf/peers: installed in $((SECONDS - t0)) s"
-fi
+# shellcheck source=perf/peers/torch_venv.sh
+source "$root/perf/peers/torch_venv.sh"
+ensure_torch_venv "$venv" "$torch_spec" perf/peers
 torch_version="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 echo "perf/peers: PyTorch $torch_version ($venv); zeroshard binaries from $build"
 

@@ -152,5 +152,104 @@ TEST(JsonFieldsTest, ModelUnitsAreReadByOneReaderUnderEitherRules) {
       "e.json: field 'units' has no units; a model has at least one");
 }
 
+// The param group, freezing and tie keys: ParamSpecToJson writes each only
+// when it is not the default, and ModelUnitsFromJson reads back every one
+// of them under either rules, or the default when absent.
+TEST(JsonFieldsTest, ParamGroupFreezeAndTieKeysRoundTripAndAreOmittedWhenDefault) {
+  std::mt19937_64 rng(Seed());
+  std::uniform_real_distribution<double> real(0.0, 2.0);
+  ModelSpec expected;
+  json units = json::array();
+  const int count = static_cast<int>(rng() % 4) + 2;
+  int written_keys = 0;
+  for (int u = 0; u < count; ++u) {
+    UnitSpec unit{absl::StrCat("u", u), {}};
+    json params = json::array();
+    const int n = static_cast<int>(rng() % 3) + 1;
+    for (int p = 0; p < n; ++p) {
+      ParamSpec param{absl::StrCat("p", p), {1 + static_cast<int64_t>(rng() % 9)}, false};
+      if (rng() % 2 == 0) param.trainable = false;
+      if (rng() % 2 == 0) param.lr_scale = real(rng);
+      if (rng() % 2 == 0) {
+        param.weight_decay = real(rng);
+      } else {
+        param.no_decay = rng() % 2 == 0;
+      }
+      if (u > 0 && rng() % 2 == 0) param.tied_to = ParamRef{"u0", absl::StrCat("p", rng() % 7)};
+      const json j = ParamSpecToJson(param);
+      // Exactly the keys whose values are not the defaults.
+      EXPECT_EQ(j.contains("trainable"), !param.trainable);
+      EXPECT_EQ(j.contains("lr_scale"), param.lr_scale != 1.0);
+      EXPECT_EQ(j.contains("weight_decay"), param.weight_decay.has_value());
+      EXPECT_EQ(j.contains("tied_to"), param.tied_to.has_value());
+      written_keys += static_cast<int>(j.size()) - 3;
+      params.push_back(j);
+      unit.params.push_back(param);
+    }
+    units.push_back({{"name", unit.name}, {"params", params}});
+    expected.units.push_back(unit);
+  }
+  EXPECT_GT(written_keys, 0) << SeedTrace();
+  UnitJsonRules strict;
+  strict.strict = true;
+  for (const UnitJsonRules& rules : {UnitJsonRules{}, strict}) {
+    absl::StatusOr<ModelSpec> spec =
+        ModelUnitsFromJson(JsonFields(json{{"units", units}}, "m.json"), "units", rules);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    for (size_t u = 0; u < expected.units.size(); ++u) {
+      for (size_t p = 0; p < expected.units[u].params.size(); ++p) {
+        const ParamSpec& want = expected.units[u].params[p];
+        const ParamSpec& got = spec->units[u].params[p];
+        SCOPED_TRACE(absl::StrCat("u", u, ".p", p, "; ", SeedTrace()));
+        EXPECT_EQ(got.trainable, want.trainable);
+        EXPECT_EQ(got.no_decay, want.no_decay);
+        EXPECT_EQ(got.lr_scale, want.lr_scale);  // exact: the JSON number round-trips
+        EXPECT_EQ(got.weight_decay, want.weight_decay);
+        ASSERT_EQ(got.tied_to.has_value(), want.tied_to.has_value());
+        if (want.tied_to) {
+          EXPECT_EQ(got.tied_to->unit, want.tied_to->unit);
+          EXPECT_EQ(got.tied_to->param, want.tied_to->param);
+        }
+      }
+    }
+  }
+  // A default-only param is written exactly as before these keys existed.
+  EXPECT_EQ(ParamSpecToJson(ParamSpec{"w", {3, 4}, true}).dump(),
+            R"({"name":"w","no_decay":true,"shape":[3,4]})");
+
+  // Wrong types, named under either rules; an unknown key inside tied_to
+  // under the manifest's only.
+  auto one = [](json param) {
+    param["name"] = "w";
+    param["shape"] = {2};
+    param["no_decay"] = false;
+    return json{{"units", {{{"name", "a"}, {"params", {param}}}}}};
+  };
+  for (const UnitJsonRules& rules : {UnitJsonRules{}, strict}) {
+    ExpectError(
+        ModelUnitsFromJson(JsonFields(one({{"trainable", 0}}), "b.json"), "units", rules).status(),
+        "b.json: field 'units[0].params[0].trainable' is 0; it must be true or false");
+    ExpectError(
+        ModelUnitsFromJson(JsonFields(one({{"lr_scale", "2"}}), "b.json"), "units", rules).status(),
+        "b.json: field 'units[0].params[0].lr_scale' is \"2\"; it must be a number");
+    ExpectError(
+        ModelUnitsFromJson(JsonFields(one({{"weight_decay", true}}), "b.json"), "units", rules)
+            .status(),
+        "b.json: field 'units[0].params[0].weight_decay' is true; it must be a number");
+    ExpectError(ModelUnitsFromJson(JsonFields(one({{"tied_to", "a.v"}}), "b.json"), "units", rules)
+                    .status(),
+                "b.json: field 'units[0].params[0].tied_to' is \"a.v\"; it must be an object");
+    ExpectError(ModelUnitsFromJson(JsonFields(one({{"tied_to", {{"unit", "a"}}}}), "b.json"),
+                                   "units", rules)
+                    .status(),
+                "b.json: field 'units[0].params[0].tied_to.param' is missing; it is required");
+  }
+  const json extra = one({{"tied_to", {{"unit", "a"}, {"param", "v"}, {"scale", 2}}}});
+  EXPECT_TRUE(ModelUnitsFromJson(JsonFields(extra, "s.json"), "units", UnitJsonRules{}).ok());
+  ExpectError(ModelUnitsFromJson(JsonFields(extra, "m.json"), "units", strict).status(),
+              "m.json: 'units[0].params[0].tied_to' holds a field 'scale' that a zeroshard "
+              "manifest does not have (another tool or version wrote it?)");
+}
+
 }  // namespace
 }  // namespace zeroshard::internal

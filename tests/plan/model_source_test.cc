@@ -293,6 +293,47 @@ TEST(ModelSourceTest, JsonSpecAndParamCount) {
   EXPECT_FALSE(ModelFromParamCount(0).ok());
 }
 
+// The estimator's --spec reads the param group, freezing and tie keys, and
+// refuses bad values with the file's name (ModelSpec::Validate's wording).
+TEST(ModelSourceTest, JsonSpecCarriesParamGroupsFrozenAndTiedParams) {
+  std::mt19937_64 rng(testing::Seed());
+  const int vocab = 8 + static_cast<int>(rng() % 64);
+  const double scale = 0.125 * static_cast<double>(1 + rng() % 8);
+  const std::string text = absl::StrFormat(
+      R"({"units": [
+        {"name": "embed", "params": [{"name": "w", "shape": [%d, 16], "weight_decay": 0.0}]},
+        {"name": "block", "params": [{"name": "w", "shape": [16, 16], "trainable": false},
+                                     {"name": "a", "shape": [4, 16], "lr_scale": %.17g}]},
+        {"name": "head", "params": [{"name": "w", "shape": [%d, 16], "weight_decay": 0.0,
+                                     "tied_to": {"unit": "embed", "param": "w"}}]}]})",
+      vocab, scale, vocab);
+  auto spec = ModelFromSpecJson(text, "lm.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelSpec& m = spec->spec;
+  EXPECT_EQ(m.units[0].params[0].weight_decay, 0.0);
+  EXPECT_FALSE(m.units[1].params[0].trainable);
+  EXPECT_TRUE(m.units[1].params[1].trainable);
+  EXPECT_EQ(m.units[1].params[1].lr_scale, scale);
+  ASSERT_TRUE(m.units[2].params[0].tied_to.has_value());
+  EXPECT_EQ(m.units[2].params[0].tied_to->unit, "embed");
+  EXPECT_EQ(m.units[2].params[0].tied_to->param, "w");
+  auto bad = [&](const std::string& from, const std::string& to) {
+    std::string edited = text;
+    const size_t at = edited.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return ModelFromSpecJson(edited.replace(at, from.size(), to), "lm.json").status();
+  };
+  ExpectError(bad(R"("lr_scale": )", R"("lr_scale": -)"),
+              "lm.json: model spec: param 'block.a' has lr_scale -");
+  ExpectError(bad(R"("trainable": false)", R"("trainable": false, "no_decay": true,
+                                           "weight_decay": 0.5)"),
+              "lm.json: model spec: param 'block.w' has both no_decay and weight_decay 0.5");
+  ExpectError(bad(R"("param": "w"}}]})", R"("param": "v"}}]})"),
+              "lm.json: model spec: param 'head.w' is tied to 'embed.v', which is no param");
+  ExpectError(bad(R"("tied_to": {"unit": "embed", "param": "w"})", R"("tied_to": "embed.w")"),
+              "lm.json: field 'units[2].params[0].tied_to' is \"embed.w\"; it must be an object");
+}
+
 TEST(ModelSourceTest, MixtralIsAMixtureOfExpertsWithHfNamesAndActiveParams) {
   auto mixtral = ModelFromPreset("mixtral-8x7b");
   ASSERT_TRUE(mixtral.ok()) << mixtral.status();

@@ -49,7 +49,8 @@ TEST(CheckpointWriterTest, CommitsEveryRanksShardLatestAndRetention) {
     internal::ShardBuffers buffers(layout, plan, rank, DType::kFloat32, DType::kFloat32);
     ZS_RETURN_IF_ERROR(buffers.Allocate(services->device()));
     StreamDrain drain(*services);
-    internal::CheckpointWriter writer(layout, rank, /*mixed=*/false, buffers, *services);
+    internal::CheckpointWriter writer(layout, rank, /*mixed=*/false, DType::kFloat32, buffers,
+                                      *services);
     for (int64_t step = 1; step <= 3; ++step) {
       for (int u = 0; u < layout.num_units(); ++u) {
         const ElementRange shard = layout.ShardRange(u, rank);

@@ -44,9 +44,11 @@ TEST(EngineMemoryTest, LedgerEqualsPlanEqualsZeroFormulasForBf16Mixed) {
           << "world " << world << " stage " << stage;
       EXPECT_EQ(plan->BytesIn(MemoryCategory::kParams), stage == 3 ? 2 * psi / n : 2 * psi);
       if (stage == 3) {
-        // The gather pool: (1 + prefetch_units) buffers of the largest unit.
+        // The gather pool: (max_gathered_units + prefetch_units) buffers of
+        // the largest unit.
+        const TrainSpec train = MakeTrainSpec(run);
         EXPECT_EQ(plan->Find(kParamGatherBuffer)->bytes(),
-                  2 * (1 + MakeTrainSpec(run).prefetch_units) * layout->max_unit_numel());
+                  2 * (train.max_gathered_units + train.prefetch_units) * layout->max_unit_numel());
       }
       auto result = TrainMlp(cfg, run);
       ASSERT_TRUE(result.ok()) << result.status();

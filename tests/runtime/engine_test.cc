@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -290,6 +291,51 @@ TEST(EngineStartTest, NamesTheUnitWhoseShapeDiffers) {
                                          elements, elements + 1)),
             std::string::npos)
       << message;
+}
+
+// A param group (lr_scale, weight_decay) or a trainable flag that differs on
+// one rank: the spec's fingerprint covers them, and the unit is named.
+TEST(EngineStartTest, NamesTheUnitWhoseParamGroupOrTrainableFlagDiffers) {
+  std::mt19937_64 rng(Seed());
+  const int param = static_cast<int>(rng() % mlp::kNumBlockParams);
+  const double value = std::ldexp(static_cast<double>(1 + rng() % 255), -8);
+  const std::vector<std::pair<const char*, std::function<void(ParamSpec&)>>> changes = {
+      {"lr_scale", [&](ParamSpec& p) { p.lr_scale = value; }},
+      {"trainable", [](ParamSpec& p) { p.trainable = false; }},
+      {"weight_decay",
+       [&](ParamSpec& p) {
+         p.no_decay = false;
+         p.weight_decay = value;
+       }},
+  };
+  for (const auto& [field, change_param] : changes) {
+    SCOPED_TRACE(::testing::Message()
+                 << field << " of block.1 param " << param << "; " << SeedTrace());
+    Perturbation change;
+    change.model = [&, change_param = change_param](ModelSpec& spec) {
+      change_param(spec.units[1].params[param]);
+    };
+    const int world = 2 + static_cast<int>(rng() % 3);
+    const absl::Status status = StartWithPerturbation(world, change);
+    ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    const std::string message(status.message());
+    EXPECT_NE(message.find(absl::StrFormat(
+                  "rank %d differs from rank 0 in model spec (unit and param names, shapes, "
+                  "no_decay, tp_split_dim, trainable, tied_to, lr_scale, weight_decay)",
+                  world - 1)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find(absl::StrFormat(
+                  "rank %d differs from rank 0 in unit 1 ('block.1' here): same element count, "
+                  "but its name or its params' names, shapes, no_decay, tp_split_dim, "
+                  "trainable, tied_to, lr_scale or weight_decay differ",
+                  world - 1)),
+              std::string::npos)
+        << message;
+    // Only that unit.
+    EXPECT_EQ(message.find("unit 0 ("), std::string::npos) << message;
+    EXPECT_EQ(message.find("unit 2 ("), std::string::npos) << message;
+  }
 }
 
 TEST(EngineStartTest, NamesTheParamWhoseInitialWeightsDiffer) {

@@ -140,7 +140,8 @@ TEST(GradNormTest, AUnitWhoseGradientNeverBecameFinalIsAnError) {
   long double total = 0.0L;
   const absl::Status s = RunCase(2, false, false, 2, &total);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-  EXPECT_NE(s.message().find("3 of 4 units' gradients were final"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("3 of 4 segments' gradients were final"), absl::string_view::npos)
+      << s;
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ absl::Status RunCase(const Case& c, int world) {
       fired.clear();
       for (int micro = 0; micro < c.accum; ++micro) {
         for (int u : order) {
-          ZS_ASSIGN_OR_RETURN(void* view, reducer.OpenView(u));
+          ZS_ASSIGN_OR_RETURN(std::vector<void*> views, reducer.OpenView(u));
+          void* view = views.at(0);
           if (reducer.OpenView(u).status().code() != absl::StatusCode::kFailedPrecondition) {
             return absl::InternalError("a second OpenView before Reduce did not fail");
           }

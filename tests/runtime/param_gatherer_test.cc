@@ -1,8 +1,9 @@
 // ParamGatherer on its own (no engine), on 2 ranks: the updated-param
 // all-gathers (stages 1-2) and the stage-3 gather pool deliver every unit's
 // whole segment as the ranks' shards hold it (values set here per element),
-// Gather and Release pair at every stage, and stage-3 prefetch turns on
-// after the first step and off when a step leaves the recorded order.
+// Gather and Release pair at every stage, stage 3 holds at most
+// max_gathered_units units at once, and stage-3 prefetch turns on after the
+// first step and a step that leaves the recorded order fails naming it.
 #include "engine/src/runtime/param_gatherer.h"
 
 #include <algorithm>
@@ -31,8 +32,9 @@ float ParamValue(uint64_t seed, int unit, int64_t i) {
 // Gathers `unit` and compares its whole segment with ParamValue.
 absl::Status GatherAndCheck(ParamGatherer& g, const FlatLayout& layout, uint64_t seed, int unit,
                             int64_t step, bool first) {
-  ZS_ASSIGN_OR_RETURN(void* data, g.Gather(unit, step, first));
-  const float* values = static_cast<const float*>(data);
+  ZS_ASSIGN_OR_RETURN(std::vector<void*> data, g.Gather(unit, step, first));
+  if (data.size() != 1) return absl::InternalError("a plain unit is one segment");
+  const float* values = static_cast<const float*>(data[0]);
   for (int64_t i = 0; i < layout.unit(unit).padded_numel; ++i) {
     if (values[i] != ParamValue(seed, unit, i)) {
       return absl::InternalError(absl::StrFormat("step %d unit %d element %d: %g, expected %g",
@@ -50,6 +52,7 @@ absl::Status RunStage(int stage, int world) {
   TrainSpec train;
   train.zero_stage = stage;
   train.prefetch_units = 1;
+  train.max_gathered_units = 2;
   return RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<RankRig> rig,
                         RankRig::Create(model, train, world, rank, comm));
@@ -80,18 +83,34 @@ absl::Status RunStage(int stage, int world) {
     std::shuffle(order.begin(), order.end(), order_rng);
     for (int64_t step = 1; step <= 3; ++step) {
       const bool first = step == 1;
-      if (step == 3) std::reverse(order.begin(), order.end());
+      if (step == 3) {
+        // Leaving the first step's order is a named error, not a silent
+        // fallback (prefetch would miss).
+        std::reverse(order.begin(), order.end());
+        const absl::Status left = g.Gather(order[0], step, first).status();
+        if (left.code() != absl::StatusCode::kFailedPrecondition ||
+            left.message().find("first step's") == absl::string_view::npos) {
+          return absl::InternalError(absl::StrFormat("a step out of order: %s", left.ToString()));
+        }
+        break;
+      }
       for (int u : order) {
         ZS_RETURN_IF_ERROR(GatherAndCheck(g, layout, seed, u, step, first));
         if (g.DescribeGathered().find(model.units[u].name) == std::string::npos) {
           return absl::InternalError("DescribeGathered: " + g.DescribeGathered());
         }
         if (stage == 3) {
+          // max_gathered_units (2): a second unit at once, not a third.
           const int other = (u + 1) % units;
-          if (g.Gather(other, step, first).status().code() !=
-              absl::StatusCode::kFailedPrecondition) {
-            return absl::InternalError("stage 3 gathered a second unit while one was held");
+          ZS_RETURN_IF_ERROR(GatherAndCheck(g, layout, seed, other, step, first));
+          const int third = (u + 2) % units;
+          const absl::Status too_many = g.Gather(third, step, first).status();
+          if (too_many.code() != absl::StatusCode::kFailedPrecondition ||
+              too_many.message().find("at most 2 units") == absl::string_view::npos) {
+            return absl::InternalError(
+                absl::StrFormat("a third unit at once: %s", too_many.ToString()));
           }
+          ZS_RETURN_IF_ERROR(g.Release(other));
         }
         ZS_RETURN_IF_ERROR(g.Release(u));
         const absl::Status twice = g.Release(u);
@@ -103,12 +122,8 @@ absl::Status RunStage(int stage, int world) {
       if (stage < 3) break;
       ZS_RETURN_IF_ERROR(g.DropPool());
       ZS_RETURN_IF_ERROR(g.EndStep(step, first));
-      // On after the first step (2 slots: depth 1); off once step 3 left
-      // the recorded order.
-      const bool want_active = step < 3;
-      if (g.prefetch_active() != want_active) {
-        return absl::InternalError(absl::StrFormat("after step %d prefetch is %s", step,
-                                                   g.prefetch_active() ? "on" : "off"));
+      if (!g.prefetch_active()) {
+        return absl::InternalError(absl::StrFormat("after step %d prefetch is off", step));
       }
     }
     return absl::OkStatus();

@@ -56,6 +56,9 @@ inline constexpr char kAdamMBuffer[] = "adam_m";
 inline constexpr char kAdamVBuffer[] = "adam_v";
 inline constexpr char kGradStagingBuffer[] = "grad_staging";
 inline constexpr char kNormBlocksBuffer[] = "norm_blocks";
+// Tied params' micro-batch gradients, the sum of their uses (stage 2, or
+// with gradient accumulation): one padded segment per trainable tied param.
+inline constexpr char kTiedGradBuffer[] = "tied_grad_accum";
 // Stage 3 only: the pool units are all-gathered into, gather_slots buffers
 // of the largest sharded unit.
 inline constexpr char kParamGatherBuffer[] = "param_gather";
@@ -66,14 +69,21 @@ struct BufferPlan {
   int world_size = 1;
   // Number of staging slots inside kGradStagingBuffer, each max_unit_numel long.
   int grad_staging_slots = 0;
-  // Stage 3: buffers in kParamGatherBuffer (1 + prefetch depth, never more
-  // than the sharded units, fewer under max_live_gather_bytes), each
-  // gather_slot_numel elements. The engine prefetches gather_slots - 1 units.
+  // Stage 3: buffers in kParamGatherBuffer, each gather_slot_numel
+  // elements: held_slots for the units the trainer holds at once
+  // (TrainSpec::max_gathered_units times the most sharded segments one unit
+  // reads: its own and tied ones), plus the prefetch depth, never more than
+  // the sharded segments, fewer under max_live_gather_bytes (which must
+  // leave held_slots). The engine prefetches into gather_slots - held_slots.
   int gather_slots = 0;
+  int held_slots = 0;
+  int max_gathered_units = 1;  // TrainSpec::max_gathered_units
   int64_t gather_slot_numel = 0;
-  // Per unit: its params are fully resident (stages 0-2 always; stage 3 only
-  // units of at most persistent_unit_numel elements). Non-resident units
-  // keep only this rank's shard.
+  // Per storage segment (a unit's trainable params, its frozen ones, a tied
+  // param; one per unit for a model without frozen or tied params): its
+  // params are fully resident (stages 0-2 always; stage 3 only segments of
+  // at most persistent_unit_numel elements). Non-resident segments keep
+  // only this rank's shard.
   std::vector<bool> unit_resident;
   std::vector<PlannedBuffer> buffers;
 
@@ -85,8 +95,9 @@ struct BufferPlan {
 };
 
 // What each rank of `world_size` ranks allocates when Engine::Create runs
-// with `model` and `train` (every rank allocates the same sizes). Stage 0:
-// all full. Stage 1: fp32 master and Adam moments sharded. Stage 2:
+// with `model` and `train` (every rank allocates the same sizes). Frozen
+// params (ParamSpec::trainable false) have params only; a tied param is
+// stored once. Stage 0: all full. Stage 1: fp32 master and Adam moments sharded. Stage 2:
 // gradients sharded too. Stage 3: params sharded too (but for persistent
 // units), plus the gather pool: 1 + prefetch_units buffers of the largest
 // sharded unit, at most one per sharded unit. Every count is checked.

@@ -55,7 +55,8 @@ struct CheckpointInfo {
   std::string trainer_state;        // the JSON object the trainer passed to Save
   // Engine::Load only: the settings in which the loading run differs from
   // the one that saved ("world size 4 -> 2", "schedule.total_steps 60 ->
-  // 100"): allowed, but the trajectory is then not the saved run's.
+  // 100", "block.0.b1: lr_scale 1 -> 0.5", "embed.w: weight_decay unset ->
+  // 0.1"): allowed, but the trajectory is then not the saved run's.
   std::vector<std::string> changed_settings;
   // How the step was found when not by following `latest` plainly (a
   // re-save of the step `latest` names was interrupted on a file system

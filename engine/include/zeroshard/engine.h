@@ -208,7 +208,8 @@ class Engine {
   virtual absl::Status SetParam(int unit, int param, absl::Span<const float> values) = 0;
 
   // Checks that every rank agrees before training: the model spec (unit
-  // count, names, shapes, no_decay), the layout, every TrainSpec field, the
+  // count, names, shapes, no_decay, tp_split_dim, trainable, tied_to,
+  // lr_scale, weight_decay), the layout, every TrainSpec field, the
   // initial weights of every param and the trainer's own `settings` (names
   // and values; pass the same names in the same order on every rank). On a
   // difference: FailedPrecondition naming the ranks that differ from rank 0,
@@ -335,7 +336,11 @@ class Engine {
   // including the trainer's state. Errors name the file and the field or
   // byte range: NotFound / FailedPrecondition for a missing or incomplete
   // checkpoint, DataLoss for a checksum mismatch or a truncated file,
-  // InvalidArgument for another model or an incompatible optimizer.
+  // InvalidArgument for another model (units, names, shapes, trainable
+  // flags or ties: they decide what is stored) or an incompatible
+  // optimizer. Param groups (lr_scale, weight_decay, no_decay) may differ:
+  // the loading model's apply from the next step, and each change is listed
+  // in CheckpointInfo::changed_settings.
   virtual absl::StatusOr<CheckpointInfo> Load(const std::string& path) = 0;
 
   // Full fp32 value of a param: the master weights (gathered across ranks

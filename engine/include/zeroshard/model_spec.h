@@ -66,7 +66,7 @@ struct ParamSpec {
   // weight_decay and tp_split_dim must equal the owner's (Validate); the
   // trainer sets its value through the owner (SetParam of the alias is
   // InvalidArgument naming the owner).
-  std::optional<ParamRef> tied_to;
+  std::optional<ParamRef> tied_to = std::nullopt;
   // Param groups, as torch's: the learning rate of this param is
   // schedule(step) * lr_scale, and its decoupled weight decay is
   // `weight_decay` (unset: OptimizerSpec::weight_decay). no_decay means a
@@ -74,7 +74,7 @@ struct ParamSpec {
   // (lr_scale, decay) form one group; the fused update applies each group's
   // constants per run of the shard, in the same pass.
   double lr_scale = 1.0;
-  std::optional<double> weight_decay;
+  std::optional<double> weight_decay = std::nullopt;
 
   // Product of `shape` (1 for a scalar); -1 when the product does not fit
   // in int64_t (Validate() refuses such a shape).
@@ -100,11 +100,13 @@ struct ModelSpec {
   // unit, every dimension positive, tp_split_dim -1 or a dimension of the
   // param's shape, lr_scale finite and >= 0, weight_decay finite and >= 0
   // and not set with no_decay, every tied_to naming a param of an earlier
-  // unit that is not itself tied, with the same shape and settings, and the limits above: at most kMaxUnits
-  // units and kMaxModelTensors params, at most kMaxModelElements elements in
-  // all (every product and sum checked for overflow). InvalidArgument naming
-  // the unit and param (and the limit) otherwise. Checks the counts before
-  // anything proportional to them is allocated.
+  // unit that is not itself tied, with the same shape and settings, and the
+  // limits above: at most kMaxUnits units and kMaxModelTensors params, at
+  // most kMaxModelElements elements in all (every product and sum checked
+  // for overflow). InvalidArgument naming the unit and param (and the limit)
+  // otherwise. Checks the counts before anything proportional to them is
+  // allocated; ties are resolved in O(n log n), and not at all in a model
+  // without them.
   absl::Status Validate() const;
 };
 
@@ -124,10 +126,11 @@ absl::StatusOr<std::vector<std::pair<int, int>>> PipelineStageUnits(const ModelS
 // param with its tp_split_dim divided by tp (replicated params whole).
 // Every tp_rank gets the same shapes (the split is even), so the shard specs
 // of one pipeline stage differ only in the values the trainer loads. Unit
-// and param names, no_decay and tp_split_dim are kept.
-// InvalidArgument (naming the unit and param) when a split dimension is not
-// divisible by tp, for an invalid spec (tp_split_dim out of range included),
-// or for ranks out of range. The planner sizes exactly this spec, and the
+// and param names, no_decay, tp_split_dim and the other ParamSpec fields
+// are kept. InvalidArgument (naming the unit and param) when a split
+// dimension is not divisible by tp, when a tie (tied_to) would cross
+// pipeline stages, for an invalid spec (tp_split_dim out of range
+// included), or for ranks out of range. The planner sizes exactly this spec, and the
 // engine lays it out.
 absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_rank, int pp,
                                          int pp_rank);

@@ -93,10 +93,13 @@ struct TrainSpec {
   int num_grad_buffers = 2;
 
   // Stage 3. Units the trainer may hold gathered at once (between Gather
-  // and Release): 2 lets a trainer keep a tied embedding gathered while it
-  // gathers the head, or gather a block for its recompute while the next
-  // is gathered. The gather pool holds their storage plus the prefetch.
-  int max_gathered_units = 2;
+  // and Release). The gather pool holds the storage segments of that many
+  // units (a unit with a tied param reads two: its own and the tied one's,
+  // so 1 serves a tied embedding and head) plus the prefetched ones (which
+  // serve a recompute pass: its repeated gathers are prefetched like any
+  // other). Raise it for a trainer that keeps units gathered together
+  // (e.g. the embedding through the whole forward).
+  int max_gathered_units = 1;
   // Stage 3. Units gathered ahead of use, in the order recorded on the first
   // step (0 = on demand only). Later steps must gather in that order (a
   // recompute pass's repeated gathers included); one that does not fails

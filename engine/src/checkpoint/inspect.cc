@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/src/checkpoint/directory.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
@@ -120,17 +121,33 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
   ExportStats& s = stats != nullptr ? *stats : local;
   s = ExportStats{};
 
-  // The header first (every shape is known), then the data unit by unit.
+  // The header first (every shape is known), then the data segment by
+  // segment, in the same order. A tied param is written once, under its
+  // owner's name; the metadata records each alias ("head.weight" ->
+  // "embed.weight" in "zeroshard_tied").
   std::vector<internal::SafetensorsTensor> tensors;
-  for (const UnitSpec& unit : m.model.units) {
-    for (const ParamSpec& p : unit.params) {
+  for (int u = 0; u < layout.num_units(); ++u) {
+    for (const internal::ParamSlot& slot : layout.unit(u).params) {
+      const UnitSpec& unit = m.model.units[slot.spec_unit];
+      const ParamSpec& p = unit.params[slot.spec_param];
       tensors.push_back({absl::StrCat(unit.name, ".", p.name),
                          dtype == DType::kFloat32 ? "F32" : "BF16", p.shape});
     }
   }
-  const std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                       {"zeroshard_step", absl::StrCat(m.step)},
-                                                       {"zeroshard_checkpoint", step_dir}};
+  std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                 {"zeroshard_step", absl::StrCat(m.step)},
+                                                 {"zeroshard_checkpoint", step_dir}};
+  std::vector<std::string> ties;
+  int64_t tied_numel = 0;
+  for (const UnitSpec& unit : m.model.units) {
+    for (const ParamSpec& p : unit.params) {
+      if (!p.tied_to.has_value()) continue;
+      ties.push_back(
+          absl::StrCat(unit.name, ".", p.name, "=", p.tied_to->unit, ".", p.tied_to->param));
+      tied_numel += p.NumElements();
+    }
+  }
+  if (!ties.empty()) metadata["zeroshard_tied"] = absl::StrJoin(ties, ",");
   ZS_ASSIGN_OR_RETURN(std::string header, internal::SafetensorsHeader(tensors, metadata));
 
   // Written under a temporary name, removed on every error (AtomicFile).
@@ -138,7 +155,8 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
   ZS_RETURN_IF_ERROR(file.Write(header.data(), header.size()));
   s.bytes_written = static_cast<int64_t>(header.size());
   const int64_t header_bytes = s.bytes_written;
-  const int64_t tensor_bytes = m.model.NumParams() * (dtype == DType::kFloat32 ? 4 : 2);
+  const int64_t tensor_bytes =
+      (m.model.NumParams() - tied_numel) * (dtype == DType::kFloat32 ? 4 : 2);
 
   internal::SegmentReader reader(step_dir, m);
   std::vector<float> segment;

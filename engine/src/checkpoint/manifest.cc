@@ -183,21 +183,32 @@ std::string ManifestToJson(const Manifest& m) {
                      {"hysteresis_left", m.hysteresis_left},
                      {"clean_steps", m.clean_steps},
                      {"skips_at_min_scale", m.skips_at_min_scale}};
+  // One storage segment per unit (no frozen or tied params): each unit
+  // records its segment's sizes, as format version 1 always did; else the
+  // segments are listed apart, in layout order.
+  const bool per_unit = m.used_numel.size() == m.model.units.size() && OneSegmentPerUnit(m.model);
   json units = json::array();
   for (size_t u = 0; u < m.model.units.size(); ++u) {
     const UnitSpec& unit = m.model.units[u];
     json params = json::array();
-    for (const ParamSpec& p : unit.params) {
-      params.push_back({{"name", p.name}, {"shape", p.shape}, {"no_decay", p.no_decay}});
+    for (const ParamSpec& p : unit.params) params.push_back(ParamSpecToJson(p));
+    json record = {{"name", unit.name}, {"params", params}};
+    if (per_unit) {
+      record["used_numel"] = m.used_numel[u];
+      record["shard_numel"] = m.shard_numel[u];
     }
-    units.push_back({{"name", unit.name},
-                     {"params", params},
-                     {"used_numel", m.used_numel[u]},
-                     {"shard_numel", m.shard_numel[u]}});
+    units.push_back(record);
   }
   j["model"] = {{"fingerprint", absl::StrFormat("%016x", m.model_fingerprint)},
                 {"num_params", m.model.NumParams()},
                 {"units", units}};
+  if (!per_unit) {
+    json segments = json::array();
+    for (size_t s = 0; s < m.used_numel.size(); ++s) {
+      segments.push_back({{"used_numel", m.used_numel[s]}, {"shard_numel", m.shard_numel[s]}});
+    }
+    j["model"]["segments"] = segments;
+  }
   j["layout"] = {{"byte_order", "little"},
                  {"tensors", {kTensorNames[0], kTensorNames[1], kTensorNames[2]}},
                  {"chunk_elements", m.chunk_elements},
@@ -353,7 +364,7 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
 
   ZS_ASSIGN_OR_RETURN(const json* model, f.Get("model", json::value_t::object));
   const JsonFields mf = f.Child(*model, "model");
-  ZS_RETURN_IF_ERROR(mf.CheckKeys({"fingerprint", "num_params", "units"}));
+  ZS_RETURN_IF_ERROR(mf.CheckKeys({"fingerprint", "num_params", "units", "segments"}));
   ZS_ASSIGN_OR_RETURN(std::string fingerprint, mf.String("fingerprint"));
   if (fingerprint.size() != 16 ||
       fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -368,7 +379,9 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
   rules.unit_keys = {"used_numel", "shard_numel"};
   ZS_ASSIGN_OR_RETURN(
       m.model,
-      ModelUnitsFromJson(mf, "units", rules, [&m](const JsonFields& unit, int) -> absl::Status {
+      ModelUnitsFromJson(mf, "units", rules, [&](const JsonFields& unit, int) -> absl::Status {
+        // Listed apart (below) for a model with frozen or tied params.
+        if (mf.Has("segments")) return absl::OkStatus();
         ZS_ASSIGN_OR_RETURN(const int64_t used, unit.Int("used_numel", 0, kMaxModelElements));
         ZS_ASSIGN_OR_RETURN(const int64_t shard, unit.Int("shard_numel", 0, kMaxModelElements));
         m.used_numel.push_back(used);
@@ -389,16 +402,43 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
         "%s: field 'model.fingerprint' is %s, but the units it lists fingerprint as %016x", source,
         fingerprint, FingerprintModelSpec(m.model)));
   }
+  if (mf.Has("segments")) {
+    ZS_ASSIGN_OR_RETURN(const json* segments, mf.Get("segments", json::value_t::array));
+    if (segments->size() > static_cast<size_t>(kMaxModelTensors)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: field 'model.segments' lists %d segments, more than the model has params", source,
+          segments->size()));
+    }
+    for (size_t k = 0; k < segments->size(); ++k) {
+      const json& segment = (*segments)[k];
+      if (!segment.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: field 'model.segments[%d]' is not an object", source, k));
+      }
+      const JsonFields sf = mf.Child(segment, absl::StrFormat("model.segments[%d]", k));
+      ZS_RETURN_IF_ERROR(sf.CheckKeys({"used_numel", "shard_numel"}));
+      ZS_ASSIGN_OR_RETURN(const int64_t used, sf.Int("used_numel", 0, kMaxModelElements));
+      ZS_ASSIGN_OR_RETURN(const int64_t shard, sf.Int("shard_numel", 0, kMaxModelElements));
+      m.used_numel.push_back(used);
+      m.shard_numel.push_back(shard);
+    }
+  }
   // The layout rules that wrote the file must be this build's (checked
   // before any size is derived from the shard sizes).
   ZS_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(m.model, m.world_size));
+  if (static_cast<size_t>(layout.num_units()) != m.used_numel.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the manifest lists %d storage segments, but this build stores the model in %d: the "
+        "checkpoint was written with other layout rules",
+        source, m.used_numel.size(), layout.num_units()));
+  }
   for (int u = 0; u < layout.num_units(); ++u) {
     if (layout.unit(u).used_numel != m.used_numel[u] ||
         layout.unit(u).shard_numel != m.shard_numel[u]) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: unit '%s' has used_numel %d and shard_numel %d, but this build lays it out as %d "
           "and %d for %d ranks: the checkpoint was written with other layout rules",
-          source, m.model.units[u].name, m.used_numel[u], m.shard_numel[u],
+          source, m.model.units[layout.unit(u).spec_unit].name, m.used_numel[u], m.shard_numel[u],
           layout.unit(u).used_numel, layout.unit(u).shard_numel, m.world_size));
     }
   }
@@ -446,10 +486,10 @@ absl::StatusOr<Manifest> ManifestFromDocument(const json& doc, const std::string
     rec.crc32c = static_cast<uint32_t>(crc);
     rec.index_crc32c = static_cast<uint32_t>(index_crc);
     ZS_ASSIGN_OR_RETURN(const json* unit_crcs, ff.Get("unit_crc32c", json::value_t::array));
-    if (unit_crcs->size() != m.model.units.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: field 'files[%d].unit_crc32c' has %d entries for %d units", source,
-                          r, unit_crcs->size(), m.model.units.size()));
+    if (unit_crcs->size() != m.used_numel.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: field 'files[%d].unit_crc32c' has %d entries for %d storage segments", source, r,
+          unit_crcs->size(), m.used_numel.size()));
     }
     for (const json& c : *unit_crcs) {
       if (!c.is_number_unsigned() || c.get<uint64_t>() > UINT32_MAX) {

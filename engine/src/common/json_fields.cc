@@ -148,6 +148,41 @@ JsonFields JsonFields::Child(const json& object, const std::string& name) const 
   return JsonFields(object, source_, prefix_ + name + ".");
 }
 
+json ParamSpecToJson(const ParamSpec& param) {
+  json j = {{"name", param.name}, {"shape", param.shape}, {"no_decay", param.no_decay}};
+  if (!param.trainable) j["trainable"] = false;
+  if (param.tied_to)
+    j["tied_to"] = {{"unit", param.tied_to->unit}, {"param", param.tied_to->param}};
+  if (param.lr_scale != 1.0) j["lr_scale"] = param.lr_scale;
+  if (param.weight_decay) j["weight_decay"] = *param.weight_decay;
+  return j;
+}
+
+namespace {
+
+// The optional keys of ParamSpecToJson into `param` (absent: the default).
+// The values are checked by ModelSpec::Validate, as the caller runs it.
+absl::Status ParamGroupFieldsFromJson(const JsonFields& pf, bool strict, ParamSpec* param) {
+  ZS_ASSIGN_OR_RETURN(param->trainable, pf.BoolOr("trainable", true));
+  ZS_ASSIGN_OR_RETURN(param->lr_scale, pf.RealOr("lr_scale", 1.0));
+  if (pf.Has("weight_decay")) {
+    ZS_ASSIGN_OR_RETURN(const double decay, pf.Real("weight_decay"));
+    param->weight_decay = decay;
+  }
+  if (pf.Has("tied_to")) {
+    ZS_ASSIGN_OR_RETURN(const json* tied, pf.Get("tied_to", json::value_t::object));
+    const JsonFields tf = pf.Child(*tied, "tied_to");
+    if (strict) ZS_RETURN_IF_ERROR(tf.CheckKeys({"unit", "param"}));
+    ParamRef owner;
+    ZS_ASSIGN_OR_RETURN(owner.unit, tf.String("unit"));
+    ZS_ASSIGN_OR_RETURN(owner.param, tf.String("param"));
+    param->tied_to = std::move(owner);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelSpec> ModelUnitsFromJson(
     const JsonFields& fields, const char* key, const UnitJsonRules& rules,
     const std::function<absl::Status(const JsonFields& unit, int index)>& on_unit) {
@@ -195,11 +230,15 @@ absl::StatusOr<ModelSpec> ModelUnitsFromJson(
                                                     QuoteForMessage(param_json.dump())));
       }
       const JsonFields pf = uf.Child(param_json, param_name);
-      if (rules.strict) ZS_RETURN_IF_ERROR(pf.CheckKeys({"name", "shape", "no_decay"}));
+      if (rules.strict) {
+        ZS_RETURN_IF_ERROR(pf.CheckKeys(
+            {"name", "shape", "no_decay", "trainable", "tied_to", "lr_scale", "weight_decay"}));
+      }
       ParamSpec param;
       ZS_ASSIGN_OR_RETURN(param.name, rules.strict ? pf.String("name") : pf.StringOr("name", ""));
       ZS_ASSIGN_OR_RETURN(param.no_decay,
                           rules.strict ? pf.Bool("no_decay") : pf.BoolOr("no_decay", false));
+      ZS_RETURN_IF_ERROR(ParamGroupFieldsFromJson(pf, rules.strict, &param));
       ZS_ASSIGN_OR_RETURN(const json* shape, pf.Get("shape", json::value_t::array));
       for (const json& d : *shape) {
         if (!d.is_number_integer()) {

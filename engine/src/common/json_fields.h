@@ -80,10 +80,19 @@ class JsonFields {
 // How a unit of a ModelSpec is written in JSON:
 //   {"name": "block.0", "params": [{"name": "w", "shape": [512, 128],
 //    "no_decay": false}, ...], <the caller's own keys>}
+// A param's keys: "name", "shape" and "no_decay", then each of
+// "trainable" (false), "tied_to" ({"unit": ..., "param": ...}), "lr_scale"
+// and "weight_decay" only when it is not ParamSpec's default, so that the
+// JSON of a spec without them (a manifest's model) is what it was before
+// they existed. ModelUnitsFromJson reads it back.
+nlohmann::json ParamSpecToJson(const ParamSpec& param);
+
 struct UnitJsonRules {
-  // The manifest's rules: every key required and no other key allowed.
-  // Otherwise (a spec file): "name" defaults to "", "no_decay" to false,
-  // and other keys are ignored.
+  // The manifest's rules: every key required and no other key allowed,
+  // except the optional param keys of ParamSpecToJson ("trainable",
+  // "tied_to", "lr_scale", "weight_decay"), which default to ParamSpec's
+  // defaults under either rules. Otherwise (a spec file): "name" defaults
+  // to "", "no_decay" to false, and other keys are ignored.
   bool strict = false;
   // Keys of a unit that the caller reads itself (strict: allowed).
   std::vector<std::string> unit_keys;

@@ -1,6 +1,8 @@
 #include "zeroshard/model_spec.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,125 @@ const absl::string_view* FindRepeated(std::vector<absl::string_view>& names) {
   std::sort(names.begin(), names.end());
   const auto twice = std::adjacent_find(names.begin(), names.end());
   return twice == names.end() ? nullptr : &*twice;
+}
+
+const char* BoolText(bool b) { return b ? "true" : "false"; }
+
+// "0.5"; "unset" for an absent weight decay.
+std::string DecayText(const std::optional<double>& weight_decay) {
+  return weight_decay ? absl::StrFormat("%g", *weight_decay) : std::string("unset");
+}
+
+// The param group fields of one param: lr_scale finite and >= 0,
+// weight_decay finite and >= 0 and not given with no_decay.
+absl::Status ValidateGroupFields(const std::string& unit, const ParamSpec& p) {
+  if (!(p.lr_scale >= 0) || !std::isfinite(p.lr_scale)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model spec: param '%s.%s' has lr_scale %g; it must be finite and >= 0 (its learning "
+        "rate is the schedule's times lr_scale; 0 holds it still)",
+        unit, p.name, p.lr_scale));
+  }
+  if (p.weight_decay) {
+    if (!(*p.weight_decay >= 0) || !std::isfinite(*p.weight_decay)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model spec: param '%s.%s' has weight_decay %g; it must be finite and >= 0", unit, p.name,
+          *p.weight_decay));
+    }
+    if (p.no_decay) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model spec: param '%s.%s' has both no_decay and weight_decay %g; set one of them "
+          "(no_decay is a weight decay of 0)",
+          unit, p.name, *p.weight_decay));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A param by its names, for resolving tied_to.
+struct ParamKey {
+  absl::string_view unit;
+  absl::string_view param;
+  int unit_index;
+  int param_index;
+  bool operator<(const ParamKey& o) const {
+    return unit != o.unit ? unit < o.unit : param < o.param;
+  }
+};
+
+// Every tied_to of `model` (whose names are unique) names a param of an
+// earlier unit that is not tied itself, with the alias's shape and
+// settings. Sorted keys, built only when the model has a tie: no cost for
+// untied models and O(n log n) otherwise.
+absl::Status ValidateTies(const ModelSpec& model) {
+  std::vector<ParamKey> keys;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    const UnitSpec& unit = model.units[u];
+    for (size_t p = 0; p < unit.params.size(); ++p) {
+      keys.push_back({unit.name, unit.params[p].name, static_cast<int>(u), static_cast<int>(p)});
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    const UnitSpec& unit = model.units[u];
+    for (const ParamSpec& alias : unit.params) {
+      if (!alias.tied_to) continue;
+      const ParamRef& ref = *alias.tied_to;
+      const ParamKey wanted{ref.unit, ref.param, 0, 0};
+      const auto found = std::lower_bound(keys.begin(), keys.end(), wanted);
+      if (found == keys.end() || found->unit != wanted.unit || found->param != wanted.param) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' is tied to '%s.%s', which is no param of the model; "
+            "tied_to names the owner by its unit's name and its param's name",
+            unit.name, alias.name, ref.unit, ref.param));
+      }
+      if (found->unit_index >= static_cast<int>(u)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' (unit %d) is tied to '%s.%s' of unit %d, which does not "
+            "come before it; the owner of a tie is in an earlier unit: tie the later unit's "
+            "param to the earlier one's",
+            unit.name, alias.name, u, ref.unit, ref.param, found->unit_index));
+      }
+      const ParamSpec& owner = model.units[found->unit_index].params[found->param_index];
+      if (owner.tied_to) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' is tied to '%s.%s', which is itself tied to '%s.%s'; tie "
+            "it to '%s.%s' directly",
+            unit.name, alias.name, ref.unit, ref.param, owner.tied_to->unit, owner.tied_to->param,
+            owner.tied_to->unit, owner.tied_to->param));
+      }
+      if (alias.shape != owner.shape) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' of shape %s is tied to '%s.%s' of shape %s; a tied "
+            "param has its owner's shape",
+            unit.name, alias.name, ShapeText(alias.shape), ref.unit, ref.param,
+            ShapeText(owner.shape)));
+      }
+      std::string differs;
+      if (alias.trainable != owner.trainable) {
+        differs = absl::StrFormat("trainable %s, the owner's %s", BoolText(alias.trainable),
+                                  BoolText(owner.trainable));
+      } else if (alias.no_decay != owner.no_decay) {
+        differs = absl::StrFormat("no_decay %s, the owner's %s", BoolText(alias.no_decay),
+                                  BoolText(owner.no_decay));
+      } else if (alias.lr_scale != owner.lr_scale) {
+        differs = absl::StrFormat("lr_scale %g, the owner's %g", alias.lr_scale, owner.lr_scale);
+      } else if (alias.weight_decay != owner.weight_decay) {
+        differs = absl::StrFormat("weight_decay %s, the owner's %s", DecayText(alias.weight_decay),
+                                  DecayText(owner.weight_decay));
+      } else if (alias.tp_split_dim != owner.tp_split_dim) {
+        differs = absl::StrFormat("tp_split_dim %d, the owner's %d", alias.tp_split_dim,
+                                  owner.tp_split_dim);
+      }
+      if (!differs.empty()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model spec: param '%s.%s' is tied to '%s.%s' but has %s; a tied param is its "
+            "owner: give it the owner's trainable, no_decay, lr_scale, weight_decay and "
+            "tp_split_dim",
+            unit.name, alias.name, ref.unit, ref.param, differs));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -76,6 +197,7 @@ absl::Status ModelSpec::Validate() const {
   std::vector<absl::string_view> unit_names;
   unit_names.reserve(units.size());
   std::vector<absl::string_view> param_names;
+  bool any_tied = false;
   int64_t model_elements = 0;  // stays <= kMaxModelElements, so the sums below cannot overflow
   for (size_t u = 0; u < units.size(); ++u) {
     const UnitSpec& unit = units[u];
@@ -120,6 +242,8 @@ absl::Status ModelSpec::Validate() const {
             "supported maximum for a whole model; check the shape",
             unit.name, p.name, ShapeText(p.shape), kMaxModelElements));
       }
+      ZS_RETURN_IF_ERROR(ValidateGroupFields(unit.name, p));
+      any_tied = any_tied || p.tied_to.has_value();
       model_elements += elements;
       if (model_elements > kMaxModelElements) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -139,6 +263,7 @@ absl::Status ModelSpec::Validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model spec: unit name '%s' appears twice; unit names must be unique", *twice));
   }
+  if (any_tied) ZS_RETURN_IF_ERROR(ValidateTies(*this));
   return absl::OkStatus();
 }
 
@@ -234,6 +359,27 @@ absl::StatusOr<ModelSpec> ShardModelSpec(const ModelSpec& model, int tp, int tp_
   ZS_ASSIGN_OR_RETURN(const auto stages, PipelineStageUnits(model, pp));
   ModelSpec shard;
   const auto [first, last] = stages[pp_rank];
+  // A tie is stored once, in its owner's unit: both units must be on the
+  // same pipeline stage (sharing a tensor across stages would need an
+  // exchange of its gradient between them, which the engine does not do).
+  std::vector<absl::string_view> stage_units;
+  for (int u = first; u < last; ++u) {
+    for (const ParamSpec& p : model.units[u].params) {
+      if (!p.tied_to) continue;
+      if (stage_units.empty()) {
+        for (int v = first; v < last; ++v) stage_units.push_back(model.units[v].name);
+        std::sort(stage_units.begin(), stage_units.end());
+      }
+      if (!std::binary_search(stage_units.begin(), stage_units.end(), p.tied_to->unit)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "shard model spec: param '%s.%s' is tied to '%s.%s', but pp %d puts unit '%s' on "
+            "pipeline stage %d and unit '%s' on an earlier one; a tie must stay within one "
+            "stage: use fewer pipeline stages or untie the params",
+            model.units[u].name, p.name, p.tied_to->unit, p.tied_to->param, pp, model.units[u].name,
+            pp_rank, p.tied_to->unit));
+      }
+    }
+  }
   shard.units.assign(model.units.begin() + first, model.units.begin() + last);
   for (UnitSpec& unit : shard.units) {
     ZS_ASSIGN_OR_RETURN(unit, internal::TpShardUnit(unit, tp, internal::TpRemainder::kRefuse));

@@ -9,6 +9,12 @@ constexpr uint64_t kFnvPrime = 0x100000001b3ull;
 
 uint64_t Mix(uint64_t h, uint64_t word) { return (h ^ word) * kFnvPrime; }
 
+// Tags of the optional ParamSpec fields in a unit's fingerprint.
+constexpr uint64_t kFrozenTag = 0x7a732d66726f7a6eull;       // "zs-frozn"
+constexpr uint64_t kTiedTag = 0x7a732d7469656420ull;         // "zs-tied "
+constexpr uint64_t kLrScaleTag = 0x7a732d6c72736361ull;      // "zs-lrsca"
+constexpr uint64_t kWeightDecayTag = 0x7a732d7764656361ull;  // "zs-wdeca"
+
 }  // namespace
 
 uint64_t HashString(uint64_t h, const std::string& s) {
@@ -27,6 +33,25 @@ uint64_t FingerprintUnitSpec(const UnitSpec& unit) {
     // Only when set: specs without tensor parallelism (and the checkpoints
     // whose manifests carry their fingerprint) keep their old fingerprint.
     if (p.tp_split_dim >= 0) h = HashValue(h, static_cast<int64_t>(p.tp_split_dim));
+    // The same for the fields of frozen and tied params and param groups,
+    // each behind its own tag so that one cannot pass for another.
+    if (!p.trainable) h = HashValue(h, kFrozenTag);
+    if (p.tied_to) {
+      h = HashValue(h, kTiedTag);
+      h = HashString(h, p.tied_to->unit);
+      h = HashString(h, p.tied_to->param);
+    }
+    if (p.lr_scale != 1.0) {
+      // +0.0 for -0.0: equal scales hash alike.
+      const double scale = p.lr_scale == 0.0 ? 0.0 : p.lr_scale;
+      h = HashValue(h, kLrScaleTag);
+      h = HashValue(h, scale);
+    }
+    if (p.weight_decay) {
+      const double decay = *p.weight_decay == 0.0 ? 0.0 : *p.weight_decay;
+      h = HashValue(h, kWeightDecayTag);
+      h = HashValue(h, decay);
+    }
   }
   return h;
 }

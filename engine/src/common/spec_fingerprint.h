@@ -29,8 +29,10 @@ uint64_t HashValue(uint64_t h, const T& value) {
 uint64_t HashString(uint64_t h, const std::string& s);
 
 uint64_t FingerprintModelSpec(const ModelSpec& spec);
-// One unit: its name and every param's name, shape, no_decay and (when >= 0)
-// tp_split_dim.
+// One unit: its name and every param's name, shape, no_decay and, each only
+// when not its default (so that the fingerprints of specs without them, and
+// of the checkpoints that record them, stay what they were): tp_split_dim,
+// trainable, tied_to, lr_scale and weight_decay.
 uint64_t FingerprintUnitSpec(const UnitSpec& unit);
 
 }  // namespace zeroshard::internal

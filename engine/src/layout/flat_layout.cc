@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
@@ -61,6 +63,15 @@ absl::Status Overflow(const std::string& unit, int world_size) {
 
 }  // namespace
 
+bool OneSegmentPerUnit(const ModelSpec& spec) {
+  for (const UnitSpec& unit : spec.units) {
+    for (const ParamSpec& p : unit.params) {
+      if (!p.trainable || p.tied_to.has_value()) return false;
+    }
+  }
+  return true;
+}
+
 bool FlatLayout::AddSegment(UnitSegment seg) {
   const int64_t used = seg.used_numel;
   // Each shard is a whole number of quanta, so a per-unit shard never
@@ -79,7 +90,17 @@ bool FlatLayout::AddSegment(UnitSegment seg) {
   total_numel_ = *end;
   shard_offset_ += *shard;  // at most total_numel_
   shard_numel_ = shard_offset_;
-  max_unit_numel_ = std::max(max_unit_numel_, *padded);
+  // The trainable segments' sums are parts of the sums above: no overflow.
+  if (seg.trainable) {
+    seg.train_offset = train_total_numel_;
+    seg.train_shard_offset = train_shard_numel_;
+    train_total_numel_ += *padded;
+    train_shard_numel_ += *shard;
+    max_unit_numel_ = std::max(max_unit_numel_, *padded);
+  } else {
+    seg.train_offset = -1;
+    seg.train_shard_offset = -1;
+  }
   units_.push_back(std::move(seg));
   return true;
 }
@@ -87,16 +108,106 @@ bool FlatLayout::AddSegment(UnitSegment seg) {
 absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelSpec& spec, int world_size) {
   ZS_RETURN_IF_ERROR(CheckWorldSize(world_size));
   ZS_RETURN_IF_ERROR(spec.Validate());
+  const int units = static_cast<int>(spec.units.size());
+  // The tie owners and their aliases' units (Validate checked every name).
+  absl::flat_hash_map<std::string, int> unit_index;
+  for (int u = 0; u < units; ++u) unit_index.emplace(spec.units[u].name, u);
+  // Per alias param: its owner's (unit, param); {-1, -1} for others.
+  std::vector<std::vector<std::pair<int, int>>> owner_of(units);
+  std::vector<std::vector<std::vector<int>>> alias_units(units);  // per owner param
+  for (int u = 0; u < units; ++u) {
+    owner_of[u].assign(spec.units[u].params.size(), {-1, -1});
+    alias_units[u].resize(spec.units[u].params.size());
+  }
+  for (int u = 0; u < units; ++u) {
+    const UnitSpec& unit = spec.units[u];
+    for (size_t p = 0; p < unit.params.size(); ++p) {
+      if (!unit.params[p].tied_to.has_value()) continue;
+      const ParamRef& ref = *unit.params[p].tied_to;
+      const int ou = unit_index.at(ref.unit);
+      const std::vector<ParamSpec>& owner_params = spec.units[ou].params;
+      int op = 0;
+      while (owner_params[op].name != ref.param) ++op;
+      owner_of[u][p] = {ou, op};
+      alias_units[ou][op].push_back(u);
+    }
+  }
+
   FlatLayout layout;
   layout.world_size_ = world_size;
   layout.units_.reserve(spec.units.size());
-  for (const UnitSpec& unit : spec.units) {
+  layout.spec_segments_.resize(units);
+  layout.places_.resize(units);
+  // Appends a segment of spec unit u's params `which` (indices).
+  auto add = [&](int u, const std::vector<int>& which, bool trainable,
+                 int tied_param) -> absl::Status {
+    const UnitSpec& unit = spec.units[u];
     UnitSegment seg;
-    seg.params.reserve(unit.params.size());
-    ZS_ASSIGN_OR_RETURN(seg.used_numel, PlaceParams(unit, &seg.params));
+    seg.trainable = trainable;
+    seg.spec_unit = u;
+    seg.tied_param = tied_param;
+    size_t failed = 0;
+    const std::optional<int64_t> used = PlaceParams(
+        which.size(), [&](size_t i) { return unit.params[which[i]].NumElements(); }, &seg.params,
+        &failed);
+    if (!used.has_value()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "layout of unit '%s': param '%s' ends past 2^63 elements; make the model smaller",
+          unit.name, unit.params[which[failed]].name));
+    }
+    seg.used_numel = *used;
+    const int segment = layout.num_units();
+    for (size_t i = 0; i < which.size(); ++i) {
+      seg.params[i].spec_unit = u;
+      seg.params[i].spec_param = which[i];
+      layout.places_[u][which[i]] = {segment, static_cast<int>(i)};
+    }
+    std::vector<int> users;
+    if (trainable) {
+      users.push_back(u);
+      if (tied_param >= 0) {
+        for (int a : alias_units[u][tied_param]) users.push_back(a);
+      }
+      users.erase(std::unique(users.begin(), users.end()), users.end());
+    }
+    layout.users_.push_back(std::move(users));
+    layout.spec_segments_[u].push_back(segment);
     if (!layout.AddSegment(std::move(seg))) {
       return Overflow(absl::StrCat("'", unit.name, "'"), world_size);
     }
+    return absl::OkStatus();
+  };
+  for (int u = 0; u < units; ++u) {
+    const UnitSpec& unit = spec.units[u];
+    layout.places_[u].assign(unit.params.size(), ParamPlace{});
+    std::vector<int> trained;
+    std::vector<int> frozen;
+    std::vector<int> owners;
+    for (int p = 0; p < static_cast<int>(unit.params.size()); ++p) {
+      const ParamSpec& param = unit.params[p];
+      if (param.tied_to.has_value()) continue;
+      if (!alias_units[u][p].empty()) {
+        owners.push_back(p);
+      } else {
+        (param.trainable ? trained : frozen).push_back(p);
+      }
+    }
+    if (!trained.empty()) ZS_RETURN_IF_ERROR(add(u, trained, true, -1));
+    if (!frozen.empty()) ZS_RETURN_IF_ERROR(add(u, frozen, false, -1));
+    for (int p : owners) ZS_RETURN_IF_ERROR(add(u, {p}, unit.params[p].trainable, p));
+  }
+  // An alias is its owner's storage; its unit reads the owner's segment.
+  for (int u = 0; u < units; ++u) {
+    for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
+      const auto [ou, op] = owner_of[u][p];
+      if (ou < 0) continue;  // not an alias
+      const ParamPlace place = layout.places_[ou][op];
+      layout.places_[u][p] = place;
+      layout.spec_segments_[u].push_back(place.segment);
+    }
+    std::vector<int>& segs = layout.spec_segments_[u];
+    std::sort(segs.begin(), segs.end());
+    segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
   }
   return layout;
 }
@@ -118,9 +229,14 @@ absl::StatusOr<int64_t> FlatLayout::UsedNumel(const std::vector<int64_t>& param_
 }
 
 absl::StatusOr<FlatLayout> FlatLayout::FromUsedNumels(const std::vector<int64_t>& used_numel,
-                                                      int world_size) {
+                                                      int world_size,
+                                                      const std::vector<bool>& trainable) {
   ZS_RETURN_IF_ERROR(CheckWorldSize(world_size));
   if (used_numel.empty()) return absl::InvalidArgumentError("layout: no units");
+  if (!trainable.empty() && trainable.size() != used_numel.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("layout: %d trainable flags for %d units",
+                                                      trainable.size(), used_numel.size()));
+  }
   FlatLayout layout;
   layout.world_size_ = world_size;
   layout.units_.reserve(used_numel.size());
@@ -131,6 +247,12 @@ absl::StatusOr<FlatLayout> FlatLayout::FromUsedNumels(const std::vector<int64_t>
     }
     UnitSegment seg;
     seg.used_numel = used_numel[u];
+    seg.trainable = trainable.empty() || trainable[u];
+    seg.spec_unit = static_cast<int>(u);
+    layout.spec_segments_.push_back({static_cast<int>(u)});
+    layout.places_.emplace_back();
+    layout.users_.push_back(seg.trainable ? std::vector<int>{static_cast<int>(u)}
+                                          : std::vector<int>{});
     if (!layout.AddSegment(std::move(seg))) return Overflow(absl::StrCat("#", u), world_size);
   }
   return layout;

@@ -64,15 +64,17 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   plan.stage = DecideStage(train.zero_stage);
   const StageDecisions& stage = plan.stage;
   plan.world_size = layout.world_size();
-  const int64_t full = layout.total_numel();
-  const int64_t shard = layout.shard_numel();
+  plan.max_gathered_units = train.max_gathered_units;
+  // Gradients, master and moments exist for the trainable segments only.
+  const int64_t full = layout.train_total_numel();
+  const int64_t shard = layout.train_shard_numel();
   const bool mixed = train.precision != Precision::kFp32;
   const DType grad_dtype = train.effective_grad_dtype();
   // Stage 0 keeps optimizer state for every element; stages 1-3 only for the
   // rank's own shard.
   const int64_t optimizer_numel = stage.optimizer_sharded ? shard : full;
 
-  // Params: every unit full, except stage 3's sharded units. At most the
+  // Params: every segment full, except stage 3's sharded ones. At most the
   // full flat buffer, so the sum cannot overflow.
   int64_t params_numel = 0;
   int64_t sharded_units = 0;
@@ -85,6 +87,13 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       ++sharded_units;
       plan.gather_slot_numel = std::max(plan.gather_slot_numel, seg.padded_numel);
     }
+  }
+  // The most sharded segments one spec unit reads (its own and tied ones).
+  int64_t segments_per_unit = 1;
+  for (int u = 0; u < layout.num_spec_units(); ++u) {
+    int64_t sharded = 0;
+    for (int s : layout.SegmentsOf(u)) sharded += plan.unit_resident[s] ? 0 : 1;
+    segments_per_unit = std::max(segments_per_unit, sharded);
   }
   plan.buffers.push_back(
       {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), params_numel});
@@ -102,7 +111,12 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   // Stages 0-1 write the first micro-batch's gradient straight into the full
   // gradient buffer, so they stage only when accumulating. Stage 2 stages
   // every unit: its gradient buffer holds only the shard.
-  if (stage.grads_sharded || train.grad_accum_steps > 1) {
+  // A tied param's later uses are staged too, and added to the first's.
+  int64_t tied_numel = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (layout.UsersOf(u).size() > 1) tied_numel += layout.unit(u).padded_numel;
+  }
+  if (stage.grads_sharded || train.grad_accum_steps > 1 || tied_numel > 0) {
     plan.grad_staging_slots = train.num_grad_buffers;
     const std::optional<int64_t> staging =
         CheckedMul(plan.grad_staging_slots, layout.max_unit_numel());
@@ -112,19 +126,31 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     plan.buffers.push_back(
         {kGradStagingBuffer, MemoryCategory::kCommBuffers, grad_dtype, *staging});
   }
+  // Stages 0-1 sum a tied param's first micro-batch in the gradient buffer
+  // itself; later ones, and every one at stage 2, in its accumulator.
+  if (tied_numel > 0 && (stage.grads_sharded || train.grad_accum_steps > 1)) {
+    plan.buffers.push_back({kTiedGradBuffer, MemoryCategory::kCommBuffers, grad_dtype, tied_numel});
+  }
   if (plan.gather_slot_numel > 0) {
     // Below 2^60: a layout's padded unit is below 2^57 elements.
     const int64_t slot_bytes =
         plan.gather_slot_numel * static_cast<int64_t>(DTypeSize(train.param_dtype()));
-    // The unit in use plus those prefetched, but never more buffers than
-    // there are units to gather: a unit sits in at most one buffer.
-    int64_t slots = std::min<int64_t>(int64_t{1} + train.prefetch_units, sharded_units);
+    // The segments of the units the trainer may hold at once, plus the
+    // prefetched ones, but never more buffers than there are segments to
+    // gather: a segment sits in at most one buffer.
+    plan.held_slots = static_cast<int>(
+        std::min<int64_t>(int64_t{train.max_gathered_units} * segments_per_unit, sharded_units));
+    int64_t slots =
+        std::min<int64_t>(int64_t{plan.held_slots} + train.prefetch_units, sharded_units);
     if (train.max_live_gather_bytes > 0) {
-      if (train.max_live_gather_bytes < slot_bytes) {
+      if (train.max_live_gather_bytes < slot_bytes * plan.held_slots) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "train spec: max_live_gather_bytes %d is below one gather buffer (%d bytes: the "
-            "largest sharded unit); raise it or make the unit persistent",
-            train.max_live_gather_bytes, slot_bytes));
+            "train spec: max_live_gather_bytes %d is below the gather buffers of the units held "
+            "at once (%d buffers of %d bytes: max_gathered_units %d, up to %d sharded segments "
+            "each, the largest sharded segment); raise it, lower max_gathered_units or make "
+            "units persistent",
+            train.max_live_gather_bytes, plan.held_slots, slot_bytes, train.max_gathered_units,
+            segments_per_unit));
       }
       slots = std::min(slots, train.max_live_gather_bytes / slot_bytes);
     }

@@ -15,6 +15,7 @@
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
 #include "zeroshard/estimate/byte_units.h"
+#include "zeroshard/estimate/fine_tuning.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -184,7 +185,10 @@ absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const Cl
   ZS_ASSIGN_OR_RETURN(PlanOptions o, internal::ResolveOptions(model, cluster, options));
   zeroshard::Plan plan;
   plan.model_name = model.name;
-  plan.params = model.spec.NumParams();
+  const ParamCounts counts = CountParams(model.spec);
+  plan.params = counts.total();
+  plan.trainable_params = counts.trainable;
+  plan.frozen_params = counts.frozen;
   plan.num_units = static_cast<int>(model.spec.units.size());
   plan.cluster = cluster;
   plan.options = o;

@@ -35,6 +35,11 @@ std::string WithCommas(double x) {
 
 std::string Billions(int64_t n) { return absl::StrFormat("%.2f B", static_cast<double>(n) / 1e9); }
 
+// Billions, or millions below 10^9 (LoRA adapters are millions).
+std::string ShortCount(int64_t n) {
+  return n >= 1000000000 ? Billions(n) : absl::StrFormat("%.2f M", static_cast<double>(n) / 1e6);
+}
+
 const char* PrecisionText(Precision p) {
   switch (p) {
     case Precision::kFp32:
@@ -101,6 +106,15 @@ std::string FormatTable(const Plan& plan, bool all) {
   std::string out;
   absl::StrAppendFormat(&out, "model     %s: %s params (%s), %d units\n", plan.model_name,
                         WithCommas(plan.params), Billions(plan.params), plan.num_units);
+  if (plan.frozen_params > 0) {
+    // Only the trainable part has gradients, an fp32 master and moments.
+    absl::StrAppendFormat(
+        &out,
+        "          trainable %s (%s), frozen %s (%s): grads, master and optimizer "
+        "state for the trainable params only\n",
+        WithCommas(plan.trainable_params), ShortCount(plan.trainable_params),
+        WithCommas(plan.frozen_params), ShortCount(plan.frozen_params));
+  }
   absl::StrAppendFormat(&out, "cluster   %d GPUs (%d per node) x %s GiB, host %s GiB per node\n",
                         cl.gpus, cl.gpus_per_node, FormatGiB(cl.gpu_mem_bytes),
                         FormatGiB(cl.host_mem_bytes));
@@ -187,6 +201,8 @@ std::string FormatJson(const Plan& plan, bool all) {
   doc["units"] = {{"memory", "bytes"}, {"time", "seconds"}};
   doc["model"] = plan.model_name;
   doc["params"] = plan.params;
+  doc["trainable_params"] = plan.trainable_params;
+  doc["frozen_params"] = plan.frozen_params;
   doc["num_units"] = plan.num_units;
   doc["cluster"] = {
       {"gpus", cl.gpus},

@@ -1,5 +1,6 @@
 #include "engine/src/plan/transformer_spec.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
+#include "zeroshard/estimate/fine_tuning.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
@@ -236,3 +238,134 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
 }
 
 }  // namespace zeroshard::internal
+
+namespace zeroshard {
+namespace {
+
+// A weight AddLoraAdapters adapts, and how it reads its shape.
+struct AdaptedWeight {
+  bool adapted = false;
+  bool expert = false;  // a Mixtral expert's: only experts_per_token of them are active
+};
+
+AdaptedWeight LoraTarget(const ParamSpec& param, bool gpt2) {
+  const std::string& name = param.name;
+  // Adapters themselves are never adapted (a second AddLoraAdapters).
+  if (param.shape.size() != 2 || absl::StrContains(name, ".lora_")) return {};
+  if (gpt2) {
+    for (const char* w :
+         {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+      if (name == w) return {true, false};
+    }
+    return {};
+  }
+  if ((absl::StartsWith(name, "self_attn.") || absl::StartsWith(name, "mlp.")) &&
+      absl::EndsWith(name, "_proj.weight")) {
+    return {true, false};
+  }
+  if (absl::StartsWith(name, "block_sparse_moe.experts.") && absl::EndsWith(name, ".weight")) {
+    return {true, true};
+  }
+  return {};
+}
+
+}  // namespace
+
+absl::Status AddLoraAdapters(ModelDescription& model, int64_t rank) {
+  if (!model.transformer.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", model.name,
+        "': LoRA adapters need a transformer (a preset or an HF config); for a JSON spec, "
+        "list the adapters in the spec and mark the base weights \"trainable\": false"));
+  }
+  if (rank < 1 || rank > kMaxLoraRank) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("LoRA rank %d is outside [1, %d]", rank, kMaxLoraRank));
+  }
+  const TransformerShape& t = *model.transformer;
+  const bool gpt2 = t.architecture == "GPT2LMHeadModel";
+  const int first = model.first_layer_unit;
+  const int end = first + model.num_layer_units;
+  // Count before building: a Mixtral with thousands of experts per layer
+  // must be refused, not allocated.
+  CheckedInt64 adapters = 0;
+  CheckedInt64 elements = model.spec.NumParams();
+  for (int u = first; u < end; ++u) {
+    for (const ParamSpec& p : model.spec.units[u].params) {
+      if (!LoraTarget(p, gpt2).adapted) continue;
+      const int64_t smaller = std::min(p.shape[0], p.shape[1]);
+      if (rank > smaller) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model '%s': LoRA rank %d exceeds the smaller side (%d) of %s.%s [%d, %d]; use a "
+            "rank of %d or less",
+            model.name, rank, smaller, model.spec.units[u].name, p.name, p.shape[0], p.shape[1],
+            smaller));
+      }
+      adapters += 2;
+      elements += CheckedInt64(rank) * (p.shape[0] + p.shape[1]);
+    }
+  }
+  CheckedInt64 all_tensors = adapters;
+  for (const UnitSpec& unit : model.spec.units) {
+    all_tensors += static_cast<int64_t>(unit.params.size());
+  }
+  if (!all_tensors.ok() || *all_tensors.value() > kMaxModelTensors || !elements.ok() ||
+      *elements.value() > kMaxModelElements) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model '%s': LoRA rank %d adapters bring the model past %d params (tensors) or %d "
+        "elements; lower the rank",
+        model.name, rank, kMaxModelTensors, kMaxModelElements));
+  }
+  // Built on a copy: on an error `model` is left as it was.
+  ModelSpec spec = model.spec;
+  for (UnitSpec& unit : spec.units) {
+    for (ParamSpec& p : unit.params) p.trainable = false;
+  }
+  // Below kMaxModelElements (checked above), so plain sums cannot overflow.
+  int64_t dense_added = 0;
+  int64_t expert_added = 0;
+  for (int u = first; u < end; ++u) {
+    std::vector<ParamSpec> params;
+    for (ParamSpec& w : spec.units[u].params) {
+      const AdaptedWeight target = LoraTarget(w, gpt2);
+      params.push_back(w);
+      if (!target.adapted) continue;
+      // nn.Linear stores [out, in]; GPT-2's Conv1D [in, out].
+      const int out_dim = gpt2 ? 1 : 0;
+      const int64_t out = w.shape[out_dim];
+      const int64_t in = w.shape[1 - out_dim];
+      const std::string stem = w.name.substr(0, w.name.size() - std::string(".weight").size());
+      ParamSpec a;
+      a.name = stem + ".lora_A.weight";
+      a.shape = {rank, in};
+      // A row-parallel W splits its input side: A follows; B is whole.
+      a.tp_split_dim = w.tp_split_dim == 1 - out_dim ? 1 : -1;
+      ParamSpec b;
+      b.name = stem + ".lora_B.weight";
+      b.shape = {out, rank};
+      // A column-parallel W splits its output side: B follows; A is whole.
+      b.tp_split_dim = w.tp_split_dim == out_dim ? 0 : -1;
+      const int64_t added = rank * (in + out);
+      (target.expert ? expert_added : dense_added) += added;
+      params.push_back(std::move(a));
+      params.push_back(std::move(b));
+    }
+    spec.units[u].params = std::move(params);
+  }
+  absl::Status valid = spec.Validate();
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model.name, "' with LoRA rank ", rank, ": ", valid.message()));
+  }
+  model.spec = std::move(spec);
+  if (model.active_params > 0) {
+    // A token passes through experts_per_token of the experts (and their
+    // adapters); every expert has the same shapes, so the division is exact.
+    model.active_params +=
+        dense_added + (t.experts > 0 ? expert_added / t.experts * t.experts_per_token : 0);
+  }
+  model.name = absl::StrCat(model.name, " + LoRA r", rank);
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard

@@ -1,5 +1,6 @@
 #include "engine/src/runtime/checkpoint_writer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <utility>
@@ -36,11 +37,13 @@ uint64_t FreshNonce() {
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(const FlatLayout& layout, int rank, bool mixed,
-                                   const ShardBuffers& buffers, RuntimeServices& services)
+                                   DType param_dtype, const ShardBuffers& buffers,
+                                   RuntimeServices& services)
     : layout_(layout),
       rank_(rank),
       world_(services.comm().size()),
       mixed_(mixed),
+      param_dtype_(param_dtype),
       buffers_(buffers),
       services_(services) {}
 
@@ -200,13 +203,31 @@ absl::Status CheckpointWriter::Begin(const std::string& root, const CheckpointOp
 }
 
 absl::Status CheckpointWriter::TakeSnapshot() {
-  // This rank's shard of each unit, master then m then v, in the file's
-  // order. With fp32 the params are the master weights.
+  // This rank's shard of each segment, master then m then v, in the file's
+  // order. With fp32 the params are the master weights. A frozen segment
+  // has params only: its values (exact in fp32) and zero moments.
   snapshot_.resize(static_cast<size_t>(layout_.shard_numel()) * kTensorsPerUnit);
   float* out = snapshot_.data();
+  std::vector<std::pair<float*, std::vector<uint16_t>>> halves;  // converted after the sync
   for (int u = 0; u < layout_.num_units(); ++u) {
     const ElementRange shard = layout_.ShardRange(u, rank_);
     const size_t n = static_cast<size_t>(shard.size());
+    if (!layout_.unit(u).trainable) {
+      // Stage 3 holds the shard; stages 0-2 the whole segment, of which the
+      // shard is a part.
+      const void* params = buffers_.ParamsAt(u, shard.begin);
+      if (param_dtype_ == DType::kFloat32) {
+        ZS_RETURN_IF_ERROR(
+            services_.CopyOnCompute(out, params, static_cast<int64_t>(n * sizeof(float))));
+      } else {
+        halves.emplace_back(out, std::vector<uint16_t>(n));
+        ZS_RETURN_IF_ERROR(services_.CopyOnCompute(halves.back().second.data(), params,
+                                                   static_cast<int64_t>(n * sizeof(uint16_t))));
+      }
+      std::fill(out + n, out + 3 * n, 0.0f);
+      out += 3 * n;
+      continue;
+    }
     const float* master = mixed_ ? buffers_.MasterAt(u, shard.begin)
                                  : static_cast<const float*>(buffers_.ParamsAt(u, shard.begin));
     const float* const tensors[kTensorsPerUnit] = {master, buffers_.AdamMAt(u, shard.begin),
@@ -217,7 +238,15 @@ absl::Status CheckpointWriter::TakeSnapshot() {
       out += n;
     }
   }
-  return services_.SyncCompute();
+  ZS_RETURN_IF_ERROR(services_.SyncCompute());
+  for (auto& [dst, src] : halves) {
+    if (param_dtype_ == DType::kBFloat16) {
+      ConvertBf16ToFp32(src.data(), dst, src.size());
+    } else {
+      ConvertFp16ToFp32(src.data(), dst, src.size());
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckpointWriter::Commit(const absl::Status& engine_status) {

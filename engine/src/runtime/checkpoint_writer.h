@@ -31,9 +31,10 @@ namespace zeroshard::internal {
 class CheckpointWriter {
  public:
   // `mixed`: the fp32 master lives in its own buffer (else the params are
-  // the master). Every reference must outlive the writer.
-  CheckpointWriter(const FlatLayout& layout, int rank, bool mixed, const ShardBuffers& buffers,
-                   RuntimeServices& services);
+  // the master); frozen segments' params, in `param_dtype`, are saved as
+  // fp32 values with zero moments. Every reference must outlive the writer.
+  CheckpointWriter(const FlatLayout& layout, int rank, bool mixed, DType param_dtype,
+                   const ShardBuffers& buffers, RuntimeServices& services);
   // A background write owns its snapshot: lets it finish (the checkpoint
   // stays incomplete without Commit).
   ~CheckpointWriter();
@@ -81,6 +82,7 @@ class CheckpointWriter {
   int rank_;
   int world_;
   bool mixed_;
+  DType param_dtype_;
   const ShardBuffers& buffers_;
   RuntimeServices& services_;
   std::unique_ptr<Pending> pending_;

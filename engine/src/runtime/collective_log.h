@@ -31,7 +31,8 @@ enum class CollectiveKind : uint64_t {
   kGatherUnit,
   kGatherForRead,
   kFingerprint,
-  kCheckpoint
+  kCheckpoint,
+  kSetTrainable
 };
 
 // Where the engine waits on a collective: each wait is booked to its site.

@@ -38,6 +38,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
   }
   ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
                       internal::FlatLayout::Create(model, comm.size()));
+  if (layout.train_total_numel() == 0) {
+    return absl::InvalidArgumentError(
+        "Engine::Create: every param of the model is frozen (ParamSpec::trainable false): there "
+        "is nothing to train; mark the params to train trainable");
+  }
   ZS_ASSIGN_OR_RETURN(BufferPlan plan, internal::PlanBuffers(layout, train));
   auto engine = std::make_unique<internal::EngineImpl>(model, train, device, comm,
                                                        std::move(layout), std::move(plan));
@@ -81,14 +86,18 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
       buffers_(layout_, plan_, rank_, param_dtype_, grad_dtype_),
       log_(train.check_collective_sequence),
       loss_scaler_(train.precision, train.loss_scale),
-      optimizer_(train,
-                 BuildDecayRuns(layout_, model_, [this](int u) { return buffers_.OwnedRange(u); })),
+      optimizer_(train, BuildUpdateRuns(layout_, model_,
+                                        [this](int u) { return buffers_.OwnedRange(u); })),
       norm_(layout_, rank_, grad_dtype_, device.host_accessible(), buffers_, *this) {
-  const int units = layout_.num_units();
+  const int units = layout_.num_spec_units();
   param_hashes_.resize(units);
   for (int u = 0; u < units; ++u) param_hashes_[u].assign(model_.units[u].params.size(), 0);
+  for (int s = 0; s < layout_.num_units(); ++s) {
+    frozen_now_.emplace_back(layout_.unit(s).params.size(), 0);
+  }
   RuntimeServices& services = *this;
-  checkpoint_ = std::make_unique<CheckpointWriter>(layout_, rank_, mixed_, buffers_, services);
+  checkpoint_ =
+      std::make_unique<CheckpointWriter>(layout_, rank_, mixed_, param_dtype_, buffers_, services);
   gatherer_ = std::make_unique<ParamGatherer>(model_, layout_, plan_, rank_, param_dtype_, buffers_,
                                               services);
   reducer_ = std::make_unique<GradReducer>(model_, layout_, plan_, rank_, grad_dtype_,
@@ -209,9 +218,9 @@ void EngineImpl::SetModelParallel(const ModelParallelOptions& parallel) {
 }
 
 absl::Status EngineImpl::CheckUnit(int unit, const char* call) const {
-  if (unit < 0 || unit >= layout_.num_units()) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("%s(%d): the model has units 0..%d", call, unit, layout_.num_units() - 1));
+  if (unit < 0 || unit >= layout_.num_spec_units()) {
+    return absl::OutOfRangeError(absl::StrFormat("%s(%d): the model has units 0..%d", call, unit,
+                                                 layout_.num_spec_units() - 1));
   }
   return absl::OkStatus();
 }
@@ -235,34 +244,51 @@ absl::Status EngineImpl::WaitComm(CommHandle& handle, WaitSite site) {
   return Poison(log_.Wait(handle, site, timeline_));
 }
 
-UnitView EngineImpl::MakeView(void* base, DType dtype, int unit) const {
+UnitView EngineImpl::MakeView(const std::vector<void*>& bases, DType dtype, int unit) const {
+  // bases[i] is segment SegmentsOf(unit)[i]'s memory, or null (no gradient).
   UnitView view;
-  const UnitSegment& seg = layout_.unit(unit);
+  const std::vector<int>& segments = layout_.SegmentsOf(unit);
   const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
-  for (size_t p = 0; p < seg.params.size(); ++p) {
-    view.params.push_back({static_cast<char*>(base) + seg.params[p].offset * elem, dtype,
-                           seg.params[p].numel, &model_.units[unit].params[p].shape});
+  const std::vector<ParamSpec>& params = model_.units[unit].params;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParamPlace place = layout_.PlaceOf(unit, static_cast<int>(p));
+    const size_t at = static_cast<size_t>(
+        std::find(segments.begin(), segments.end(), place.segment) - segments.begin());
+    const ParamSlot& slot = layout_.unit(place.segment).params[place.slot];
+    char* base = static_cast<char*>(bases[at]);
+    if (base == nullptr) {
+      view.params.push_back({nullptr, dtype, 0, &params[p].shape});
+    } else {
+      view.params.push_back({base + slot.offset * elem, dtype, slot.numel, &params[p].shape});
+    }
   }
   return view;
 }
 
 absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> values) {
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "SetParam"));
-  const UnitSegment& seg = layout_.unit(unit);
-  if (param < 0 || param >= static_cast<int>(seg.params.size())) {
+  const UnitSpec& spec = model_.units[unit];
+  if (param < 0 || param >= static_cast<int>(spec.params.size())) {
     return absl::OutOfRangeError(absl::StrFormat("SetParam: unit '%s' has params 0..%d, not %d",
-                                                 model_.units[unit].name, seg.params.size() - 1,
-                                                 param));
+                                                 spec.name, spec.params.size() - 1, param));
   }
   if (started_) {
     return absl::FailedPreconditionError("SetParam after Start(): initial weights are fixed");
   }
-  const ParamSlot& slot = seg.params[param];
-  const std::string& name = model_.units[unit].params[param].name;
+  const std::string& name = spec.params[param].name;
+  if (const auto& tie = spec.params[param].tied_to; tie.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SetParam(%s.%s): the param is tied to %s.%s (ParamSpec::tied_to) and stored there; set "
+        "%s.%s instead",
+        spec.name, name, tie->unit, tie->param, tie->unit, tie->param));
+  }
+  const ParamPlace place = layout_.PlaceOf(unit, param);
+  const int s = place.segment;
+  const ParamSlot& slot = layout_.unit(s).params[place.slot];
   if (static_cast<int64_t>(values.size()) != slot.numel) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("SetParam(%s.%s): got %d values, the param has %d elements",
-                        model_.units[unit].name, name, values.size(), slot.numel));
+        absl::StrFormat("SetParam(%s.%s): got %d values, the param has %d elements", spec.name,
+                        name, values.size(), slot.numel));
   }
   // A NaN or inf weight would poison every step (and, through the norm, every
   // rank) long after the trainer that wrote it returned: refuse it here.
@@ -271,31 +297,40 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
       return absl::InvalidArgumentError(absl::StrFormat(
           "SetParam(%s.%s): element %d is %g; initial weights must be finite (check the "
           "initialiser or the checkpoint they came from)",
-          model_.units[unit].name, name, i, values[i]));
+          spec.name, name, i, values[i]));
     }
   }
   // The params keep the part of the tensor this rank holds, rounded to the
-  // param dtype; the master keeps the exact fp32 values of the part it owns.
-  const ElementRange held = buffers_.ParamsHeld(unit);
+  // param dtype; the master keeps the exact fp32 values of the part it owns
+  // (a frozen param has no master: its params are all it has).
+  const ElementRange held = buffers_.ParamsHeld(s);
   const int64_t begin = std::max(held.begin, slot.offset);
   const int64_t end = std::min(held.end, slot.offset + slot.numel);
   std::vector<uint16_t> staging;
   if (begin < end) {
     ZS_RETURN_IF_ERROR(StoreConverted(values.data() + (begin - slot.offset), end - begin,
-                                      param_dtype_, ParamsAt(unit, begin), staging));
+                                      param_dtype_, ParamsAt(s, begin), staging));
   }
-  if (mixed_) {
-    const ElementRange owned = OwnedRange(unit);
+  if (mixed_ && layout_.unit(s).trainable) {
+    const ElementRange owned = OwnedRange(s);
     const int64_t mb = std::max(owned.begin, slot.offset);
     const int64_t me = std::min(owned.end, slot.offset + slot.numel);
     if (mb < me) {
-      ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(unit, mb),
-                                       values.data() + (mb - slot.offset),
+      ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(s, mb), values.data() + (mb - slot.offset),
                                        (me - mb) * static_cast<int64_t>(sizeof(float))));
     }
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
   param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
+  // The aliases of this param hold its value.
+  for (int u = 0; u < static_cast<int>(model_.units.size()); ++u) {
+    for (size_t p = 0; p < model_.units[u].params.size(); ++p) {
+      const ParamPlace other = layout_.PlaceOf(u, static_cast<int>(p));
+      if (other.segment == s && other.slot == place.slot) {
+        param_hashes_[u][p] = param_hashes_[unit][param];
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -303,8 +338,9 @@ absl::StatusOr<UnitView> EngineImpl::Gather(int unit) {
   StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("Gather"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "Gather"));
-  ZS_ASSIGN_OR_RETURN(void* params, gatherer_->Gather(unit, step_ + 1, steps_since_start_ == 0));
-  return MakeView(params, param_dtype_, unit);
+  ZS_ASSIGN_OR_RETURN(std::vector<void*> bases,
+                      gatherer_->Gather(unit, step_ + 1, steps_since_start_ == 0));
+  return MakeView(bases, param_dtype_, unit);
 }
 
 absl::Status EngineImpl::Release(int unit) {
@@ -318,72 +354,103 @@ absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
   StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("GradView"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "GradView"));
-  ZS_ASSIGN_OR_RETURN(void* grads, reducer_->OpenView(unit));
-  return MakeView(grads, grad_dtype_, unit);
+  ZS_ASSIGN_OR_RETURN(std::vector<void*> bases, reducer_->OpenView(unit));
+  UnitView view = MakeView(bases, grad_dtype_, unit);
+  // Params frozen by SetTrainable: a zero gradient the trainer does not see.
+  bool zeroed = false;
+  for (size_t p = 0; p < view.params.size(); ++p) {
+    const ParamPlace place = layout_.PlaceOf(unit, static_cast<int>(p));
+    if (!frozen_now_[place.segment][place.slot] || view.params[p].data == nullptr) continue;
+    ZS_RETURN_IF_ERROR(ZeroOnCompute(
+        view.params[p].data, view.params[p].numel * static_cast<int64_t>(DTypeSize(grad_dtype_))));
+    view.params[p] = {nullptr, grad_dtype_, 0, view.params[p].shape};
+    zeroed = true;
+  }
+  if (zeroed) ZS_RETURN_IF_ERROR(SyncCompute());
+  return view;
 }
 
 absl::Status EngineImpl::ReduceGrads(int unit) {
   StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckStarted("ReduceGrads"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "ReduceGrads"));
+  if (!reducer_->HasGrads(unit)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "ReduceGrads(%s): every param of the unit is frozen (ParamSpec::trainable false), so it "
+        "has no gradient; skip its GradView and ReduceGrads",
+        model_.units[unit].name));
+  }
   return reducer_->Reduce(unit);
 }
 
 absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   StepTimeline::Call call(timeline_);
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "GetParam"));
-  const UnitSegment& seg = layout_.unit(unit);
-  if (param < 0 || param >= static_cast<int>(seg.params.size())) {
+  const UnitSpec& spec = model_.units[unit];
+  if (param < 0 || param >= static_cast<int>(spec.params.size())) {
     return absl::OutOfRangeError(absl::StrFormat("GetParam: unit '%s' has params 0..%d, not %d",
-                                                 model_.units[unit].name, seg.params.size() - 1,
-                                                 param));
+                                                 spec.name, spec.params.size() - 1, param));
   }
   ZS_RETURN_IF_ERROR(gatherer_->WaitUpdatedParamGathers(WaitSite::kGetParam));
-  const ParamSlot& slot = seg.params[param];
+  // An alias reads its owner's storage.
+  const ParamPlace place = layout_.PlaceOf(unit, param);
+  const int s = place.segment;
+  const UnitSegment& seg = layout_.unit(s);
+  const ParamSlot& slot = seg.params[place.slot];
+  // The fp32 values live in the master (mixed precision, trainable) or the
+  // params (fp32; a frozen param in the param dtype, its only copy).
+  const bool from_master = mixed_ && seg.trainable;
+  const DType dtype = from_master ? DType::kFloat32 : param_dtype_;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
+  const bool full_here = from_master ? !plan_.stage.optimizer_sharded : plan_.unit_resident[s];
   std::vector<float> out(slot.numel);
-  // The fp32 values live in the master (mixed precision) or the params (fp32).
-  const bool full_here = mixed_ ? !plan_.stage.optimizer_sharded : plan_.unit_resident[unit];
+  std::vector<uint16_t> halves(dtype == DType::kFloat32 ? 0 : slot.numel);
+  void* host = dtype == DType::kFloat32 ? static_cast<void*>(out.data()) : halves.data();
+  auto to_fp32 = [&]() {
+    if (dtype == DType::kBFloat16) ConvertBf16ToFp32(halves.data(), out.data(), halves.size());
+    if (dtype == DType::kFloat16) ConvertFp16ToFp32(halves.data(), out.data(), halves.size());
+  };
   if (full_here) {
-    const void* src = mixed_ ? static_cast<const void*>(buffers_.MasterAt(unit, slot.offset))
-                             : ParamsAt(unit, slot.offset);
-    ZS_RETURN_IF_ERROR(
-        CopyOnCompute(out.data(), src, slot.numel * static_cast<int64_t>(sizeof(float))));
+    const void* src = from_master ? static_cast<const void*>(buffers_.MasterAt(s, slot.offset))
+                                  : ParamsAt(s, slot.offset);
+    ZS_RETURN_IF_ERROR(CopyOnCompute(host, src, slot.numel * elem));
     ZS_RETURN_IF_ERROR(SyncCompute());
+    to_fp32();
     return out;
   }
-  // Sharded: gather the unit into a temporary (a diagnostic path, not a
+  // Sharded: gather the segment into a temporary (a diagnostic path, not a
   // training one): host memory outside the ledger on a host device; device
   // memory, ledgered as workspace while it lives, elsewhere.
-  std::vector<float> segment;
+  std::vector<char> segment;
   DeviceBuffer device_segment;
-  float* gathered_into = nullptr;
+  char* gathered_into = nullptr;
   if (device_.host_accessible()) {
-    segment.resize(static_cast<size_t>(seg.padded_numel));
+    segment.resize(static_cast<size_t>(seg.padded_numel * elem));
     gathered_into = segment.data();
   } else {
-    ZS_ASSIGN_OR_RETURN(device_segment,
-                        device_.Allocate(seg.padded_numel * static_cast<int64_t>(sizeof(float)),
-                                         MemoryCategory::kWorkspace, "get_param_gather"));
-    gathered_into = device_segment.as<float>();
+    ZS_ASSIGN_OR_RETURN(
+        device_segment,
+        device_.Allocate(seg.padded_numel * elem, MemoryCategory::kWorkspace, "get_param_gather"));
+    gathered_into = device_segment.as<char>();
   }
-  const ElementRange shard = layout_.ShardRange(unit, rank_);
-  const void* mine = mixed_ ? static_cast<const void*>(buffers_.MasterAt(unit, shard.begin))
-                            : ParamsAt(unit, shard.begin);
-  CommHandle handle = comm_.AllGather(mine, gathered_into, seg.shard_numel, DType::kFloat32,
-                                      CollectiveLog::UnitTag(unit));
-  log_.Note(CollectiveKind::kGatherForRead, unit, seg.shard_numel);
+  const ElementRange shard = layout_.ShardRange(s, rank_);
+  const void* mine = from_master ? static_cast<const void*>(buffers_.MasterAt(s, shard.begin))
+                                 : ParamsAt(s, shard.begin);
+  CommHandle handle =
+      comm_.AllGather(mine, gathered_into, seg.shard_numel, dtype, CollectiveLog::UnitTag(s));
+  log_.Note(CollectiveKind::kGatherForRead, s, seg.shard_numel);
   const absl::Status gathered = WaitComm(handle, WaitSite::kGetParam);
   if (!gathered.ok()) {
     return absl::Status(
         gathered.code(),
         absl::StrFormat("GetParam(%s.%s) (collective tag %d): %s; every rank must call GetParam "
                         "for the same unit at the same time",
-                        model_.units[unit].name, model_.units[unit].params[param].name,
-                        CollectiveLog::UnitTag(unit), gathered.message()));
+                        spec.name, spec.params[param].name, CollectiveLog::UnitTag(s),
+                        gathered.message()));
   }
-  ZS_RETURN_IF_ERROR(CopyOnCompute(out.data(), gathered_into + slot.offset,
-                                   slot.numel * static_cast<int64_t>(sizeof(float))));
+  ZS_RETURN_IF_ERROR(CopyOnCompute(host, gathered_into + slot.offset * elem, slot.numel * elem));
   ZS_RETURN_IF_ERROR(SyncCompute());
+  to_fp32();
   return out;
 }
 
@@ -407,14 +474,15 @@ absl::Status EngineImpl::CheckPaddingIsZero() const {
         plan_.stage.grads_sharded ? shard : ElementRange{0, layout_.unit(u).padded_numel};
     for (const ElementRange& pad : layout_.PaddingRanges(u)) {
       auto fail = [&](const char* buffer) {
-        return absl::InternalError(
-            absl::StrFormat("rank %d: padding [%d, %d) of unit '%s' in buffer '%s' is not zero",
-                            rank_, pad.begin, pad.end, model_.units[u].name, buffer));
+        return absl::InternalError(absl::StrFormat(
+            "rank %d: padding [%d, %d) of unit '%s' in buffer '%s' is not zero", rank_, pad.begin,
+            pad.end, model_.units[layout_.unit(u).spec_unit].name, buffer));
       };
       const ElementRange params_held = buffers_.ParamsHeld(u);
       const int64_t pb = std::max(pad.begin, params_held.begin);
       const int64_t pe = std::min(pad.end, params_held.end);
       if (pb < pe && !all_zero(ParamsAt(u, pb), (pe - pb) * psize)) return fail(kParamsBuffer);
+      if (!layout_.unit(u).trainable) continue;  // params only
       const int64_t gb = std::max(pad.begin, grads_held.begin);
       const int64_t ge = std::min(pad.end, grads_held.end);
       if (gb < ge && !all_zero(buffers_.GradsAt(u, gb), (ge - gb) * gsize))

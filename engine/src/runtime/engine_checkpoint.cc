@@ -26,6 +26,7 @@
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/segment_reader.h"
 #include "engine/src/common/bounded_read.h"
+#include "engine/src/common/model_spec_changes.h"
 #include "engine/src/common/train_spec_fields.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "engine/src/runtime/fingerprint.h"
@@ -33,43 +34,10 @@
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
-namespace {
-
-// What differs between the checkpoint's model and the engine's, or "".
-std::string DescribeModelDifference(const ModelSpec& saved, const ModelSpec& mine) {
-  if (saved.units.size() != mine.units.size()) {
-    return absl::StrFormat("it has %d units, this engine's model %d", saved.units.size(),
-                           mine.units.size());
-  }
-  for (size_t u = 0; u < saved.units.size(); ++u) {
-    const UnitSpec& a = saved.units[u];
-    const UnitSpec& b = mine.units[u];
-    if (a.name != b.name) {
-      return absl::StrFormat("its unit %d is '%s', this engine's '%s'", u, a.name, b.name);
-    }
-    if (a.params.size() != b.params.size()) {
-      return absl::StrFormat("unit '%s' has %d params, this engine's %d", a.name, a.params.size(),
-                             b.params.size());
-    }
-    for (size_t p = 0; p < a.params.size(); ++p) {
-      const ParamSpec& x = a.params[p];
-      const ParamSpec& y = b.params[p];
-      if (x.name != y.name || x.shape != y.shape || x.no_decay != y.no_decay) {
-        return absl::StrFormat(
-            "param %d of unit '%s' is '%s' of shape [%s]%s, this engine's '%s' of shape [%s]%s", p,
-            a.name, x.name, absl::StrJoin(x.shape, ", "), x.no_decay ? " (no_decay)" : "", y.name,
-            absl::StrJoin(y.shape, ", "), y.no_decay ? " (no_decay)" : "");
-      }
-    }
-  }
-  return "";
-}
-
-}  // namespace
 
 absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
   ZS_RETURN_IF_ERROR(CheckStarted(call));
-  for (int u = 0; u < layout_.num_units(); ++u) {
+  for (int u = 0; u < layout_.num_spec_units(); ++u) {
     if (reducer_->view_open(u) || reducer_->reduced_count(u) != 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s in the middle of a step (unit '%s' has gradients of this step); call it after "
@@ -171,8 +139,10 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   std::vector<ElementRange> owned(units);
   std::vector<std::vector<float>> fresh(static_cast<size_t>(units) * kTensorsPerUnit);
   for (int u = 0; u < units; ++u) {
-    owned[u] = OwnedRange(u);
-    for (int t = 0; t < kTensorsPerUnit; ++t) {
+    // A frozen segment has params only: the rank reads what it holds.
+    const bool frozen = !layout_.unit(u).trainable;
+    owned[u] = frozen ? buffers_.ParamsHeld(u) : OwnedRange(u);
+    for (int t = 0; t < (frozen ? 1 : kTensorsPerUnit); ++t) {
       fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].assign(
           static_cast<size_t>(owned[u].size()), 0.0f);
     }
@@ -184,7 +154,8 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   absl::Status read = [&]() -> absl::Status {
     ZS_ASSIGN_OR_RETURN(step_dir, ResolveCheckpointWithNote(path, &resolve_note));
     ZS_ASSIGN_OR_RETURN(manifest, ReadManifest(step_dir));
-    const std::string difference = DescribeModelDifference(manifest.model, model_);
+    // The storage must match; the param groups may change (reported below).
+    const std::string difference = DescribeModelStorageDifference(manifest.model, model_);
     if (!difference.empty()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("checkpoint %s belongs to another model: %s", step_dir, difference));
@@ -208,7 +179,8 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     for (int u = 0; u < units; ++u) {
       float* out[kTensorsPerUnit];
       for (int t = 0; t < kTensorsPerUnit; ++t) {
-        out[t] = fresh[static_cast<size_t>(u) * kTensorsPerUnit + t].data();
+        std::vector<float>& values = fresh[static_cast<size_t>(u) * kTensorsPerUnit + t];
+        out[t] = values.empty() ? nullptr : values.data();
       }
       ZS_RETURN_IF_ERROR(reader.Read(u, owned[u].begin, owned[u].end, out));
     }
@@ -251,9 +223,10 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     const int64_t n = range.size();
     const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
-    if (mixed_) ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(u, range.begin), master, bytes));
     ZS_RETURN_IF_ERROR(
         StoreConverted(master, n, param_dtype_, ParamsAt(u, range.begin), staging[u]));
+    if (!layout_.unit(u).trainable) continue;  // params only
+    if (mixed_) ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(u, range.begin), master, bytes));
     ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.AdamMAt(u, range.begin),
                                      fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(),
                                      bytes));
@@ -286,6 +259,9 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   }
   for (std::string& change :
        DescribeTrainSpecChanges(manifest.train, train_, manifest.unrecorded_train_fields)) {
+    info.changed_settings.push_back(std::move(change));
+  }
+  for (std::string& change : DescribeParamGroupChanges(manifest.model, model_)) {
     info.changed_settings.push_back(std::move(change));
   }
   return info;

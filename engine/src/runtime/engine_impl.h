@@ -116,7 +116,9 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // Checks of Save and PrepareCheckpointDirectory: started, between steps.
   absl::Status CheckBetweenSteps(const char* call) const;
   absl::Status Poison(absl::Status status);
-  UnitView MakeView(void* base, DType dtype, int unit) const;
+  // The unit's params in memory `bases` (one per segment of
+  // layout_.SegmentsOf(unit), null where there is no gradient).
+  UnitView MakeView(const std::vector<void*>& bases, DType dtype, int unit) const;
   // Writes fp32 `values` into device memory `dst` as `dtype` (converted on the
   // host into `staging`, which must live until the next SyncCompute).
   absl::Status StoreConverted(const float* values, int64_t n, DType dtype, void* dst,
@@ -134,6 +136,8 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // Global norm (with the sequence check), clipping and the fused update on
   // this rank's shard; a non-finite norm skips the update.
   absl::StatusOr<StepResult> NormClipAndUpdate();
+  // `runs` without the params frozen by SetTrainable.
+  std::vector<UpdateRun> ExcludeFrozenNow(std::vector<UpdateRun> runs) const;
   // Ends the step on the timeline (the next one begins), books its times
   // into stats_.
   void RecordStepTimes();
@@ -181,6 +185,8 @@ class EngineImpl final : public Engine, private RuntimeServices {
 
   bool started_ = false;
   std::vector<std::vector<uint64_t>> param_hashes_;  // 0 = not set
+  // Per segment and slot: a trainable param frozen by SetTrainable.
+  std::vector<std::vector<char>> frozen_now_;
   absl::Status poisoned_;
 
   // Per-step state.

@@ -91,7 +91,7 @@ absl::Status EngineImpl::StartMismatch(const std::vector<std::string>& per_rank)
 absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
   ZS_RETURN_IF_ERROR(poisoned_);
   if (started_) return absl::FailedPreconditionError("Start() called twice");
-  const int units = layout_.num_units();
+  const int units = layout_.num_spec_units();
   for (int u = 0; u < units; ++u) {
     for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
       if (param_hashes_[u][p] == 0) {
@@ -125,8 +125,9 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
       {"world size", Kind::kInt, world_},
       {"model spec: number of units", Kind::kInt, units},
       {"model spec: number of params", Kind::kInt, model_.NumParams()},
-      {"model spec (unit and param names, shapes, no_decay)", Kind::kHash,
-       static_cast<int64_t>(FingerprintModelSpec(model_))},
+      {"model spec (unit and param names, shapes, no_decay, tp_split_dim, trainable, tied_to, "
+       "lr_scale, weight_decay)",
+       Kind::kHash, static_cast<int64_t>(FingerprintModelSpec(model_))},
       {"layout (param offsets, padding, shards)", Kind::kHash,
        static_cast<int64_t>(FingerprintLayout(layout_))},
       {"number of trainer settings", Kind::kInt, static_cast<int64_t>(settings.size())},
@@ -184,7 +185,7 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
 }
 
 absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
-  const int units = layout_.num_units();
+  const int units = layout_.num_spec_units();
   std::vector<int64_t> mine;
   for (int u = 0; u < units; ++u) {
     mine.push_back(model_.units[u].NumElements());
@@ -203,8 +204,8 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
                             model_.units[u].name, all[2 * u], r, all[at]));
       } else if (all[at + 1] != all[2 * u + 1]) {
         differences.push_back(absl::StrFormat(
-            "unit %d ('%s' here): same element count, but its name, param names, shapes or "
-            "no_decay differ",
+            "unit %d ('%s' here): same element count, but its name or its params' names, "
+            "shapes, no_decay, tp_split_dim, trainable, tied_to, lr_scale or weight_decay differ",
             u, model_.units[u].name));
       }
     }
@@ -216,7 +217,7 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::UnitDifferences() {
 absl::Status EngineImpl::CheckWeightsAndSettingsAgree(absl::Span<const TrainerSetting> settings) {
   // 2. One fingerprint per param's initial weights, then the settings.
   std::vector<StartField> fields;
-  for (int u = 0; u < layout_.num_units(); ++u) {
+  for (int u = 0; u < layout_.num_spec_units(); ++u) {
     for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
       fields.push_back({absl::StrFormat("initial weights of unit '%s', param '%s'",
                                         model_.units[u].name, model_.units[u].params[p].name),

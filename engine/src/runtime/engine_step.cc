@@ -88,12 +88,14 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
 
 absl::Status EngineImpl::CheckStepPreconditions() const {
   ZS_RETURN_IF_ERROR(CheckStarted("Step"));
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    if (reducer_->view_open(u) || reducer_->reduced_count(u) != train_.grad_accum_steps) {
+  for (int u = 0; u < layout_.num_spec_units(); ++u) {
+    // A unit of frozen params only has no gradient to reduce.
+    const int want = reducer_->HasGrads(u) ? train_.grad_accum_steps : 0;
+    if (reducer_->view_open(u) || reducer_->reduced_count(u) != want) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "Step(): unit '%s' has %d of %d micro-batch gradients reduced%s; every unit must be "
           "reduced once per micro-batch before Step()",
-          model_.units[u].name, reducer_->reduced_count(u), train_.grad_accum_steps,
+          model_.units[u].name, reducer_->reduced_count(u), want,
           reducer_->view_open(u) ? " and an open GradView" : ""));
     }
   }
@@ -135,10 +137,92 @@ absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
 }
 
 absl::Status EngineImpl::SetTrainable(int unit, int param, bool trainable) {
-  (void)unit;
-  (void)param;
-  (void)trainable;
-  return absl::UnimplementedError("SetTrainable: not yet");
+  StepTimeline::Call call(timeline_);
+  // What this rank can tell alone; the exchange below makes every rank
+  // return the same verdict, so one rank's mistake cannot leave the others
+  // waiting in a collective.
+  absl::Status local = CheckBetweenSteps("SetTrainable");
+  if (!started_) return local;  // every rank alike
+  ZS_RETURN_IF_ERROR(poisoned_);
+  if (local.ok()) local = CheckUnit(unit, "SetTrainable");
+  if (local.ok() && (param < 0 || param >= static_cast<int>(model_.units[unit].params.size()))) {
+    local = absl::OutOfRangeError(
+        absl::StrFormat("SetTrainable: unit '%s' has params 0..%d, not %d", model_.units[unit].name,
+                        model_.units[unit].params.size() - 1, param));
+  }
+  if (local.ok()) {
+    const ParamSpec& spec = model_.units[unit].params[param];
+    const std::string name = absl::StrCat(model_.units[unit].name, ".", spec.name);
+    if (spec.tied_to.has_value()) {
+      local = absl::InvalidArgumentError(absl::StrFormat(
+          "SetTrainable(%s): the param is tied to %s.%s; freeze or unfreeze that one", name,
+          spec.tied_to->unit, spec.tied_to->param));
+    } else if (!spec.trainable) {
+      local = absl::InvalidArgumentError(absl::StrFormat(
+          "SetTrainable(%s): the param is declared frozen (ParamSpec::trainable false), so it has "
+          "no gradient or optimizer state to train with; declare it trainable and freeze it with "
+          "SetTrainable(..., false) instead",
+          name));
+    }
+  }
+  // Every rank's call, compared with rank 0's.
+  const int64_t mine[4] = {unit, param, trainable ? 1 : 0, static_cast<int64_t>(local.code())};
+  std::vector<int64_t> all(static_cast<size_t>(4) * world_);
+  log_.Note(CollectiveKind::kSetTrainable, -4, 4);
+  ZS_RETURN_IF_ERROR(HostAllGather(mine, all.data(), 4));
+  if (!local.ok()) return local;
+  std::vector<std::string> differ;
+  for (int r = 0; r < world_; ++r) {
+    const int64_t* rec = &all[static_cast<size_t>(r) * 4];
+    if (rec[3] != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(rec[3]),
+                          absl::StrFormat("SetTrainable: rank %d refused its call, so no rank "
+                                          "applies it (see rank %d's error)",
+                                          r, r));
+    }
+    if (rec[0] != all[0] || rec[1] != all[1] || rec[2] != all[2]) {
+      differ.push_back(absl::StrFormat("rank %d called SetTrainable(%d, %d, %s)", r, rec[0], rec[1],
+                                       rec[2] ? "true" : "false"));
+    }
+  }
+  if (!differ.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "SetTrainable: rank 0 called SetTrainable(%d, %d, %s) but %s; every rank must freeze and "
+        "unfreeze the same params between the same steps",
+        all[0], all[1], all[2] ? "true" : "false", absl::StrJoin(differ, ", ")));
+  }
+  const ParamPlace place = layout_.PlaceOf(unit, param);
+  frozen_now_[place.segment][place.slot] = trainable ? 0 : 1;
+  optimizer_.set_runs(ExcludeFrozenNow(
+      BuildUpdateRuns(layout_, model_, [this](int u) { return buffers_.OwnedRange(u); })));
+  return absl::OkStatus();
+}
+
+std::vector<UpdateRun> EngineImpl::ExcludeFrozenNow(std::vector<UpdateRun> runs) const {
+  // Cut the params frozen by SetTrainable out of the update runs.
+  std::vector<UpdateRun> out;
+  for (const UpdateRun& run : runs) {
+    const UnitSegment& seg = layout_.unit(run.unit);
+    int64_t pos = run.range.begin;
+    for (size_t k = 0; k < seg.params.size(); ++k) {
+      if (!frozen_now_[run.unit][k]) continue;
+      const int64_t fb = std::max(pos, seg.params[k].offset);
+      const int64_t fe = std::min(run.range.end, seg.params[k].offset + seg.params[k].numel);
+      if (fb >= fe) continue;
+      if (fb > pos) {
+        UpdateRun piece = run;
+        piece.range = {pos, fb};
+        out.push_back(piece);
+      }
+      pos = fe;
+    }
+    if (pos < run.range.end) {
+      UpdateRun piece = run;
+      piece.range = {pos, run.range.end};
+      out.push_back(piece);
+    }
+  }
+  return out;
 }
 
 void EngineImpl::RecordStepTimes() {

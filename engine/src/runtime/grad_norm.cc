@@ -19,17 +19,22 @@ GradNorm::GradNorm(const FlatLayout& layout, int rank, DType grad_dtype, bool ho
       grad_dtype_(grad_dtype),
       host_accessible_(host_accessible),
       buffers_(buffers),
-      services_(services) {}
+      services_(services) {
+  for (int u = 0; u < layout_.num_units(); ++u) trainable_segments_ += layout_.unit(u).trainable;
+}
 
 void GradNorm::SetModelParallel(const ModelSpec& model, const ModelParallelOptions& parallel) {
   model_parallel_ = parallel.group;
   norm_ranges_.assign(layout_.num_units(), {});
   if (parallel.count_replicated) return;
+  auto spec_of = [&](const ParamSlot& slot) -> const ParamSpec& {
+    return model.units[slot.spec_unit].params[slot.spec_param];
+  };
   for (int u = 0; u < layout_.num_units(); ++u) {
     const UnitSegment& seg = layout_.unit(u);
-    const UnitSpec& spec = model.units[u];
+    if (!seg.trainable) continue;
     bool any_replicated = false;
-    for (const ParamSpec& p : spec.params) any_replicated |= p.tp_split_dim < 0;
+    for (const ParamSlot& slot : seg.params) any_replicated |= spec_of(slot).tp_split_dim < 0;
     if (!any_replicated) continue;
     // Runs of params alike (counted or replicated), each param taken with
     // the alignment gap after it (zero padding, so its squares are moot):
@@ -37,7 +42,7 @@ void GradNorm::SetModelParallel(const ModelSpec& model, const ModelParallelOptio
     // block holds two runs of one kind and the blocks buffer suffices.
     std::vector<NormRange>& runs = norm_ranges_[u];
     for (size_t p = 0; p < seg.params.size(); ++p) {
-      const bool counted = spec.params[p].tp_split_dim >= 0;
+      const bool counted = spec_of(seg.params[p]).tp_split_dim >= 0;
       const int64_t begin = p == 0 ? 0 : seg.params[p].offset;
       const int64_t end = p + 1 < seg.params.size() ? seg.params[p + 1].offset : seg.padded_numel;
       if (!runs.empty() && runs.back().counted == counted) {
@@ -60,7 +65,7 @@ absl::Status GradNorm::OnGradFinal(int u) {
   const ElementRange shard = layout_.ShardRange(u, rank_);
   return services_.ops().BlockSumSquares(
       buffers_.GradsAt(u, shard.begin), seg.shard_numel, grad_dtype_,
-      buffers_.norm_blocks.as<double>() + seg.shard_offset / kNormBlockElements);
+      buffers_.norm_blocks.as<double>() + seg.train_shard_offset / kNormBlockElements);
 }
 
 absl::StatusOr<const double*> GradNorm::BlocksOnHost(int64_t blocks) {
@@ -83,16 +88,18 @@ absl::StatusOr<kernels::ExactSum> GradNorm::LocalSum() {
     // Every unit's block sums were enqueued as its gradient became final
     // (the hook, once per unit and step); one wait and one exact sum over
     // every block.
-    if (units_final_ != layout_.num_units()) {
+    if (units_final_ != trainable_segments_) {
       return absl::InternalError(
-          absl::StrFormat("the gradient norm: %d of %d units' gradients were final", units_final_,
-                          layout_.num_units()));
+          absl::StrFormat("the gradient norm: %d of %d segments' gradients were final",
+                          units_final_, trainable_segments_));
     }
-    const int64_t blocks = layout_.shard_numel() / kNormBlockElements;
+    const int64_t blocks = layout_.train_shard_numel() / kNormBlockElements;
     ZS_ASSIGN_OR_RETURN(const double* host, BlocksOnHost(blocks));
     sum.AddBlocks(host, static_cast<size_t>(blocks));
   } else {
-    for (int u = 0; u < layout_.num_units(); ++u) ZS_RETURN_IF_ERROR(AddShardSquares(u, sum));
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      if (layout_.unit(u).trainable) ZS_RETURN_IF_ERROR(AddShardSquares(u, sum));
+    }
   }
   sum.Normalize();
   return sum;

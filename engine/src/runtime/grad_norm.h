@@ -75,6 +75,7 @@ class GradNorm {
   const ShardBuffers& buffers_;
   RuntimeServices& services_;
   std::vector<double> host_blocks_;  // when norm_blocks is not host memory
+  int trainable_segments_ = 0;       // the layout's (frozen ones have no gradient)
   int units_final_ = 0;              // this step's OnGradFinal calls
   Communicator* model_parallel_ = nullptr;
   // Per unit (model parallelism only): its runs; empty for a unit whose

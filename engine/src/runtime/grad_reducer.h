@@ -1,21 +1,32 @@
 // GradReducer: the gradients of a step, from the trainer's GradView to the
 // reduced gradient the optimizer reads.
 //
+// The trainer opens and reduces the gradient of a ModelSpec unit; the
+// reducer works on the layout's trainable storage segments (flat_layout.h)
+// the unit writes: its own trainable params' segment and the tied params'
+// segments it uses (frozen segments have no gradient). A tied segment has
+// several uses per micro-batch (the units that write it): the first use's
+// view is the micro-batch's gradient itself, later uses' views are staging
+// slots added to it at their ReduceGrads, in call order, and the micro-batch
+// gradient is complete after the last use; a segment with one use is
+// complete at its ReduceGrads.
+//
 // It owns the staging slots (micro-batch gradients waiting for their
-// reduction), the per-unit micro-batch counts and open views, and ONE queue
-// of reductions in flight, in issue order:
-//   - stages 0-1: one all-reduce (or reduce-scatter, stage 1) per unit and
-//     step, of the gradient summed over the micro-batches, in place in the
-//     gradient buffer; its entry holds no slot;
-//   - stage 2: one reduce-scatter per unit and micro-batch from a staging
-//     slot; the first writes straight into the gradient shard, later ones
-//     reduce in place in the slot and are added to the shard when the slot
-//     retires (retiring in issue order adds the micro-batches in order).
+// reduction), the per-unit and per-segment counts and open views, and ONE
+// queue of reductions in flight, in issue order:
+//   - stages 0-1: one all-reduce (or reduce-scatter, stage 1) per segment
+//     and step, of the gradient summed over the micro-batches, in place in
+//     the gradient buffer; its entry holds no slot;
+//   - stage 2: one reduce-scatter per segment and micro-batch from a staging
+//     slot (or a tied segment's accumulator); the first writes straight into
+//     the gradient shard, later ones reduce in place and are added to the
+//     shard when the entry retires (retiring in issue order adds the
+//     micro-batches in order).
 // The queue retires through one path, blocking (Drain, or GradView wanting
-// a slot) or polling (Poll, after every ReduceGrads). When a unit's
+// a slot) or polling (Poll, after every ReduceGrads). When a segment's
 // gradient is final (its last micro-batch reduced, and added), the
-// final-gradient hook runs, exactly once per unit and step: the engine
-// queues the unit's norm block sums there, so that they overlap the
+// final-gradient hook runs, exactly once per segment and step: the engine
+// queues the segment's norm block sums there, so that they overlap the
 // backward of the units before it.
 #ifndef ZEROSHARD_RUNTIME_GRAD_REDUCER_H_
 #define ZEROSHARD_RUNTIME_GRAD_REDUCER_H_
@@ -51,15 +62,20 @@ class GradReducer {
 
   void set_final_grad_hook(FinalGradHook hook) { hook_ = std::move(hook); }
 
+  // Whether spec unit `unit` writes a gradient (it uses a trainable
+  // segment); a unit of frozen params only has no view.
+  bool HasGrads(int unit) const { return !grad_segments_[unit].empty(); }
   // The memory the trainer writes unit `unit`'s gradient of the next
-  // micro-batch into (in segment coordinates of the unit): the gradient
-  // buffer itself (stages 0-1, first micro-batch) or a staging slot, whose
-  // padding is zeroed. Waits for the oldest reduction when every slot is
-  // busy. FailedPrecondition: a view already open, all micro-batches of the
-  // step done, every slot held by an open view.
-  absl::StatusOr<void*> OpenView(int unit);
-  // Reduces the open view's gradient (asynchronously), then retires the
-  // reductions that have completed. FailedPrecondition without a view.
+  // micro-batch into: per segment of layout.SegmentsOf(unit), in segment
+  // coordinates, nullptr for a frozen one: the gradient buffer itself
+  // (stages 0-1, first micro-batch), a staging slot or a tied segment's
+  // accumulator, whose padding is zeroed. Waits for the oldest reduction
+  // when every slot is busy. FailedPrecondition: a view already open, all
+  // micro-batches of the step done, a tied segment's view open through
+  // another unit, every slot held by an open view, a unit without grads.
+  absl::StatusOr<std::vector<void*>> OpenView(int unit);
+  // Adds or reduces the open view's gradient (asynchronously), then retires
+  // the reductions that have completed. FailedPrecondition without a view.
   absl::Status Reduce(int unit);
   // Retires, without blocking, the reductions that have completed, in issue
   // order.
@@ -70,27 +86,38 @@ class GradReducer {
   void BeginNextStep();
 
   int reduced_count(int unit) const { return reduced_count_[unit]; }
-  bool view_open(int unit) const { return open_view_[unit] != kNoView; }
+  bool view_open(int unit) const { return !open_view_[unit].empty(); }
   int reductions_in_flight() const { return static_cast<int>(queue_.size()); }
 
  private:
-  static constexpr int kNoView = -2;      // no view open for the unit
   static constexpr int kDirectView = -1;  // view into the gradient buffer itself
+  static constexpr int kAccumView = -3;   // a tied segment's accumulator
 
+  // One segment's view of an open unit view.
+  struct SegmentView {
+    int segment = -1;
+    int slot = kDirectView;  // a staging slot, kDirectView or kAccumView
+  };
   // A reduction in flight.
   struct Reduction {
-    int unit = -1;
-    int slot = -1;  // the staging slot it reads (stage 2), -1 for none
+    int unit = -1;  // the segment
+    int slot = -1;  // the staging slot it reads (stage 2), kAccumView, -1 for none
     int micro = 0;  // the micro-batch it reduces
     CommHandle handle;
   };
 
   absl::StatusOr<int> AcquireSlot();
+  absl::StatusOr<SegmentView> OpenSegment(int segment);
+  absl::Status ReduceSegment(const SegmentView& view);
+  // The micro-batch gradient of segment `segment` is complete in `data`
+  // (view kind `slot`): accumulate or reduce it.
+  absl::Status MicroComplete(int segment, int micro, int slot, void* data);
+  void* ViewData(int segment, int slot) const;
   // Finishes the oldest reduction: waits for it, adds a later micro-batch's
   // shard into the gradient shard (stage 2), frees its slot, and runs the
-  // hook when it completed its unit's gradient.
+  // hook when it completed its segment's gradient.
   absl::Status RetireOldest(WaitSite site);
-  absl::Status GradFinal(int unit);
+  absl::Status GradFinal(int segment);
 
   const ModelSpec& model_;
   const FlatLayout& layout_;
@@ -103,8 +130,13 @@ class GradReducer {
   RuntimeServices& services_;
   FinalGradHook hook_;
 
-  std::vector<int> reduced_count_;  // per unit: Reduce calls this step
-  std::vector<int> open_view_;      // per unit: slot of an open view, kDirectView, kNoView
+  std::vector<std::vector<int>> grad_segments_;      // per spec unit: trainable segments it writes
+  std::vector<int> reduced_count_;                   // per spec unit: Reduce calls this step
+  std::vector<std::vector<SegmentView>> open_view_;  // per spec unit: its open view, or empty
+  std::vector<int> uses_;           // per segment: users per micro-batch (0 when frozen)
+  std::vector<int> contributions_;  // per segment: Reduce calls of its users this step
+  std::vector<int> open_use_;       // per segment: the unit whose view is open on it, -1
+  std::vector<char> accum_busy_;    // per segment: a stage-2 reduction reads its accumulator
   std::deque<int> free_slots_;
   std::deque<Reduction> queue_;  // in issue order
 };

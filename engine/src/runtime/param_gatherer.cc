@@ -21,12 +21,11 @@ ParamGatherer::ParamGatherer(const ModelSpec& model, const FlatLayout& layout,
       param_dtype_(param_dtype),
       buffers_(buffers),
       services_(services) {
-  const int units = layout_.num_units();
-  gathered_.assign(units, 0);
-  updated_gathers_.resize(units);
+  gathered_.assign(layout_.num_spec_units(), 0);
+  updated_gathers_.resize(layout_.num_units());
   slots_.resize(plan_.gather_slots);
-  unit_slot_.assign(units, -1);
-  prefetch_depth_ = std::max(0, plan_.gather_slots - 1);
+  unit_slot_.assign(layout_.num_units(), -1);
+  prefetch_depth_ = std::max(0, plan_.gather_slots - plan_.held_slots);
 }
 
 ParamGatherer::~ParamGatherer() {
@@ -34,13 +33,53 @@ ParamGatherer::~ParamGatherer() {
   for (GatherSlot& g : slots_) g.gather.Wait().IgnoreError();
 }
 
-absl::StatusOr<void*> ParamGatherer::Gather(int unit, int64_t step, bool first_step) {
-  if (!plan_.unit_resident[unit]) return GatherSharded(unit, step, first_step);
-  // Stages 1-3: the updated params of the last step arrive asynchronously;
-  // waiting here (not in Step) lets them overlap the forward of earlier units.
-  ZS_RETURN_IF_ERROR(services_.WaitComm(updated_gathers_[unit], WaitSite::kParamGather));
+int ParamGatherer::held_unit() const {
+  for (size_t u = 0; u < gathered_.size(); ++u) {
+    if (gathered_[u]) return static_cast<int>(u);
+  }
+  return -1;
+}
+
+absl::StatusOr<std::vector<void*>> ParamGatherer::Gather(int unit, int64_t step, bool first_step) {
+  const std::string& name = model_.units[unit].name;
+  if (gathered_[unit]) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Gather(%s): the unit is gathered already; Release it before gathering it again", name));
+  }
+  const std::vector<int>& segments = layout_.SegmentsOf(unit);
+  bool sharded = false;
+  for (int s : segments) sharded |= !plan_.unit_resident[s];
+  if (sharded && held_units_ >= plan_.max_gathered_units) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("Gather(%s) while %s: stage 3 holds at most %d unit%s at once "
+                        "(TrainSpec::max_gathered_units); Release one first, or raise it",
+                        name, DescribeGathered(), plan_.max_gathered_units,
+                        plan_.max_gathered_units == 1 ? "" : "s"));
+  }
+  std::vector<void*> out;
+  std::vector<int> holding;  // the segments held so far, let go on an error
+  for (int s : segments) {
+    if (plan_.unit_resident[s]) {
+      // Stages 1-3: the updated params of the last step arrive
+      // asynchronously; waiting here (not in Step) lets them overlap the
+      // forward of earlier units.
+      ZS_RETURN_IF_ERROR(services_.WaitComm(updated_gathers_[s], WaitSite::kParamGather));
+      out.push_back(buffers_.ParamsAt(s, 0));
+      continue;
+    }
+    absl::StatusOr<void*> data = GatherSegment(s, unit, step, first_step);
+    if (!data.ok()) {
+      for (int h : holding) --slots_[unit_slot_[h]].holds;
+      return data.status();
+    }
+    out.push_back(*data);
+    holding.push_back(s);
+  }
   gathered_[unit] = 1;
-  return buffers_.ParamsAt(unit, 0);
+  if (sharded) ++held_units_;
+  // Look ahead while the trainer computes with this unit.
+  if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(order_pos_));
+  return out;
 }
 
 std::string ParamGatherer::DescribeGathered() const {
@@ -69,22 +108,32 @@ absl::Status ParamGatherer::Release(int unit) {
         model_.units[unit].name, DescribeGathered()));
   }
   gathered_[unit] = 0;
-  if (plan_.unit_resident[unit]) return absl::OkStatus();
-  // The slot keeps the unit's data until it is needed for another unit, so
-  // a Gather of the same unit right after (forward to backward) is free.
-  slots_[unit_slot_[unit]].held = false;
-  held_unit_ = -1;
+  Unhold(unit);
   return absl::OkStatus();
+}
+
+void ParamGatherer::Unhold(int unit) {
+  // A slot keeps its segment's data until it is needed for another, so a
+  // Gather of the same unit right after (forward to backward) is free.
+  bool sharded = false;
+  for (int s : layout_.SegmentsOf(unit)) {
+    if (plan_.unit_resident[s]) continue;
+    sharded = true;
+    --slots_[unit_slot_[s]].holds;
+  }
+  if (sharded) --held_units_;
 }
 
 void ParamGatherer::IssueUpdatedParamGathers() {
   // Only this rank's shard was updated: bring every rank's updated shard of
-  // the resident units to all ranks; Gather(u) waits for it, so the
-  // all-gathers overlap the forward of earlier units.
+  // the resident trainable segments to all ranks (frozen ones never change);
+  // Gather(u) waits for it, so the all-gathers overlap the forward of
+  // earlier units.
   if (!plan_.stage.optimizer_sharded) return;
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (!plan_.unit_resident[u]) continue;
     const UnitSegment& seg = layout_.unit(u);
+    if (!seg.trainable) continue;
     if (world_ == 1) continue;  // the shard is the whole unit, updated in place
     updated_gathers_[u] = services_.comm().AllGather(
         buffers_.ParamsAt(u, layout_.ShardRange(u, rank_).begin), buffers_.ParamsAt(u, 0),
@@ -98,23 +147,13 @@ absl::Status ParamGatherer::WaitUpdatedParamGathers(WaitSite site) {
   return absl::OkStatus();
 }
 
-void ParamGatherer::DisablePrefetch(const std::string& why) {
-  prefetch_active_ = false;
-  if (!prefetch_fallback_reported_) {
-    prefetch_fallback_reported_ = true;
-    std::fprintf(stderr,
-                 "zeroshard: rank %d: %s; stage-3 prefetch is off, units are gathered on demand\n",
-                 rank_, why.c_str());
-  }
-}
-
 absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
   const UnitSegment& seg = layout_.unit(unit);
   GatherSlot& g = slots_[slot];
   g.unit = unit;
   g.issued = ++issue_counter_;
   unit_slot_[unit] = slot;
-  // Every rank's shard lands at its offset in the slot: the unit's segment,
+  // Every rank's shard lands at its offset in the slot: the segment,
   // padding (zero in every shard) included.
   g.gather = services_.comm().AllGather(
       buffers_.ParamsAt(unit, layout_.ShardRange(unit, rank_).begin), buffers_.GatherSlotData(slot),
@@ -123,37 +162,39 @@ absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
   return absl::OkStatus();
 }
 
+bool ParamGatherer::InWindow(int segment, size_t order_pos) const {
+  if (!prefetch_active_) return false;
+  const size_t end = std::min(recorded_order_.size(), order_pos + prefetch_depth_);
+  for (size_t k = order_pos; k < end; ++k) {
+    if (recorded_order_[k].segment == segment) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<int> ParamGatherer::AcquireSlot(int protect_from) {
-  // An empty slot first; else the oldest slot not held and not wanted by the
-  // prefetch window that starts at `protect_from` in the recorded order.
-  auto wanted = [&](int unit) {
-    if (!prefetch_active_) return false;
-    const size_t begin = static_cast<size_t>(protect_from);
-    const size_t end = std::min(recorded_order_.size(), begin + prefetch_depth_);
-    for (size_t k = begin; k < end; ++k) {
-      if (recorded_order_[k] == unit) return true;
-    }
-    return false;
-  };
+  // An empty slot first; else the oldest slot no unit holds and the
+  // prefetch window that starts at `protect_from` does not want.
+  const size_t window = static_cast<size_t>(protect_from);
   int best = -1;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const GatherSlot& g = slots_[s];
-    if (g.held) continue;
+    if (g.holds > 0) continue;
     if (g.unit < 0) return static_cast<int>(s);
-    if (wanted(g.unit)) continue;
+    if (InWindow(g.unit, window)) continue;
     if (best < 0 || g.issued < slots_[best].issued) best = static_cast<int>(s);
   }
   if (best < 0) {
-    // Every free slot holds a unit the window wants: take the oldest anyway.
+    // Every free slot holds a segment the window wants: take the oldest.
     for (size_t s = 0; s < slots_.size(); ++s) {
-      if (!slots_[s].held && (best < 0 || slots_[s].issued < slots_[best].issued)) {
+      if (slots_[s].holds == 0 && (best < 0 || slots_[s].issued < slots_[best].issued)) {
         best = static_cast<int>(s);
       }
     }
   }
   if (best < 0) {
-    return absl::FailedPreconditionError(
-        "stage 3: every gather buffer is held; Release the gathered unit before the next Gather");
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "stage 3: every gather buffer is held (%s); Release a unit before the next Gather",
+        DescribeGathered()));
   }
   GatherSlot& g = slots_[best];
   // Its all-gather may still be writing.
@@ -164,34 +205,35 @@ absl::StatusOr<int> ParamGatherer::AcquireSlot(int protect_from) {
 }
 
 absl::Status ParamGatherer::PrefetchFrom(size_t order_pos) {
-  // Issue the all-gathers of the next prefetch_depth_ units of the recorded
-  // order that are not already in a slot, into slots that are empty or hold
-  // a finished unit the window does not need.
+  // Issue the all-gathers of the next prefetch_depth_ segments of the
+  // recorded order that are not already in a slot, into slots that are
+  // empty or hold a finished segment no unit holds and the window does
+  // not need.
   const size_t end = std::min(recorded_order_.size(), order_pos + prefetch_depth_);
   for (size_t k = order_pos; k < end; ++k) {
-    const int unit = recorded_order_[k];
-    if (unit_slot_[unit] >= 0) continue;
+    const int segment = recorded_order_[k].segment;
+    if (unit_slot_[segment] >= 0) continue;
     int free_slot = -1;
     for (size_t s = 0; s < slots_.size() && free_slot < 0; ++s) {
       const GatherSlot& g = slots_[s];
-      if (g.held || g.gather.valid()) continue;
-      bool needed = false;
-      for (size_t j = order_pos; j < end && g.unit >= 0; ++j)
-        needed |= recorded_order_[j] == g.unit;
-      if (!needed) free_slot = static_cast<int>(s);
+      if (g.holds > 0 || g.gather.valid()) continue;
+      if (g.unit < 0 || !InWindow(g.unit, order_pos)) free_slot = static_cast<int>(s);
     }
     if (free_slot < 0) break;
     GatherSlot& g = slots_[free_slot];
     if (g.unit >= 0) unit_slot_[g.unit] = -1;
-    ZS_RETURN_IF_ERROR(IssueUnitGather(unit, free_slot));
+    ZS_RETURN_IF_ERROR(IssueUnitGather(segment, free_slot));
   }
   return absl::OkStatus();
 }
 
 absl::Status ParamGatherer::DropPool() {
+  // The optimizer rewrites the trainable shards; frozen segments' copies
+  // stay valid and stay in their slots.
   for (GatherSlot& g : slots_) {
     ZS_RETURN_IF_ERROR(services_.WaitComm(g.gather, WaitSite::kStage3Drop));
-    if (g.unit >= 0) unit_slot_[g.unit] = -1;
+    if (g.unit < 0 || !layout_.unit(g.unit).trainable) continue;
+    unit_slot_[g.unit] = -1;
     g.unit = -1;
   }
   return absl::OkStatus();
@@ -199,49 +241,57 @@ absl::Status ParamGatherer::DropPool() {
 
 absl::Status ParamGatherer::EndStep(int64_t step, bool first_step) {
   if (plan_.gather_slots == 0) return absl::OkStatus();
-  // A step that gathered fewer units than the first falls back.
   if (first_step) {
     prefetch_active_ = prefetch_depth_ > 0 && !recorded_order_.empty();
   } else if (prefetch_active_ && order_pos_ != recorded_order_.size()) {
-    DisablePrefetch(absl::StrFormat("step %d made %d gathers, the first step %d", step, order_pos_,
-                                    recorded_order_.size()));
+    const size_t pos = order_pos_;
+    order_pos_ = 0;
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Step() %d: the step made %d stage-3 gathers, the first step %d (next: unit '%s'); "
+        "stage-3 prefetch follows the first step's order: gather the same units in the same "
+        "order every step, or set TrainSpec::prefetch_units to 0",
+        step, pos, recorded_order_.size(), model_.units[recorded_order_[pos].unit].name));
   }
   order_pos_ = 0;
   if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(0));
   return absl::OkStatus();
 }
 
-absl::StatusOr<void*> ParamGatherer::GatherSharded(int unit, int64_t step, bool first_step) {
-  if (held_unit_ >= 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "Gather(%s) while '%s' is still gathered: stage 3 holds one unit at a time; Release it "
-        "first",
-        model_.units[unit].name, model_.units[held_unit_].name));
+absl::Status ParamGatherer::CheckOrder(int segment, int unit, int64_t step) {
+  if (order_pos_ < recorded_order_.size() && recorded_order_[order_pos_].segment == segment) {
+    ++order_pos_;
+    return absl::OkStatus();
   }
+  const std::string expected =
+      order_pos_ < recorded_order_.size()
+          ? absl::StrCat("'", model_.units[recorded_order_[order_pos_].unit].name, "'")
+          : std::string("none (it made fewer gathers)");
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "Gather(%s) at step %d: stage-3 gather %d of the step is unit '%s', but the first step's "
+      "was %s; stage-3 prefetch follows the first step's order: gather the same units in the "
+      "same order every step (a recompute pass included), or set TrainSpec::prefetch_units to 0",
+      model_.units[unit].name, step, order_pos_ + 1, model_.units[unit].name, expected));
+}
+
+absl::StatusOr<void*> ParamGatherer::GatherSegment(int segment, int unit, int64_t step,
+                                                   bool first_step) {
   if (first_step) {
-    recorded_order_.push_back(unit);
+    recorded_order_.push_back({segment, unit});
   } else if (prefetch_active_) {
-    if (order_pos_ < recorded_order_.size() && recorded_order_[order_pos_] == unit) {
-      ++order_pos_;
-    } else {
-      DisablePrefetch(absl::StrFormat(
-          "step %d: gather %d was unit '%s', not '%s' as in the first step", step, order_pos_ + 1,
-          model_.units[unit].name,
-          order_pos_ < recorded_order_.size() ? model_.units[recorded_order_[order_pos_]].name
-                                              : std::string("(none: more gathers than then)")));
-    }
+    ZS_RETURN_IF_ERROR(CheckOrder(segment, unit, step));
   }
-  int slot = unit_slot_[unit];
+  ++segment_gathers_;
+  int slot = unit_slot_[segment];
   if (slot < 0) {
     ZS_ASSIGN_OR_RETURN(slot, AcquireSlot(static_cast<int>(order_pos_)));
-    ZS_RETURN_IF_ERROR(IssueUnitGather(unit, slot));
+    ZS_RETURN_IF_ERROR(IssueUnitGather(segment, slot));
+  } else {
+    ++gathers_ahead_;
   }
-  ZS_RETURN_IF_ERROR(services_.WaitComm(slots_[slot].gather, WaitSite::kStage3Gather));
-  slots_[slot].held = true;
-  held_unit_ = unit;
-  gathered_[unit] = 1;
-  // Look ahead while the trainer computes with this unit.
-  if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(order_pos_));
+  CommHandle& gather = slots_[slot].gather;
+  if (gather.valid() && !gather.Ready()) ++gathers_waited_;
+  ZS_RETURN_IF_ERROR(services_.WaitComm(gather, WaitSite::kStage3Gather));
+  ++slots_[slot].holds;
   return buffers_.GatherSlotData(slot);
 }
 

@@ -1,21 +1,26 @@
 // ParamGatherer: the params as the trainer sees them between Gather and
 // Release.
 //
-// It owns
+// The trainer gathers ModelSpec units; a unit reads the layout's storage
+// segments (flat_layout.h): its trainable and frozen params' segments and
+// the tied params' segments it uses. The gatherer owns
 //   - the pairing of Gather and Release of every unit, at every stage (a
 //     trainer's missing Gather fails at stage 0 as at stage 3);
 //   - the updated-param all-gathers: with the optimizer sharded (stages
-//     1-2, stage 3's resident units) each rank updates its shard and Step
-//     all-gathers the units; Gather(u) waits for u's, so they overlap the
-//     forward of the units before it;
-//   - stage 3's gather pool: a fixed number of slots a unit is all-gathered
-//     into, one held at a time, the oldest evicted first; a slot keeps its
-//     unit after Release, so a Gather right after (forward to backward) is
-//     free;
-//   - stage-3 prefetch: the first step records the order of its Gathers;
-//     from then on the next units of that order are gathered ahead, while
-//     the trainer computes, and a step that leaves the order turns
-//     prefetch off (said once on stderr).
+//     1-2, stage 3's resident segments) each rank updates its shard and
+//     Step all-gathers the trainable segments; Gather(u) waits for u's, so
+//     they overlap the forward of the units before it;
+//   - stage 3's gather pool: a fixed number of slots a segment is
+//     all-gathered into; the trainer holds at most max_gathered_units units
+//     at once (a segment two held units read, a tied param, is gathered
+//     once and held by both); the oldest slot no unit holds is evicted
+//     first, and a slot keeps its segment after Release, so a Gather right
+//     after (forward to backward) is free;
+//   - stage-3 prefetch: the first step records the order of its segment
+//     gathers (a recompute pass's repeated gathers included); from then on
+//     the next segments of that order are gathered ahead, while the trainer
+//     computes, and a step that leaves the order fails with an error naming
+//     the gather (prefetch would otherwise miss, silently).
 #ifndef ZEROSHARD_RUNTIME_PARAM_GATHERER_H_
 #define ZEROSHARD_RUNTIME_PARAM_GATHERER_H_
 
@@ -41,12 +46,14 @@ class ParamGatherer {
   // Waits for every all-gather still in flight (peers may read our buffers).
   ~ParamGatherer();
 
-  // The memory of unit `unit`'s params (segment coordinates), complete on
-  // every rank: waits for the unit's all-gather. `step` (1-based) and
-  // `first_step` (the first since Start: stage 3 records its order) only
-  // name and drive prefetch. FailedPrecondition: stage 3 already holds
-  // another unit.
-  absl::StatusOr<void*> Gather(int unit, int64_t step, bool first_step);
+  // The memory of spec unit `unit`'s params: per segment of
+  // layout.SegmentsOf(unit), in segment coordinates, complete on every
+  // rank (waits for the all-gathers). `step` (1-based) and `first_step`
+  // (the first since Start: stage 3 records its order) name and drive
+  // prefetch. FailedPrecondition: the unit is gathered already; stage 3
+  // holds max_gathered_units units; a later step's gather leaves the first
+  // step's order (with prefetch).
+  absl::StatusOr<std::vector<void*>> Gather(int unit, int64_t step, bool first_step);
   // FailedPrecondition when the unit is not gathered (naming those that are).
   absl::Status Release(int unit);
 
@@ -63,26 +70,39 @@ class ParamGatherer {
   // left the recorded order, and gathers the next step's first units.
   absl::Status EndStep(int64_t step, bool first_step);
 
-  // The stage-3 unit between Gather and Release, or -1.
-  int held_unit() const { return held_unit_; }
+  // A unit between Gather and Release, or -1.
+  int held_unit() const;
   bool prefetch_active() const { return prefetch_active_; }
+  // Stage 3 since Start: segment gathers, those whose all-gather was issued
+  // before the Gather that wanted it (prefetched, or kept from an earlier
+  // Gather), and those that had to wait for theirs.
+  int64_t segment_gathers() const { return segment_gathers_; }
+  int64_t gathers_ahead() const { return gathers_ahead_; }
+  int64_t gathers_waited() const { return gathers_waited_; }
   // "no unit is gathered", or the units that are ("'block.1' is gathered").
   std::string DescribeGathered() const;
 
  private:
-  // A stage-3 gather buffer and the unit it holds (or receives).
+  // A stage-3 gather buffer and the segment it holds (or receives).
   struct GatherSlot {
-    int unit = -1;
-    bool held = false;   // between Gather and Release
+    int unit = -1;       // the segment
+    int holds = 0;       // spec units between Gather and Release that read it
     CommHandle gather;   // all-gather in flight into the slot
     int64_t issued = 0;  // issue counter, to evict the oldest
   };
+  // One gather of the first step's order.
+  struct OrderEntry {
+    int segment = -1;
+    int unit = -1;  // the spec unit whose Gather wanted it
+  };
 
-  absl::StatusOr<void*> GatherSharded(int unit, int64_t step, bool first_step);
+  absl::StatusOr<void*> GatherSegment(int segment, int unit, int64_t step, bool first_step);
+  absl::Status CheckOrder(int segment, int unit, int64_t step);
   absl::StatusOr<int> AcquireSlot(int protect_from);
   absl::Status IssueUnitGather(int unit, int slot);
   absl::Status PrefetchFrom(size_t order_pos);
-  void DisablePrefetch(const std::string& why);
+  bool InWindow(int segment, size_t order_pos) const;
+  void Unhold(int unit);
 
   const ModelSpec& model_;
   const FlatLayout& layout_;
@@ -93,17 +113,19 @@ class ParamGatherer {
   const ShardBuffers& buffers_;
   RuntimeServices& services_;
 
-  std::vector<char> gathered_;               // per unit: between Gather and Release
-  std::vector<CommHandle> updated_gathers_;  // per unit: all-gather of updated params
+  std::vector<char> gathered_;               // per spec unit: between Gather and Release
+  std::vector<CommHandle> updated_gathers_;  // per segment: all-gather of updated params
   std::vector<GatherSlot> slots_;
-  std::vector<int> unit_slot_;  // per unit: slot holding it, -1
-  int held_unit_ = -1;
+  std::vector<int> unit_slot_;  // per segment: slot holding it, -1
+  int held_units_ = 0;          // spec units holding a slot
   int64_t issue_counter_ = 0;
-  std::vector<int> recorded_order_;  // Gather() calls of the first step
-  size_t order_pos_ = 0;             // this step's position in it
+  std::vector<OrderEntry> recorded_order_;  // sharded segment gathers of the first step
+  size_t order_pos_ = 0;                    // this step's position in it
   bool prefetch_active_ = false;
-  bool prefetch_fallback_reported_ = false;
   int prefetch_depth_ = 0;
+  int64_t segment_gathers_ = 0;
+  int64_t gathers_ahead_ = 0;
+  int64_t gathers_waited_ = 0;
 };
 
 }  // namespace zeroshard::internal

@@ -15,9 +15,12 @@ ShardBuffers::ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int
   // Where each unit's params live in the params buffer: its full segment,
   // or (stage 3) this rank's shard of it.
   int64_t offset = 0;
+  int64_t tied = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
     param_offset_.push_back(offset);
     offset += plan_.unit_resident[u] ? layout_.unit(u).padded_numel : layout_.unit(u).shard_numel;
+    tied_offset_.push_back(tied);
+    if (layout_.UsersOf(u).size() > 1) tied += layout_.unit(u).padded_numel;
   }
 }
 
@@ -40,6 +43,8 @@ absl::Status ShardBuffers::Allocate(Device& device) {
       norm_blocks = std::move(buffer);
     } else if (b.name == kParamGatherBuffer) {
       gather_pool = std::move(buffer);
+    } else if (b.name == kTiedGradBuffer) {
+      tied_accum = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -67,24 +72,29 @@ void* ShardBuffers::ParamsAt(int unit, int64_t seg_index) const {
 }
 
 void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {
+  // Trainable segments only: the gradient buffer holds no frozen one.
   const UnitSegment& seg = layout_.unit(unit);
   const int64_t element = plan_.stage.grads_sharded
-                              ? seg.shard_offset + (seg_index - rank_ * seg.shard_numel)
-                              : seg.offset + seg_index;
+                              ? seg.train_shard_offset + (seg_index - rank_ * seg.shard_numel)
+                              : seg.train_offset + seg_index;
   return grads.as<char>() + element * static_cast<int64_t>(DTypeSize(grad_dtype_));
 }
 
 float* ShardBuffers::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
   const UnitSegment& seg = layout_.unit(unit);
   const int64_t element = !plan_.stage.optimizer_sharded
-                              ? seg.offset + seg_index
-                              : seg.shard_offset + (seg_index - rank_ * seg.shard_numel);
+                              ? seg.train_offset + seg_index
+                              : seg.train_shard_offset + (seg_index - rank_ * seg.shard_numel);
   return buf.as<float>() + element;
 }
 
 void* ShardBuffers::StagingSlotData(int slot) const {
   return staging.as<char>() +
          slot * layout_.max_unit_numel() * static_cast<int64_t>(DTypeSize(grad_dtype_));
+}
+
+void* ShardBuffers::TiedAccumData(int unit) const {
+  return tied_accum.as<char>() + tied_offset_[unit] * static_cast<int64_t>(DTypeSize(grad_dtype_));
 }
 
 void* ShardBuffers::GatherSlotData(int slot) const {

@@ -10,6 +10,9 @@
 //   norm_blocks   the block sums of squares of the gradient norm
 //   param_gather  stage 3: slots units are all-gathered into
 //
+// The "units" here are the layout's storage segments (flat_layout.h): the
+// gradient, master and moment buffers hold the trainable ones only (their
+// addressing functions must not be called for a frozen segment).
 // "Segment coordinates" index a unit's padded segment; the optimizer of a
 // rank covers its "owned range" of each unit: the whole segment in stage 0,
 // its shard in stages 1-2. The addressing functions take segment
@@ -53,9 +56,11 @@ class ShardBuffers {
   float* AdamMAt(int unit, int64_t seg_index) const { return OptimizerAt(adam_m, unit, seg_index); }
   float* AdamVAt(int unit, int64_t seg_index) const { return OptimizerAt(adam_v, unit, seg_index); }
   void* StagingSlotData(int slot) const;
+  // A tied segment's micro-batch accumulator (kTiedGradBuffer).
+  void* TiedAccumData(int unit) const;
   void* GatherSlotData(int slot) const;
 
-  DeviceBuffer params, grads, master, adam_m, adam_v, staging, norm_blocks, gather_pool;
+  DeviceBuffer params, grads, master, adam_m, adam_v, staging, norm_blocks, gather_pool, tied_accum;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
@@ -66,6 +71,7 @@ class ShardBuffers {
   DType param_dtype_;
   DType grad_dtype_;
   std::vector<int64_t> param_offset_;  // per unit: first element in params
+  std::vector<int64_t> tied_offset_;   // per unit: first element in tied_accum (tied ones)
 };
 
 }  // namespace zeroshard::internal

@@ -8,45 +8,87 @@
 
 namespace zeroshard::internal {
 
-std::vector<DecayRun> BuildDecayRuns(const FlatLayout& layout, const ModelSpec& model,
-                                     const std::function<ElementRange(int)>& owned_range) {
-  std::vector<DecayRun> decay_runs;
+ParamGroupSpec ParamGroupSpec::Of(const ParamSpec& param) {
+  ParamGroupSpec group;
+  group.lr_scale = param.lr_scale;
+  group.weight_decay = param.no_decay ? std::optional<double>(0.0) : param.weight_decay;
+  return group;
+}
+
+std::vector<UpdateRun> BuildUpdateRuns(const FlatLayout& layout, const ModelSpec& model,
+                                       const std::function<ElementRange(int)>& owned_range) {
+  std::vector<UpdateRun> merged;
   for (int u = 0; u < layout.num_units(); ++u) {
-    const ElementRange owned = owned_range(u);
     const UnitSegment& seg = layout.unit(u);
-    const UnitSpec& spec = model.units[u];
+    if (!seg.trainable) continue;  // no gradient, master or moments
+    const ElementRange owned = owned_range(u);
     // Each param's run also takes the alignment gap before it; the tail
-    // padding joins the last run. Padding is zero, so its decay is moot.
-    std::vector<DecayRun> runs;
+    // padding joins the last run. Padding is zero: any group leaves it zero.
+    std::vector<UpdateRun> runs;
     int64_t pos = owned.begin;
     for (size_t p = 0; p < seg.params.size() && pos < owned.end; ++p) {
       const int64_t end = std::min(seg.params[p].offset + seg.params[p].numel, owned.end);
       if (end <= pos) continue;
-      runs.push_back({u, {pos, end}, !spec.params[p].no_decay});
+      const ParamSlot& slot = seg.params[p];
+      runs.push_back(
+          {u, {pos, end}, ParamGroupSpec::Of(model.units[slot.spec_unit].params[slot.spec_param])});
       pos = end;
     }
     if (pos < owned.end) {
-      const bool decay = runs.empty() ? true : runs.back().decay;
-      runs.push_back({u, {pos, owned.end}, decay});
+      const ParamGroupSpec group = runs.empty() ? ParamGroupSpec() : runs.back().group;
+      runs.push_back({u, {pos, owned.end}, group});
     }
-    for (const DecayRun& run : runs) {
-      if (!decay_runs.empty() && decay_runs.back().unit == u &&
-          decay_runs.back().decay == run.decay && decay_runs.back().range.end == run.range.begin) {
-        decay_runs.back().range.end = run.range.end;
+    for (const UpdateRun& run : runs) {
+      if (!merged.empty() && merged.back().unit == u && merged.back().group == run.group &&
+          merged.back().range.end == run.range.begin) {
+        merged.back().range.end = run.range.end;
       } else {
-        decay_runs.push_back(run);
+        merged.push_back(run);
       }
     }
   }
-  return decay_runs;
+  return merged;
 }
 
-ShardOptimizer::ShardOptimizer(const TrainSpec& train, std::vector<DecayRun> runs)
+ShardOptimizer::ShardOptimizer(const TrainSpec& train, std::vector<UpdateRun> runs)
     : spec_(train.optimizer),
       param_dtype_(train.param_dtype()),
       grad_dtype_(train.effective_grad_dtype()),
       mixed_(train.precision != Precision::kFp32),
-      runs_(std::move(runs)) {}
+      runs_(std::move(runs)) {
+  IndexGroups();
+}
+
+void ShardOptimizer::set_runs(std::vector<UpdateRun> runs) {
+  runs_ = std::move(runs);
+  IndexGroups();
+}
+
+void ShardOptimizer::IndexGroups() {
+  groups_.clear();
+  run_group_.clear();
+  // The distinct effective groups, sorted, and each run's index among them:
+  // O(runs log runs), so that a model with a group per param stays cheap.
+  auto effective = [this](const ParamGroupSpec& g) {
+    return Group{g.lr_scale, g.weight_decay.value_or(spec_.weight_decay)};
+  };
+  auto less = [](const Group& a, const Group& b) {
+    return a.lr_scale != b.lr_scale ? a.lr_scale < b.lr_scale : a.weight_decay < b.weight_decay;
+  };
+  for (const UpdateRun& run : runs_) groups_.push_back(effective(run.group));
+  std::sort(groups_.begin(), groups_.end(), less);
+  groups_.erase(std::unique(groups_.begin(), groups_.end(),
+                            [](const Group& a, const Group& b) {
+                              return a.lr_scale == b.lr_scale && a.weight_decay == b.weight_decay;
+                            }),
+                groups_.end());
+  run_group_.reserve(runs_.size());
+  for (const UpdateRun& run : runs_) {
+    const auto at = std::lower_bound(groups_.begin(), groups_.end(), effective(run.group), less);
+    run_group_.push_back(static_cast<int>(at - groups_.begin()));
+  }
+  constants_.resize(groups_.size());
+}
 
 absl::Status ShardOptimizer::Apply(const ShardBuffers& buffers, DeviceOps& ops, double grad_scale,
                                    double lr) {
@@ -54,19 +96,23 @@ absl::Status ShardOptimizer::Apply(const ShardBuffers& buffers, DeviceOps& ops, 
   kernels::AdamStepParams p;
   p.mode =
       spec_.kind == OptimizerKind::kAdamW ? kernels::AdamMode::kAdamW : kernels::AdamMode::kAdamL2;
-  p.lr = lr;
   p.beta1 = spec_.beta1;
   p.beta2 = spec_.beta2;
   p.eps = spec_.eps;
   p.grad_scale = grad_scale;
   p.step = applied_steps_;
-  p.weight_decay = spec_.weight_decay;
-  const kernels::AdamConstants decay = kernels::MakeAdamConstants(p);
-  p.weight_decay = 0.0;
-  const kernels::AdamConstants no_decay = kernels::MakeAdamConstants(p);
+  // torch's param groups: the group's learning rate is the schedule's times
+  // its scale, and AdamW's decoupled decay uses that rate (p *= 1 -
+  // lr_group * wd_group). Derived once per group, in double, as before.
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    p.lr = lr * groups_[g].lr_scale;
+    p.weight_decay = groups_[g].weight_decay;
+    constants_[g] = kernels::MakeAdamConstants(p);
+  }
 
-  for (const DecayRun& run : runs_) {
-    const kernels::AdamConstants& c = run.decay ? decay : no_decay;
+  for (size_t k = 0; k < runs_.size(); ++k) {
+    const UpdateRun& run = runs_[k];
+    const kernels::AdamConstants& c = constants_[run_group_[k]];
     const int u = run.unit;
     const int64_t b = run.range.begin;
     AdamArgs args;

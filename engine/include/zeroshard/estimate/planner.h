@@ -196,7 +196,12 @@ struct ScalePoint {
 
 struct Plan {
   std::string model_name;
+  // Elements stored (a tied param once), and their split by
+  // ParamSpec::trainable: only trainable params have gradients, an fp32
+  // master and Adam moments (fine_tuning.h).
   int64_t params = 0;
+  int64_t trainable_params = 0;
+  int64_t frozen_params = 0;
   int num_units = 0;
   ClusterSpec cluster;
   PlanOptions options;                // with seq resolved

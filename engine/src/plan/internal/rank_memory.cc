@@ -26,13 +26,15 @@ UnitSpec SliceUnit(const UnitSpec& unit, int tp) {
 }
 
 // The elements of the first `count` params of `unit` sliced as SliceUnit
-// slices them, without copying the unit. Each is at most the unsliced
-// count, which the validated spec bounds.
-std::vector<int64_t> SlicedNumels(const UnitSpec& unit, int tp, size_t count) {
+// slices them, without copying the unit: the stored ones (a tied param is
+// its owner's storage), or with `trainable_only` only the trainable ones.
+// Each is at most the unsliced count, which the validated spec bounds.
+std::vector<int64_t> SlicedNumels(const UnitSpec& unit, int tp, size_t count, bool trainable_only) {
   std::vector<int64_t> numels;
   numels.reserve(count);
   for (size_t p = 0; p < count; ++p) {
     const ParamSpec& param = unit.params[p];
+    if (param.tied_to.has_value() || (trainable_only && !param.trainable)) continue;
     int64_t n = 1;
     if (tp == 1 || param.tp_split_dim < 0) {
       for (int64_t d : param.shape) n *= d;
@@ -133,19 +135,40 @@ bool AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
 }
 
 // The buffers of one rank: PlanBuffers (exactly what the engine allocates),
-// then the analytic changes for offload.
-absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const FlatLayout& layout,
+// with the gradient-side buffers (gradient, staging, norm blocks, fp32
+// master, Adam moments) taken from PlanBuffers over the trainable segments
+// alone (a frozen param has none of them), then the analytic changes for
+// offload. With nothing frozen the two layouts are the same.
+absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const SplitLayout::Stage& stage,
                                                       const PlanOptions& options,
                                                       const Candidate& c) {
+  const FlatLayout& layout = stage.layout;
   const TrainSpec train = Planner::EngineTrainSpec(options, c.stage, c.micro_batches);
   ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(layout, train));
+  std::optional<BufferPlan> trainable_plan;
+  if (stage.trainable.has_value()) {
+    ZS_ASSIGN_OR_RETURN(trainable_plan, PlanBuffers(*stage.trainable, train));
+  }
   std::vector<PlacedBuffer> out;
-  for (PlannedBuffer& b : engine_plan.buffers) out.push_back({std::move(b), Placement::kDevice});
+  for (PlannedBuffer& b : engine_plan.buffers) {
+    // Every buffer of the gradient side: the gradient, its staging slots,
+    // the norm's blocks over the gradient shard, and the optimizer state.
+    if (b.name == kGradsBuffer || b.name == kGradStagingBuffer || b.name == kNormBlocksBuffer ||
+        b.name == kMasterBuffer || b.name == kAdamMBuffer || b.name == kAdamVBuffer) {
+      const PlannedBuffer* trainable_b =
+          trainable_plan.has_value() ? trainable_plan->Find(b.name) : nullptr;
+      b.numel = trainable_b != nullptr ? trainable_b->numel : 0;
+    }
+    out.push_back({std::move(b), Placement::kDevice});
+  }
   if (c.offload != Offload::kNone) {
     // ZeRO-Offload: the fp32 states and the optimizer step move to the host;
     // a sharded gradient is copied there for the CPU Adam. Below 2^57
     // elements (a layout's limit), so the byte counts fit.
-    const int64_t shard = c.stage == 0 ? layout.total_numel() : layout.shard_numel();
+    const FlatLayout* trainable = stage.trainable.has_value() ? &*stage.trainable : nullptr;
+    const int64_t shard = trainable == nullptr ? 0
+                          : c.stage == 0       ? trainable->total_numel()
+                                               : trainable->shard_numel();
     bool has_master = false;
     for (PlacedBuffer& p : out) {
       const std::string& n = p.buffer.name;
@@ -220,16 +243,21 @@ ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage,
 absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp) {
   SliceSizes sizes;
   sizes.unit_used.reserve(model.spec.units.size());
+  sizes.unit_trainable_used.reserve(model.spec.units.size());
   for (size_t u = 0; u < model.spec.units.size(); ++u) {
     const UnitSpec& unit = model.spec.units[u];
-    ZS_ASSIGN_OR_RETURN(const int64_t used,
-                        FlatLayout::UsedNumel(SlicedNumels(unit, tp, unit.params.size())));
-    sizes.unit_used.push_back(used);
+    for (bool trainable_only : {false, true}) {
+      ZS_ASSIGN_OR_RETURN(const int64_t used, FlatLayout::UsedNumel(SlicedNumels(
+                                                  unit, tp, unit.params.size(), trainable_only)));
+      (trainable_only ? sizes.unit_trainable_used : sizes.unit_used).push_back(used);
+    }
   }
   if (!model.spec.units.empty()) {
     // The tied copy holds the embedding's first param alone.
     ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used,
-                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1)));
+                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1, false)));
+    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_trainable_used,
+                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1, true)));
   }
   return sizes;
 }
@@ -244,16 +272,30 @@ absl::StatusOr<SplitLayout> LayOutSplit(const ModelDescription& model, const Sli
   }
   SplitLayout split;
   split.stages.reserve(stages.size());
-  std::vector<int64_t> used;
+  std::vector<int64_t> used, trainable_used;
+  // A unit of tied params only (used 0) stores nothing: no segment.
+  auto add = [](std::vector<int64_t>& to, int64_t numel) {
+    if (numel > 0) to.push_back(numel);
+  };
   for (int i : stages) {
     const StageUnits units = UnitsOfStage(model, pp, i);
     used.clear();
-    for (int u : units.units) used.push_back(sizes.unit_used[u]);
-    if (units.tied_embedding_copy) used.push_back(sizes.tied_copy_used);
+    trainable_used.clear();
+    for (int u : units.units) {
+      add(used, sizes.unit_used[u]);
+      add(trainable_used, sizes.unit_trainable_used[u]);
+    }
+    if (units.tied_embedding_copy) {
+      add(used, sizes.tied_copy_used);
+      add(trainable_used, sizes.tied_copy_trainable_used);
+    }
     SplitLayout::Stage stage;
     stage.index = i;
     stage.layers = units.layers;
     ZS_ASSIGN_OR_RETURN(stage.layout, FlatLayout::FromUsedNumels(used, dp));
+    if (!trainable_used.empty()) {
+      ZS_ASSIGN_OR_RETURN(stage.trainable, FlatLayout::FromUsedNumels(trainable_used, dp));
+    }
     split.stages.push_back(std::move(stage));
   }
   return split;
@@ -267,7 +309,7 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
   *sizes = RankSizes{};
   for (const SplitLayout::Stage& stage : split.stages) {
     const FlatLayout& layout = stage.layout;
-    ZS_ASSIGN_OR_RETURN(std::vector<PlacedBuffer> buffers, RankBuffers(layout, options, c));
+    ZS_ASSIGN_OR_RETURN(std::vector<PlacedBuffer> buffers, RankBuffers(stage, options, c));
     MemoryBreakdown gpu, host;
     // PlanBuffers checked that all its buffers together fit; the offload
     // copies are extra, so every addition is checked here.
@@ -290,6 +332,11 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
     if (layout.total_numel() > sizes->full_numel) {
       sizes->full_numel = layout.total_numel();
       sizes->shard_numel = layout.shard_numel();
+    }
+    if (stage.trainable.has_value() &&
+        stage.trainable->total_numel() > sizes->trainable_full_numel) {
+      sizes->trainable_full_numel = stage.trainable->total_numel();
+      sizes->trainable_shard_numel = stage.trainable->shard_numel();
     }
     sizes->layers = std::max(sizes->layers, stage.layers);
     if (*gpu_total > worst_total) {

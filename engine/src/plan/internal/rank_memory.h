@@ -7,6 +7,7 @@
 #define ZEROSHARD_PLAN_INTERNAL_RANK_MEMORY_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +31,10 @@ struct RankSizes {
   int64_t full_numel = 0;   // the rank's flat buffer (params it computes with)
   int64_t shard_numel = 0;  // its data-parallel shard
   int64_t layers = 0;       // transformer layers on its pipeline stage
+  // The trainable part (ParamSpec::trainable) of each: what has gradients
+  // and optimizer state. Equal to the above when nothing is frozen.
+  int64_t trainable_full_numel = 0;
+  int64_t trainable_shard_numel = 0;
 };
 
 // The unit the last pipeline stage of a tied-embedding model adds.
@@ -56,10 +61,20 @@ ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage,
 // The used_numel (FlatLayout::UsedNumel) of every unit of the model sliced
 // for tensor-parallel degree tp, and of the tied-embedding copy: all the
 // layout needs, computed once per tp and shared by every pipeline split,
-// data-parallel size and GPU count of a plan.
+// data-parallel size and GPU count of a plan. A param tied to another
+// (ParamSpec::tied_to) is its owner's storage and adds nothing; a unit of
+// tied params only has used 0 and no segment.
+//
+// Frozen params: the *_trainable_used sizes are those of the unit's
+// trainable params alone, laid out as a segment of their own (params
+// aligned, the segment padded and sharded like any unit's). Gradients,
+// the fp32 master and the Adam moments are sized over those segments; the
+// params over the whole units. With nothing frozen both are the same.
 struct SliceSizes {
   std::vector<int64_t> unit_used;
+  std::vector<int64_t> unit_trainable_used;
   int64_t tied_copy_used = 0;
+  int64_t tied_copy_trainable_used = 0;
 };
 absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp);
 
@@ -71,6 +86,9 @@ struct SplitLayout {
     int index = 0;       // pipeline stage
     int64_t layers = 0;  // transformer layers on it
     FlatLayout layout;   // one rank's slice over dp ranks, sizes only
+    // The trainable segments of the same units (SliceSizes), over dp
+    // ranks; nullopt when nothing on the stage is trainable.
+    std::optional<FlatLayout> trainable;
   };
   // The pipeline stages that can need the most memory: all of them, or for
   // a transformer (whose layers are alike) the first, the second and the

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "zeroshard/estimate/fine_tuning.h"
+
 namespace zeroshard {
 namespace internal {
 namespace {
@@ -22,6 +24,16 @@ double ActiveParams(const ModelDescription& model) {
                                                      : model.spec.NumParams());
 }
 
+// The active params that get a weight gradient: ActiveParams scaled by the
+// trainable share of the stored params (a dense model's trainable params).
+double TrainableActiveParams(const ModelDescription& model) {
+  const ParamCounts counts = CountParams(model.spec);
+  if (counts.frozen == 0) return ActiveParams(model);
+  if (counts.total() == 0) return 0.0;
+  return ActiveParams(model) * static_cast<double>(counts.trainable) /
+         static_cast<double>(counts.total());
+}
+
 int ParamBytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 }  // namespace
@@ -29,7 +41,8 @@ int ParamBytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
                          int64_t global_batch) {
   const double tokens = static_cast<double>(global_batch) * static_cast<double>(options.seq);
-  return tokens * (6.0 * ActiveParams(model) + AttentionFlopsPerToken(model, options));
+  return tokens * (4.0 * ActiveParams(model) + 2.0 * TrainableActiveParams(model) +
+                   AttentionFlopsPerToken(model, options));
 }
 
 double RingSeconds(int n, double bytes, double gbps, double latency_us) {
@@ -62,8 +75,12 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
   const double dp_gbps = dp_in_node ? cluster.intra_node_gbps : cluster.inter_node_gbps;
   const double dp_lat = dp_in_node ? cluster.intra_node_latency_us : cluster.inter_node_latency_us;
   const double param_bytes = static_cast<double>(sizes.full_numel) * ParamBytes(options.precision);
-  const double grad_bytes = param_bytes;  // gradients in the param dtype
-  const double rs_grads = RingSeconds(c.dp, grad_bytes, dp_gbps, dp_lat);
+  // Gradients (in the param dtype) and updated params exist for the
+  // trainable params only; stage 3 still gathers the frozen ones.
+  const double trainable_bytes =
+      static_cast<double>(sizes.trainable_full_numel) * ParamBytes(options.precision);
+  const double rs_grads = RingSeconds(c.dp, trainable_bytes, dp_gbps, dp_lat);
+  const double ag_updated = RingSeconds(c.dp, trainable_bytes, dp_gbps, dp_lat);
   const double ag_params = RingSeconds(c.dp, param_bytes, dp_gbps, dp_lat);
   double dp_comm = 0;
   switch (c.stage) {
@@ -71,10 +88,10 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
       dp_comm = 2 * rs_grads;
       break;  // all-reduce
     case 1:
-      dp_comm = rs_grads + ag_params;
+      dp_comm = rs_grads + ag_updated;
       break;
     case 2:
-      dp_comm = m * rs_grads + ag_params;
+      dp_comm = m * rs_grads + ag_updated;
       break;  // reduce-scatter every micro-batch
     default:
       dp_comm = m * (rs_grads + 2 * ag_params);
@@ -106,12 +123,15 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
     time.pp_comm = m * 2.0 * (lat * 1e-6 + send / (gbps * 1e9));
   }
   if (c.offload != Offload::kNone) {
-    const double shard = static_cast<double>(c.stage == 0 ? sizes.full_numel : sizes.shard_numel);
+    // The CPU Adam steps the trainable shard; offloaded params move whole.
+    const double shard = static_cast<double>(c.stage == 0 ? sizes.trainable_full_numel
+                                                          : sizes.trainable_shard_numel);
+    const double params_shard = static_cast<double>(sizes.shard_numel);
     const double pcie = cluster.pcie_gbps * 1e9;
     time.offload = shard * 2.0 * ParamBytes(options.precision) / pcie +
                    shard / (cluster.cpu_adam_gparams_per_s * 1e9);
     if (c.offload == Offload::kOptimizerAndParams) {
-      time.offload += m * 2.0 * shard * ParamBytes(options.precision) / pcie;
+      time.offload += m * 2.0 * params_shard * ParamBytes(options.precision) / pcie;
     }
   }
   time.total =

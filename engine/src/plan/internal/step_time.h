@@ -15,7 +15,11 @@ namespace internal {
 // tokens: 6 N per token plus 12 s (a d) L per token for attention
 // (forward + backward, no recomputation). N is the active params
 // (ModelDescription::active_params): a mixture of experts counts only the
-// experts a token is routed to.
+// experts a token is routed to. A frozen param (ParamSpec::trainable) needs
+// no weight gradient, so of its 6 FLOPs per token only the forward's 2 and
+// the input gradient's 2 remain: 4 N + 2 N_trainable, with N_trainable the
+// active params' trainable share (the backward still passes through every
+// layer, as LoRA's adapters need it).
 double ModelFlopsPerStep(const ModelDescription& model, const PlanOptions& options,
                          int64_t global_batch);
 
