@@ -288,7 +288,15 @@ WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
 
 void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   const MlpConfig& m = opts.model;
-  const int64_t params = BuildModelSpec(m).NumParams();
+  // Stored params: a tied alias is its owner's tensor, counted once.
+  int64_t params = 0, trainable = 0;
+  for (const UnitSpec& unit : BuildModelSpec(m).units) {
+    for (const ParamSpec& p : unit.params) {
+      if (p.tied_to.has_value()) continue;
+      params += p.NumElements();
+      if (p.trainable) trainable += p.NumElements();
+    }
+  }
   const int64_t global_batch = static_cast<int64_t>(r.world) * opts.accum * m.micro_batch;
   std::fprintf(out,
                "mlp_demo: residual MLP, %d blocks x hidden %d (%s params), exact-erf GELU,\n"
@@ -302,10 +310,11 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
   }
   if (m.lora()) {
     std::fprintf(out,
-                 "          LoRA rank %d, scale %g: base weights%s frozen; adapters lr x %g, "
-                 "weight decay %g\n",
-                 m.lora_rank, m.LoraScale(), m.lm() ? ", embedding and head" : "",
-                 m.adapter_lr_scale, m.adapter_weight_decay.value_or(opts.weight_decay));
+                 "          LoRA rank %d, scale %g: %s trainable, base weights%s frozen; adapters "
+                 "lr x %g, weight decay %g\n",
+                 m.lora_rank, m.LoraScale(), WithCommas(trainable).c_str(),
+                 m.lm() ? ", embedding and head" : "", m.adapter_lr_scale,
+                 m.adapter_weight_decay.value_or(opts.weight_decay));
   }
   if (r.baseline.activation_bytes > 0) {
     std::fprintf(out, "          activations kept per micro-batch: %s%s\n",
