@@ -11,7 +11,9 @@ using internal::SteadyNow;
 
 MicroBatchLoader::MicroBatchLoader(const MlpConfig& cfg, int world, int rank, int accum, int depth,
                                    int64_t first_step)
-    : accum_(accum),
+    : lm_(cfg.lm()),
+      batch_tokens_(static_cast<size_t>(cfg.micro_batch)),
+      accum_(accum),
       depth_(std::clamp(depth, 0, kMaxDepth)),
       batch_numel_(static_cast<size_t>(cfg.micro_batch * cfg.hidden)),
       sampler_(cfg, world, rank, accum),
@@ -48,13 +50,10 @@ void MicroBatchLoader::Produce() {
       spare_.pop_back();
     } else {
       batch = std::make_unique<Batch>();
-      batch->x.resize(batch_numel_);
-      batch->y.resize(batch_numel_);
     }
-    batch->at = at;
     // The sampler is this thread's alone; the trainer waits without the lock.
     lock.unlock();
-    sampler_.Fill(at.step, at.micro, batch->x.data(), batch->y.data());
+    Make(at, batch.get());
     lock.lock();
     if (generation != generation_) {
       spare_.push_back(std::move(batch));  // made for a walk that was restarted
@@ -65,11 +64,26 @@ void MicroBatchLoader::Produce() {
   }
 }
 
-absl::Duration MicroBatchLoader::Next(int64_t step, int micro, float* x, float* y) {
-  const Position want{step, micro};
+void MicroBatchLoader::Make(Position at, Batch* batch) {
+  batch->at = at;
+  if (lm_) {
+    batch->tokens.resize(batch_tokens_);
+    batch->targets.resize(batch_tokens_);
+    sampler_.FillTokens(at.step, at.micro, batch->tokens.data(), batch->targets.data());
+  } else {
+    batch->x.resize(batch_numel_);
+    batch->y.resize(batch_numel_);
+    sampler_.Fill(at.step, at.micro, batch->x.data(), batch->y.data());
+  }
+}
+
+template <typename Copy>
+absl::Duration MicroBatchLoader::Take(Position want, Copy&& copy) {
   if (depth_ == 0) {
     const absl::Duration begin = SteadyNow();
-    sampler_.Fill(step, micro, x, y);
+    Batch batch;
+    Make(want, &batch);
+    copy(batch);
     return SteadyNow() - begin;
   }
   std::unique_ptr<Batch> batch;
@@ -97,13 +111,33 @@ absl::Duration MicroBatchLoader::Next(int64_t step, int micro, float* x, float* 
   // The queue has room again: the thread makes the next one while the
   // trainer copies and computes.
   space_.notify_one();
-  std::copy(batch->x.begin(), batch->x.end(), x);
-  std::copy(batch->y.begin(), batch->y.end(), y);
+  copy(*batch);
   {
     std::lock_guard<std::mutex> lock(mu_);
     spare_.push_back(std::move(batch));
   }
   return waited;
+}
+
+absl::Duration MicroBatchLoader::Next(int64_t step, int micro, float* x, float* y) {
+  if (depth_ == 0) {
+    // Straight into the caller's arrays, as before (no copy to time).
+    const absl::Duration begin = SteadyNow();
+    sampler_.Fill(step, micro, x, y);
+    return SteadyNow() - begin;
+  }
+  return Take(Position{step, micro}, [&](const Batch& batch) {
+    std::copy(batch.x.begin(), batch.x.end(), x);
+    std::copy(batch.y.begin(), batch.y.end(), y);
+  });
+}
+
+absl::Duration MicroBatchLoader::NextTokens(int64_t step, int micro, int32_t* tokens,
+                                            int32_t* targets) {
+  return Take(Position{step, micro}, [&](const Batch& batch) {
+    std::copy(batch.tokens.begin(), batch.tokens.end(), tokens);
+    std::copy(batch.targets.begin(), batch.targets.end(), targets);
+  });
 }
 
 void MicroBatchLoader::WaitQueued(int n) {

@@ -53,7 +53,11 @@ class MicroBatchLoader {
   // local micro-batch `micro` of step `step`. Returns how long the call
   // blocked waiting for the loader's thread (depth 0: the whole making of
   // the micro-batch): what the trainer reports with RecordInputWait.
+  // Regression mode only.
   absl::Duration Next(int64_t step, int micro, float* x, float* y);
+  // The LM mode's micro-batch (DistributedSampler::FillTokens): micro_batch
+  // token ids and their targets. Same queue, same wait accounting.
+  absl::Duration NextTokens(int64_t step, int micro, int32_t* tokens, int32_t* targets);
 
   // Blocks until the loader's thread has `n` micro-batches queued ahead (n
   // clamped to [0, depth]; at depth 0 it returns at once): for a trainer
@@ -71,12 +75,21 @@ class MicroBatchLoader {
   };
   struct Batch {
     Position at;
-    std::vector<float> x, y;
+    std::vector<float> x, y;               // regression mode
+    std::vector<int32_t> tokens, targets;  // LM mode
   };
 
   Position After(Position p) const;
   void Produce();
+  // Makes the micro-batch at `at` into *batch (sized for the mode).
+  void Make(Position at, Batch* batch);
+  // The micro-batch at `want`, made (depth 0) or taken from the queue;
+  // `copy` reads it out; returns the wait.
+  template <typename Copy>
+  absl::Duration Take(Position want, Copy&& copy);
 
+  const bool lm_;
+  const size_t batch_tokens_;
   const int accum_;
   const int depth_;
   const size_t batch_numel_;

@@ -53,6 +53,19 @@ void PrintUsage(std::FILE* out) {
       "  --sync-data        make each micro-batch on the trainer's thread when it is\n"
       "                     needed (all of it input wait: an input-bound run) instead\n"
       "                     of on the data loader's thread, %d micro-batches ahead\n"
+      "  --vocab V          a tiny language model over V tokens: embedding, the blocks,\n"
+      "                     a head tied to the embedding; cross-entropy against a\n"
+      "                     fixed random teacher LM's next token (default: off, the\n"
+      "                     regression model)\n"
+      "  --lora R           LoRA: blocks' weights and biases frozen (and the embedding\n"
+      "                     and head with --vocab), rank-R adapters trained\n"
+      "  --lora-alpha A     LoRA scale alpha / R (default alpha = R: a scale of 1)\n"
+      "  --adapter-lr-scale S  the adapters' learning rate is S x the schedule's\n"
+      "                     (default 1)\n"
+      "  --adapter-weight-decay WD  the adapters' own decoupled weight decay\n"
+      "                     (default: --weight-decay)\n"
+      "  --recompute        activation checkpointing: the forward keeps each block's\n"
+      "                     input only, the backward recomputes the block (same bits)\n"
       "  --comm-timeout S   seconds (or a duration: 90s, 2m) a collective waits for a\n"
       "                     missing rank before the run fails naming it, in [%g, %.0f]\n"
       "                     (default: $%s, else %.0f)\n"
@@ -85,13 +98,46 @@ TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
   train.optimizer.lr = opts.lr;
   train.optimizer.weight_decay = opts.weight_decay;
   train.schedule.kind = LrSchedule::Kind::kWarmupCosine;
-  train.schedule.warmup_steps = std::max<int64_t>(1, opts.steps / 20);
+  // 5% of the steps, at least 1, and fewer than the total (the schedule's
+  // rule): a one-step run has no warm-up and takes its step at the cosine's
+  // end value; from two steps on this is max(1, steps / 20), as it was.
+  train.schedule.warmup_steps =
+      std::min<int64_t>(std::max<int64_t>(1, opts.steps / 20), opts.steps - 1);
   train.schedule.total_steps = opts.steps;
   train.schedule.min_lr_ratio = 0.1;
   train.max_grad_norm = opts.clip;
   train.grad_accum_steps = accum;
   train.prefetch_units = opts.prefetch;
   return train;
+}
+
+// The LM, LoRA and recompute variants run on the CPU data-parallel trainer
+// (MlpTrainer) only; the adapter flags need --lora.
+absl::Status CheckModelVariantFlags(const DemoOptions& opts) {
+  const MlpConfig& m = opts.model;
+  if (!m.lora() &&
+      (m.lora_alpha != 0.0 || m.adapter_lr_scale != 1.0 || m.adapter_weight_decay.has_value())) {
+    return absl::InvalidArgumentError(
+        "--lora-alpha, --adapter-lr-scale and --adapter-weight-decay set the LoRA adapters; "
+        "give --lora R too");
+  }
+  const char* variant = m.lm()        ? "--vocab"
+                        : m.lora()    ? "--lora"
+                        : m.recompute ? "--recompute"
+                                      : nullptr;
+  if (variant == nullptr) return absl::OkStatus();
+  if (UsesGrid(opts)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(variant,
+                     " runs on the data-parallel trainer only; drop --tp, --pp and --mem-cap (the "
+                     "model-parallel grid trains the regression model; issue 23 brings the GPT to "
+                     "the grid)"));
+  }
+  if (opts.device_cuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(variant, " runs on the CPU trainer only; drop --device cuda"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
@@ -116,6 +162,18 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
       .Switch("resume", &opts.resume)
       .Switch("sync-data", &opts.sync_data)
+      .Int("vocab", &opts.model.vocab, 2, cli::kMaxCount)
+      .Int("lora", &opts.model.lora_rank, 1, cli::kMaxCount)
+      .Number("lora-alpha", &opts.model.lora_alpha, 0, kMaxNumber, /*lo_open=*/true)
+      .Number("adapter-lr-scale", &opts.model.adapter_lr_scale, 0, kMaxNumber)
+      .Custom("adapter-weight-decay",
+              [&](const std::string& v) -> absl::Status {
+                ZS_ASSIGN_OR_RETURN(
+                    opts.model.adapter_weight_decay,
+                    cli::ParseNumberFlag("--adapter-weight-decay", v, 0, kMaxNumber));
+                return absl::OkStatus();
+              })
+      .Switch("recompute", &opts.model.recompute)
       .Custom("comm-timeout",
               [&](const std::string& v) -> absl::Status {
                 // The rule of ZS_COMM_TIMEOUT, range and units included.
@@ -141,6 +199,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
         "--save-every and --resume need --checkpoint-dir DIR (where checkpoints go)");
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
+  ZS_RETURN_IF_ERROR(CheckModelVariantFlags(opts));
   if (UsesGrid(opts)) {
     if (opts.mem_cap > 0 && opts.tp * opts.pp > 1) {
       return absl::InvalidArgumentError(

@@ -15,7 +15,10 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 const char* const kParamNames[kNumBlockParams] = {"w1", "b1", "w2", "b2"};
 
-std::string ParamName(int index) {
+std::string ParamName(const RunResult& run, int index) {
+  if (index >= 0 && index < static_cast<int>(run.param_names.size())) {
+    return run.param_names[static_cast<size_t>(index)];
+  }
   return absl::StrFormat("block.%d %s", index / kNumBlockParams,
                          kParamNames[index % kNumBlockParams]);
 }
@@ -36,8 +39,10 @@ std::vector<int64_t> LossTableSteps(int64_t steps) {
   return rows;
 }
 
-void PrintLoss(const DemoResults& r, std::FILE* out) {
-  std::fprintf(out, "\nloss (MSE to the teacher, mean over the global batch)\n");
+void PrintLoss(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
+  std::fprintf(
+      out, "\nloss (%s, mean over the global batch)\n",
+      opts.model.lm() ? "cross-entropy to the teacher LM's next token" : "MSE to the teacher");
   std::fprintf(out, "  %6s  %12s  %12s  %10s\n", "step", "distributed", "baseline", "|diff|");
   const int64_t first = r.distributed.first_step;
   const size_t n = std::min(first + r.distributed.losses.size(), r.baseline.losses.size());
@@ -60,7 +65,7 @@ void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
                r.baseline.params.size(), WithCommas(c.values).c_str());
   std::fprintf(out,
                "  max |diff| %.3g (%s); max relative diff %.3g (max|diff| / max|w| per param)\n",
-               c.max_abs, ParamName(c.max_abs_param).c_str(), c.max_rel);
+               c.max_abs, ParamName(r.baseline, c.max_abs_param).c_str(), c.max_rel);
   const int64_t resumed_total = r.distributed.resumed_accum_total;
   if (r.distributed.first_step > 0 && !r.distributed.resumed_changes.empty()) {
     std::fprintf(out,
@@ -283,13 +288,39 @@ WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
 
 void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   const MlpConfig& m = opts.model;
-  const int64_t params = BuildModelSpec(m).NumParams();
+  // Stored params: a tied alias is its owner's tensor, counted once.
+  int64_t params = 0, trainable = 0;
+  for (const UnitSpec& unit : BuildModelSpec(m).units) {
+    for (const ParamSpec& p : unit.params) {
+      if (p.tied_to.has_value()) continue;
+      params += p.NumElements();
+      if (p.trainable) trainable += p.NumElements();
+    }
+  }
   const int64_t global_batch = static_cast<int64_t>(r.world) * opts.accum * m.micro_batch;
   std::fprintf(out,
                "mlp_demo: residual MLP, %d blocks x hidden %d (%s params), exact-erf GELU,\n"
                "          micro-batch %d, global batch %d samples per step\n",
                m.blocks, static_cast<int>(m.hidden), WithCommas(params).c_str(), m.micro_batch,
                static_cast<int>(global_batch));
+  if (m.lm()) {
+    std::fprintf(out,
+                 "          language model: vocab %d, embedding tied to the head, cross-entropy\n",
+                 static_cast<int>(m.vocab));
+  }
+  if (m.lora()) {
+    std::fprintf(out,
+                 "          LoRA rank %d, scale %g: %s trainable, base weights%s frozen; adapters "
+                 "lr x %g, weight decay %g\n",
+                 m.lora_rank, m.LoraScale(), WithCommas(trainable).c_str(),
+                 m.lm() ? ", embedding and head" : "", m.adapter_lr_scale,
+                 m.adapter_weight_decay.value_or(opts.weight_decay));
+  }
+  if (r.baseline.activation_bytes > 0) {
+    std::fprintf(out, "          activations kept per micro-batch: %s%s\n",
+                 FormatSize(r.baseline.activation_bytes).c_str(),
+                 m.recompute ? " (--recompute: block inputs only)" : "");
+  }
   std::string grid;
   if (!r.grid_origin.empty()) {
     grid = absl::StrFormat(" as %s (%s)", r.grid.ToString(), r.grid_origin);
@@ -327,7 +358,7 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                  static_cast<int>(r.distributed.skipped_steps),
                  static_cast<int>(r.baseline.skipped_steps));
   }
-  PrintLoss(r, out);
+  PrintLoss(opts, r, out);
   PrintWeights(opts, r, out);
   PrintMemory(r, out);
   PrintTimes(opts, r, out);

@@ -50,7 +50,9 @@ struct RunResult {
   int resumed_accum_total = 0;               // its micro-batches per step (ranks x accum)
   std::string resumed_changes;               // settings this run changed (CheckpointInfo)
   std::vector<double> losses;                // global mean loss of steps first_step+1, ...
-  std::vector<std::vector<float>> params;    // final fp32 weights, [unit * 4 + param]
+  std::vector<std::vector<float>> params;    // final fp32 weights, ModelSpec order (no tied alias)
+  std::vector<std::string> param_names;      // "unit param" of each entry of params
+  int64_t activation_bytes = 0;              // MlpTrainer::activation_bytes() (CPU trainer)
   std::vector<LedgerRow> ledger;             // per rank, after training
   std::vector<std::vector<double>> step_ms;  // per rank, TimeColumn order
   int64_t clipped_steps = 0;

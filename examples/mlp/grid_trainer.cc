@@ -199,6 +199,7 @@ absl::StatusOr<std::unique_ptr<GridMlpTrainer>> GridMlpTrainer::Create(const Mlp
                                                                        Engine& engine,
                                                                        ProcessGrid& grid) {
   ZS_RETURN_IF_ERROR(cfg.Validate());
+  ZS_RETURN_IF_ERROR(CheckRegressionModelOnly(cfg, "GridMlpTrainer"));
   ZS_ASSIGN_OR_RETURN(const auto stages, PipelineStageUnits(BuildModelSpec(cfg), grid.shape().pp));
   ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(cfg, grid.shape(), grid.coord()));
   const ModelSpec& model = engine.model();

@@ -283,12 +283,19 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   if (lead) out->wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
   // Every rank takes part in GetParam (it gathers shards); rank 0 keeps them.
-  for (int u = 0; u < opts.model.blocks; ++u) {
-    for (int p = 0; p < kNumBlockParams; ++p) {
+  // A tied alias is its owner's tensor: compared once, as the owner.
+  const ModelSpec& spec = engine->model();
+  for (int u = 0; u < static_cast<int>(spec.units.size()); ++u) {
+    const UnitSpec& unit = spec.units[static_cast<size_t>(u)];
+    for (int p = 0; p < static_cast<int>(unit.params.size()); ++p) {
+      if (unit.params[static_cast<size_t>(p)].tied_to.has_value()) continue;
       ZS_ASSIGN_OR_RETURN(std::vector<float> values, engine->GetParam(u, p));
-      if (lead) out->params.push_back(std::move(values));
+      if (!lead) continue;
+      out->params.push_back(std::move(values));
+      out->param_names.push_back(unit.name + " " + unit.params[static_cast<size_t>(p)].name);
     }
   }
+  if (lead && cpu_trainer != nullptr) out->activation_bytes = cpu_trainer->activation_bytes();
   ZS_RETURN_IF_ERROR(GatherLedger(comm, *device, out));
 
   const EngineStats stats = engine->Stats();

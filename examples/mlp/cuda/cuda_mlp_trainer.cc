@@ -24,6 +24,7 @@ CudaMlpTrainer::CudaMlpTrainer(const MlpConfig& cfg, Engine& engine, Communicato
 absl::StatusOr<std::unique_ptr<CudaMlpTrainer>> CudaMlpTrainer::Create(
     const MlpConfig& cfg, Engine& engine, Communicator& comm, Device& device, MatmulInputs inputs) {
   ZS_RETURN_IF_ERROR(cfg.Validate());
+  ZS_RETURN_IF_ERROR(CheckRegressionModelOnly(cfg, "CudaMlpTrainer"));
   if (device.kind() != DeviceKind::kCuda || comm.memory_kind() != DeviceKind::kCuda) {
     return absl::InvalidArgumentError(
         "CudaMlpTrainer: the engine's device and the communicator must hold GPU memory (a CUDA "

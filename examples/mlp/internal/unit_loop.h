@@ -39,18 +39,31 @@ absl::Status ForwardUnits(Engine& engine, int num_units, Compute&& compute) {
 // buffer, then GradView, `write(unit, grad_view)` (overwrite every element,
 // done when it returns: the engine reads it next), ReduceGrads, Release.
 // Computing before asking for the grad view matters: GradView may block on
-// an earlier reduction, and the copy in `write` is cheap.
-template <typename Compute, typename Write>
-absl::Status BackwardUnits(Engine& engine, int num_units, Compute&& compute, Write&& write) {
+// an earlier reduction, and the copy in `write` is cheap. A unit for which
+// `has_grads(unit)` is false (all its params frozen) has no gradient view
+// and no reduction: it is gathered, computed and released only.
+template <typename HasGrads, typename Compute, typename Write>
+absl::Status BackwardUnits(Engine& engine, int num_units, HasGrads&& has_grads, Compute&& compute,
+                           Write&& write) {
   for (int u = num_units - 1; u >= 0; --u) {
     ZS_ASSIGN_OR_RETURN(const UnitView params, engine.Gather(u));
     ZS_RETURN_IF_ERROR(compute(u, params));
-    ZS_ASSIGN_OR_RETURN(const UnitView grad_view, engine.GradView(u));
-    ZS_RETURN_IF_ERROR(write(u, grad_view));
-    ZS_RETURN_IF_ERROR(engine.ReduceGrads(u));
+    if (has_grads(u)) {
+      ZS_ASSIGN_OR_RETURN(const UnitView grad_view, engine.GradView(u));
+      ZS_RETURN_IF_ERROR(write(u, grad_view));
+      ZS_RETURN_IF_ERROR(engine.ReduceGrads(u));
+    }
     ZS_RETURN_IF_ERROR(engine.Release(u));
   }
   return absl::OkStatus();
+}
+
+// The same for a model whose every unit trains.
+template <typename Compute, typename Write>
+absl::Status BackwardUnits(Engine& engine, int num_units, Compute&& compute, Write&& write) {
+  return BackwardUnits(
+      engine, num_units, [](int) { return true; }, std::forward<Compute>(compute),
+      std::forward<Write>(write));
 }
 
 // One optimizer step: `micro_batch(m, loss_scale)` (absl::StatusOr<double>,

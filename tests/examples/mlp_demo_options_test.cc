@@ -1,0 +1,96 @@
+// mlp_demo's flags for the model variants (--vocab, --lora, --recompute and
+// the adapter groups), the runs that refuse them, and the schedule a run
+// length derives (a one-step run is valid; longer runs keep their warm-up).
+#include <string>
+#include <vector>
+
+#include "examples/mlp/demo_options.h"
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace mlp {
+namespace {
+
+absl::StatusOr<DemoOptions> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "mlp_demo");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  bool help = false;
+  return ParseDemoFlags(static_cast<int>(argv.size()), argv.data(), &help);
+}
+
+TEST(DemoOptions, OneStepRunIsValid) {
+  absl::StatusOr<DemoOptions> opts = Parse({"--steps", "1"});
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  const TrainSpec train = MakeTrainSpec(*opts, opts->stage, opts->accum);
+  EXPECT_TRUE(train.Validate().ok()) << train.Validate();
+  EXPECT_EQ(train.schedule.warmup_steps, 0);
+  EXPECT_EQ(train.schedule.total_steps, 1);
+}
+
+// From two steps on, the warm-up is what it always was: 5% of the steps,
+// at least one.
+TEST(DemoOptions, LongerRunsKeepTheirWarmup) {
+  for (int64_t steps : {2, 3, 19, 20, 21, 39, 40, 200, 1000, 12345}) {
+    DemoOptions opts;
+    opts.steps = steps;
+    const TrainSpec train = MakeTrainSpec(opts, 2, 1);
+    EXPECT_EQ(train.schedule.warmup_steps, std::max<int64_t>(1, steps / 20)) << steps;
+    EXPECT_TRUE(train.Validate().ok()) << steps;
+  }
+}
+
+TEST(DemoOptions, VariantFlagsSetTheModel) {
+  absl::StatusOr<DemoOptions> opts =
+      Parse({"--vocab", "64", "--lora", "4", "--lora-alpha", "8", "--adapter-lr-scale", "2",
+             "--adapter-weight-decay=0.5", "--recompute"});
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(opts->model.vocab, 64);
+  EXPECT_EQ(opts->model.lora_rank, 4);
+  EXPECT_EQ(opts->model.LoraScale(), 2.0f);
+  EXPECT_EQ(opts->model.adapter_lr_scale, 2.0);
+  ASSERT_TRUE(opts->model.adapter_weight_decay.has_value());
+  EXPECT_EQ(*opts->model.adapter_weight_decay, 0.5);
+  EXPECT_TRUE(opts->model.recompute);
+  // The spec carries the groups: adapters with lr_scale and their decay,
+  // the base frozen, the head tied to the embedding.
+  const ModelSpec spec = BuildModelSpec(opts->model);
+  ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
+  ASSERT_EQ(spec.units.size(), 2u + opts->model.blocks);
+  EXPECT_EQ(spec.units.front().name, "embed");
+  EXPECT_FALSE(spec.units.front().params[0].trainable);
+  const ParamSpec& head = spec.units.back().params[kHeadWeight];
+  ASSERT_TRUE(head.tied_to.has_value());
+  EXPECT_EQ(head.tied_to->unit, "embed");
+  const UnitSpec& block = spec.units[1];
+  ASSERT_EQ(block.params.size(), static_cast<size_t>(kNumLoraBlockParams));
+  EXPECT_FALSE(block.params[kW1].trainable);
+  EXPECT_TRUE(block.params[kLoraA1].trainable);
+  EXPECT_EQ(block.params[kLoraB2].lr_scale, 2.0);
+  EXPECT_EQ(block.params[kLoraB2].weight_decay, 0.5);
+}
+
+TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{"--vocab", "32", "--tp", "2"}, "--vocab"},
+      {{"--lora", "2", "--pp", "2"}, "--lora"},
+      {{"--recompute", "--mem-cap", "16MiB"}, "--recompute"},
+      {{"--lora", "2", "--device", "cuda"}, "--lora"},
+      {{"--lora-alpha", "4"}, "give --lora R"},
+      {{"--adapter-lr-scale", "3"}, "give --lora R"},
+      {{"--vocab", "1"}, "--vocab"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DemoOptions> opts = Parse(c.args);
+    ASSERT_FALSE(opts.ok()) << c.args[0];
+    EXPECT_NE(opts.status().message().find(c.says), std::string::npos) << opts.status();
+  }
+}
+
+}  // namespace
+}  // namespace mlp
+}  // namespace zeroshard
