@@ -228,32 +228,58 @@ absl::StatusOr<int64_t> FlatLayout::UsedNumel(const std::vector<int64_t>& param_
   return *used;
 }
 
-absl::StatusOr<FlatLayout> FlatLayout::FromUsedNumels(const std::vector<int64_t>& used_numel,
-                                                      int world_size,
-                                                      const std::vector<bool>& trainable) {
+absl::StatusOr<FlatLayout> FlatLayout::FromUsedNumels(
+    const std::vector<int64_t>& used_numel, int world_size, const std::vector<bool>& trainable,
+    const std::vector<std::vector<int>>& unit_segments) {
   ZS_RETURN_IF_ERROR(CheckWorldSize(world_size));
   if (used_numel.empty()) return absl::InvalidArgumentError("layout: no units");
   if (!trainable.empty() && trainable.size() != used_numel.size()) {
     return absl::InvalidArgumentError(absl::StrFormat("layout: %d trainable flags for %d units",
                                                       trainable.size(), used_numel.size()));
   }
+  const int segments = static_cast<int>(used_numel.size());
   FlatLayout layout;
   layout.world_size_ = world_size;
   layout.units_.reserve(used_numel.size());
-  for (size_t u = 0; u < used_numel.size(); ++u) {
-    if (used_numel[u] < 1) {
+  if (unit_segments.empty()) {
+    layout.spec_segments_.resize(segments);
+    for (int s = 0; s < segments; ++s) layout.spec_segments_[s] = {s};
+  } else {
+    layout.spec_segments_ = unit_segments;
+  }
+  layout.places_.resize(layout.spec_segments_.size());
+  // The units that read each segment, in unit order; the first is the
+  // segment's spec unit (Create's owner reads its own segments first).
+  std::vector<std::vector<int>> readers(segments);
+  for (size_t u = 0; u < layout.spec_segments_.size(); ++u) {
+    std::vector<int>& segs = layout.spec_segments_[u];
+    std::sort(segs.begin(), segs.end());
+    segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
+    for (int s : segs) {
+      if (s < 0 || s >= segments) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("layout: unit %d reads segment %d of %d; list segments in [0, %d)", u,
+                            s, segments, segments));
+      }
+      readers[s].push_back(static_cast<int>(u));
+    }
+  }
+  layout.users_.reserve(used_numel.size());
+  for (int s = 0; s < segments; ++s) {
+    if (used_numel[s] < 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "layout: unit %d uses %d elements; it must use at least one", u, used_numel[u]));
+          "layout: unit %d uses %d elements; it must use at least one", s, used_numel[s]));
+    }
+    if (readers[s].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layout: no unit reads segment %d; list it in its unit's segments", s));
     }
     UnitSegment seg;
-    seg.used_numel = used_numel[u];
-    seg.trainable = trainable.empty() || trainable[u];
-    seg.spec_unit = static_cast<int>(u);
-    layout.spec_segments_.push_back({static_cast<int>(u)});
-    layout.places_.emplace_back();
-    layout.users_.push_back(seg.trainable ? std::vector<int>{static_cast<int>(u)}
-                                          : std::vector<int>{});
-    if (!layout.AddSegment(std::move(seg))) return Overflow(absl::StrCat("#", u), world_size);
+    seg.used_numel = used_numel[s];
+    seg.trainable = trainable.empty() || trainable[s];
+    seg.spec_unit = readers[s].front();
+    layout.users_.push_back(seg.trainable ? readers[s] : std::vector<int>{});
+    if (!layout.AddSegment(std::move(seg))) return Overflow(absl::StrCat("#", s), world_size);
   }
   return layout;
 }

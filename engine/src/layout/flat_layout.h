@@ -107,14 +107,22 @@ class FlatLayout {
 
   // A sizes-only layout: the segments, shards and totals Create gives a spec
   // whose segments have these used_numel (UsedNumel), without the params
-  // (unit(u).params is empty, so PaddingRanges does not apply), each its own
-  // spec unit. `trainable` (empty: all trainable) marks the frozen ones.
-  // Lets the planner size many slices of a validated model without copying
-  // it; PlanBuffers needs nothing more. InvalidArgument for no units, a size
-  // below 1, a world size outside [1, kMaxWorldSize], or a total past 2^63.
-  static absl::StatusOr<FlatLayout> FromUsedNumels(const std::vector<int64_t>& used_numel,
-                                                   int world_size,
-                                                   const std::vector<bool>& trainable = {});
+  // (unit(u).params is empty, so PaddingRanges does not apply).
+  // `trainable` (empty: all trainable) marks the frozen ones.
+  // `unit_segments` (empty: segment s is spec unit s's alone) lists, per
+  // spec unit, the segments it reads (SegmentsOf: its own, then the tied
+  // ones it aliases); UsersOf a trainable segment is then the units that
+  // list it, as Create makes them. With the segments Create would make for
+  // a spec (in its order) and their grouping, PlanBuffers of this layout is
+  // PlanBuffers of Create's. Lets the planner size many slices of a
+  // validated model without copying it; PlanBuffers needs nothing more.
+  // InvalidArgument for no units, a size below 1, a world size outside
+  // [1, kMaxWorldSize], a total past 2^63, flags or a segment index that do
+  // not match the segments, or a segment no unit lists.
+  static absl::StatusOr<FlatLayout> FromUsedNumels(
+      const std::vector<int64_t>& used_numel, int world_size,
+      const std::vector<bool>& trainable = {},
+      const std::vector<std::vector<int>>& unit_segments = {});
 
   int world_size() const { return world_size_; }
   // Segments ("units" of the layout; see the top of this file).
@@ -130,7 +138,8 @@ class FlatLayout {
   // Largest padded trainable segment (sizes per-unit staging buffers).
   int64_t max_unit_numel() const { return max_unit_numel_; }
 
-  // The spec's side (Create only; FromUsedNumels maps unit s to segment s).
+  // The spec's side (Create; FromUsedNumels: its unit_segments, or unit s
+  // reads segment s).
   int num_spec_units() const { return static_cast<int>(spec_segments_.size()); }
   // The segments spec unit `unit` reads: its own, then the tied segments it
   // uses (its own ties and those it aliases), in segment order.

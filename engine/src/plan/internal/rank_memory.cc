@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/common/tp_split.h"
@@ -25,28 +27,20 @@ UnitSpec SliceUnit(const UnitSpec& unit, int tp) {
   return TpShardUnit(unit, tp, TpRemainder::kRoundUp).value_or(unit);
 }
 
-// The elements of the first `count` params of `unit` sliced as SliceUnit
-// slices them, without copying the unit: the stored ones (a tied param is
-// its owner's storage), or with `trainable_only` only the trainable ones.
-// Each is at most the unsliced count, which the validated spec bounds.
-std::vector<int64_t> SlicedNumels(const UnitSpec& unit, int tp, size_t count, bool trainable_only) {
-  std::vector<int64_t> numels;
-  numels.reserve(count);
-  for (size_t p = 0; p < count; ++p) {
-    const ParamSpec& param = unit.params[p];
-    if (param.tied_to.has_value() || (trainable_only && !param.trainable)) continue;
-    int64_t n = 1;
-    if (tp == 1 || param.tp_split_dim < 0) {
-      for (int64_t d : param.shape) n *= d;
-    } else {
-      for (int64_t d :
-           TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape)) {
-        n *= d;
-      }
+// The elements of `param` of `unit` sliced as SliceUnit slices it, without
+// copying the unit. At most the unsliced count, which the validated spec
+// bounds.
+int64_t SlicedNumel(const UnitSpec& unit, const ParamSpec& param, int tp) {
+  int64_t n = 1;
+  if (tp == 1 || param.tp_split_dim < 0) {
+    for (int64_t d : param.shape) n *= d;
+  } else {
+    for (int64_t d :
+         TpShardShape(param, tp, TpRemainder::kRoundUp, unit.name).value_or(param.shape)) {
+      n *= d;
     }
-    numels.push_back(n);
   }
-  return numels;
+  return n;
 }
 
 // Range of layer units that pipeline stage `i` of `pp` owns.
@@ -134,41 +128,23 @@ bool AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
   return true;
 }
 
-// The buffers of one rank: PlanBuffers (exactly what the engine allocates),
-// with the gradient-side buffers (gradient, staging, norm blocks, fp32
-// master, Adam moments) taken from PlanBuffers over the trainable segments
-// alone (a frozen param has none of them), then the analytic changes for
-// offload. With nothing frozen the two layouts are the same.
+// The buffers of one rank: PlanBuffers over the split's storage segments
+// (exactly what the engine allocates for the slice: gradients, master and
+// moments over the trainable segments alone), then the analytic changes for
+// offload.
 absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const SplitLayout::Stage& stage,
                                                       const PlanOptions& options,
                                                       const Candidate& c) {
   const FlatLayout& layout = stage.layout;
   const TrainSpec train = Planner::EngineTrainSpec(options, c.stage, c.micro_batches);
   ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(layout, train));
-  std::optional<BufferPlan> trainable_plan;
-  if (stage.trainable.has_value()) {
-    ZS_ASSIGN_OR_RETURN(trainable_plan, PlanBuffers(*stage.trainable, train));
-  }
   std::vector<PlacedBuffer> out;
-  for (PlannedBuffer& b : engine_plan.buffers) {
-    // Every buffer of the gradient side: the gradient, its staging slots,
-    // the norm's blocks over the gradient shard, and the optimizer state.
-    if (b.name == kGradsBuffer || b.name == kGradStagingBuffer || b.name == kNormBlocksBuffer ||
-        b.name == kMasterBuffer || b.name == kAdamMBuffer || b.name == kAdamVBuffer) {
-      const PlannedBuffer* trainable_b =
-          trainable_plan.has_value() ? trainable_plan->Find(b.name) : nullptr;
-      b.numel = trainable_b != nullptr ? trainable_b->numel : 0;
-    }
-    out.push_back({std::move(b), Placement::kDevice});
-  }
+  for (PlannedBuffer& b : engine_plan.buffers) out.push_back({std::move(b), Placement::kDevice});
   if (c.offload != Offload::kNone) {
     // ZeRO-Offload: the fp32 states and the optimizer step move to the host;
     // a sharded gradient is copied there for the CPU Adam. Below 2^57
     // elements (a layout's limit), so the byte counts fit.
-    const FlatLayout* trainable = stage.trainable.has_value() ? &*stage.trainable : nullptr;
-    const int64_t shard = trainable == nullptr ? 0
-                          : c.stage == 0       ? trainable->total_numel()
-                                               : trainable->shard_numel();
+    const int64_t shard = c.stage == 0 ? layout.train_total_numel() : layout.train_shard_numel();
     bool has_master = false;
     for (PlacedBuffer& p : out) {
       const std::string& n = p.buffer.name;
@@ -241,23 +217,95 @@ ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage,
 }
 
 absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp) {
+  const std::vector<UnitSpec>& units = model.spec.units;
+  const int num_units = static_cast<int>(units.size());
   SliceSizes sizes;
-  sizes.unit_used.reserve(model.spec.units.size());
-  sizes.unit_trainable_used.reserve(model.spec.units.size());
-  for (size_t u = 0; u < model.spec.units.size(); ++u) {
-    const UnitSpec& unit = model.spec.units[u];
-    for (bool trainable_only : {false, true}) {
-      ZS_ASSIGN_OR_RETURN(const int64_t used, FlatLayout::UsedNumel(SlicedNumels(
-                                                  unit, tp, unit.params.size(), trainable_only)));
-      (trainable_only ? sizes.unit_trainable_used : sizes.unit_used).push_back(used);
+  // The tied params' owners, (unit, param), and the aliases' (unit, owner):
+  // looked up by name only in a model with ties.
+  std::vector<std::pair<int, int>> owners;
+  std::vector<std::pair<int, std::pair<int, int>>> aliases;
+  absl::flat_hash_map<std::string, int> unit_index;
+  for (int u = 0; u < num_units; ++u) {
+    for (const ParamSpec& param : units[u].params) {
+      if (!param.tied_to.has_value()) continue;
+      if (unit_index.empty()) {
+        for (int v = 0; v < num_units; ++v) unit_index.emplace(units[v].name, v);
+      }
+      const ParamRef& ref = *param.tied_to;
+      const auto it = unit_index.find(ref.unit);
+      int op = -1;
+      if (it != unit_index.end()) {
+        const std::vector<ParamSpec>& ps = units[it->second].params;
+        for (int p = 0; p < static_cast<int>(ps.size()) && op < 0; ++p) {
+          if (ps[p].name == ref.param) op = p;
+        }
+      }
+      if (op < 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "unit '%s' param '%s' is tied to '%s.%s', which the model does not have; tie it to a "
+            "param of an earlier unit",
+            units[u].name, param.name, ref.unit, ref.param));
+      }
+      owners.push_back({it->second, op});
+      aliases.push_back({u, {it->second, op}});
     }
   }
-  if (!model.spec.units.empty()) {
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  std::vector<int> owner_segment(owners.size(), -1);
+  sizes.unit_segments.reserve(num_units + 1);
+  sizes.unit_segments.push_back(0);
+  auto add = [&](const std::vector<int64_t>& numels, bool trainable) -> absl::Status {
+    if (numels.empty()) return absl::OkStatus();
+    ZS_ASSIGN_OR_RETURN(const int64_t used, FlatLayout::UsedNumel(numels));
+    sizes.segment_used.push_back(used);
+    sizes.segment_trainable.push_back(trainable);
+    return absl::OkStatus();
+  };
+  std::vector<int64_t> trained, frozen;
+  for (int u = 0; u < num_units; ++u) {
+    const UnitSpec& unit = units[u];
+    trained.clear();
+    frozen.clear();
+    // In FlatLayout::Create's order: trainable, frozen, then each owner.
+    std::vector<int> owned;
+    for (int p = 0; p < static_cast<int>(unit.params.size()); ++p) {
+      const ParamSpec& param = unit.params[p];
+      if (param.tied_to.has_value()) continue;  // its owner's storage
+      if (!owners.empty() &&
+          std::binary_search(owners.begin(), owners.end(), std::make_pair(u, p))) {
+        owned.push_back(p);
+        continue;
+      }
+      (param.trainable ? trained : frozen).push_back(SlicedNumel(unit, param, tp));
+    }
+    ZS_RETURN_IF_ERROR(add(trained, true));
+    ZS_RETURN_IF_ERROR(add(frozen, false));
+    for (int p : owned) {
+      const size_t k =
+          std::lower_bound(owners.begin(), owners.end(), std::make_pair(u, p)) - owners.begin();
+      owner_segment[k] = static_cast<int>(sizes.segment_used.size());
+      ZS_RETURN_IF_ERROR(add({SlicedNumel(unit, unit.params[p], tp)}, unit.params[p].trainable));
+    }
+    sizes.unit_segments.push_back(static_cast<int>(sizes.segment_used.size()));
+    if (sizes.unit_segments[u + 1] - sizes.unit_segments[u] != 1) {
+      sizes.one_segment_per_unit = false;
+    }
+  }
+  for (const auto& [u, owner] : aliases) {
+    const size_t k = std::lower_bound(owners.begin(), owners.end(), owner) - owners.begin();
+    sizes.alias_reads.push_back({u, owner_segment[k]});
+  }
+  std::sort(sizes.alias_reads.begin(), sizes.alias_reads.end());
+  sizes.alias_reads.erase(std::unique(sizes.alias_reads.begin(), sizes.alias_reads.end()),
+                          sizes.alias_reads.end());
+  if (!sizes.alias_reads.empty()) sizes.one_segment_per_unit = false;
+  if (!units.empty() && !units[0].params.empty()) {
     // The tied copy holds the embedding's first param alone.
+    const ParamSpec& first = units[0].params[0];
     ZS_ASSIGN_OR_RETURN(sizes.tied_copy_used,
-                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1, false)));
-    ZS_ASSIGN_OR_RETURN(sizes.tied_copy_trainable_used,
-                        FlatLayout::UsedNumel(SlicedNumels(model.spec.units[0], tp, 1, true)));
+                        FlatLayout::UsedNumel({SlicedNumel(units[0], first, tp)}));
+    sizes.tied_copy_trainable = first.trainable;
   }
   return sizes;
 }
@@ -272,30 +320,55 @@ absl::StatusOr<SplitLayout> LayOutSplit(const ModelDescription& model, const Sli
   }
   SplitLayout split;
   split.stages.reserve(stages.size());
-  std::vector<int64_t> used, trainable_used;
-  // A unit of tied params only (used 0) stores nothing: no segment.
-  auto add = [](std::vector<int64_t>& to, int64_t numel) {
-    if (numel > 0) to.push_back(numel);
-  };
+  std::vector<int64_t> used;
+  std::vector<bool> trainable;
+  std::vector<std::vector<int>> groups;  // per stage unit: the segments it reads
+  std::vector<int> first_local;          // per stage unit: its first segment on the stage
   for (int i : stages) {
     const StageUnits units = UnitsOfStage(model, pp, i);
     used.clear();
-    trainable_used.clear();
+    trainable.clear();
+    groups.clear();
+    first_local.clear();
+    const bool grouped = !sizes.one_segment_per_unit || units.tied_embedding_copy;
     for (int u : units.units) {
-      add(used, sizes.unit_used[u]);
-      add(trainable_used, sizes.unit_trainable_used[u]);
+      first_local.push_back(static_cast<int>(used.size()));
+      for (int s = sizes.unit_segments[u]; s < sizes.unit_segments[u + 1]; ++s) {
+        used.push_back(sizes.segment_used[s]);
+        trainable.push_back(sizes.segment_trainable[s]);
+      }
+      if (grouped) {
+        std::vector<int>& group = groups.emplace_back();
+        for (int s = first_local.back(); s < static_cast<int>(used.size()); ++s) {
+          group.push_back(s);
+        }
+      }
+    }
+    // An alias reads its owner's segment, when the owner is on the stage
+    // (a tie never crosses stages: ShardModelSpec refuses it).
+    for (const auto& [u, seg] : sizes.alias_reads) {
+      const auto at = std::lower_bound(units.units.begin(), units.units.end(), u);
+      const int owner = static_cast<int>(std::upper_bound(sizes.unit_segments.begin(),
+                                                          sizes.unit_segments.end(), seg) -
+                                         sizes.unit_segments.begin()) -
+                        1;
+      const auto owner_at = std::lower_bound(units.units.begin(), units.units.end(), owner);
+      if (at == units.units.end() || *at != u || owner_at == units.units.end() ||
+          *owner_at != owner) {
+        continue;
+      }
+      groups[at - units.units.begin()].push_back(first_local[owner_at - units.units.begin()] + seg -
+                                                 sizes.unit_segments[owner]);
     }
     if (units.tied_embedding_copy) {
-      add(used, sizes.tied_copy_used);
-      add(trainable_used, sizes.tied_copy_trainable_used);
+      groups.push_back({static_cast<int>(used.size())});
+      used.push_back(sizes.tied_copy_used);
+      trainable.push_back(sizes.tied_copy_trainable);
     }
     SplitLayout::Stage stage;
     stage.index = i;
     stage.layers = units.layers;
-    ZS_ASSIGN_OR_RETURN(stage.layout, FlatLayout::FromUsedNumels(used, dp));
-    if (!trainable_used.empty()) {
-      ZS_ASSIGN_OR_RETURN(stage.trainable, FlatLayout::FromUsedNumels(trainable_used, dp));
-    }
+    ZS_ASSIGN_OR_RETURN(stage.layout, FlatLayout::FromUsedNumels(used, dp, trainable, groups));
     split.stages.push_back(std::move(stage));
   }
   return split;
@@ -333,10 +406,9 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
       sizes->full_numel = layout.total_numel();
       sizes->shard_numel = layout.shard_numel();
     }
-    if (stage.trainable.has_value() &&
-        stage.trainable->total_numel() > sizes->trainable_full_numel) {
-      sizes->trainable_full_numel = stage.trainable->total_numel();
-      sizes->trainable_shard_numel = stage.trainable->shard_numel();
+    if (layout.train_total_numel() > sizes->trainable_full_numel) {
+      sizes->trainable_full_numel = layout.train_total_numel();
+      sizes->trainable_shard_numel = layout.train_shard_numel();
     }
     sizes->layers = std::max(sizes->layers, stage.layers);
     if (*gpu_total > worst_total) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,8 +32,9 @@ struct RankSizes {
   int64_t full_numel = 0;   // the rank's flat buffer (params it computes with)
   int64_t shard_numel = 0;  // its data-parallel shard
   int64_t layers = 0;       // transformer layers on its pipeline stage
-  // The trainable part (ParamSpec::trainable) of each: what has gradients
-  // and optimizer state. Equal to the above when nothing is frozen.
+  // The trainable segments of each (FlatLayout::train_total_numel and
+  // train_shard_numel): what has gradients and optimizer state. Equal to
+  // the above when nothing is frozen.
   int64_t trainable_full_numel = 0;
   int64_t trainable_shard_numel = 0;
 };
@@ -58,37 +60,44 @@ StageUnits UnitsOfStage(const ModelDescription& model, int pp, int pp_stage);
 // of transformer layers in the slice.
 ModelSpec RankSlice(const ModelDescription& model, int tp, int pp, int pp_stage, int64_t* layers);
 
-// The used_numel (FlatLayout::UsedNumel) of every unit of the model sliced
-// for tensor-parallel degree tp, and of the tied-embedding copy: all the
-// layout needs, computed once per tp and shared by every pipeline split,
-// data-parallel size and GPU count of a plan. A param tied to another
-// (ParamSpec::tied_to) is its owner's storage and adds nothing; a unit of
-// tied params only has used 0 and no segment.
-//
-// Frozen params: the *_trainable_used sizes are those of the unit's
-// trainable params alone, laid out as a segment of their own (params
-// aligned, the segment padded and sharded like any unit's). Gradients,
-// the fp32 master and the Adam moments are sized over those segments; the
-// params over the whole units. With nothing frozen both are the same.
+// The storage segments (FlatLayout, top of flat_layout.h) of every unit of
+// the model sliced for tensor-parallel degree tp, and of the tied-embedding
+// copy, with the used_numel (FlatLayout::UsedNumel) and trainable flag of
+// each: all the layout needs, computed once per tp and shared by every
+// pipeline split, data-parallel size and GPU count of a plan. Per unit, as
+// FlatLayout::Create stores it: its trainable params in one segment, its
+// frozen ones (ParamSpec::trainable false) in a second, each param another
+// unit ties to (ParamSpec::tied_to) in a segment of its own; an alias is
+// its owner's segment and adds nothing (a unit of aliases only has no
+// segment). Gradients, the fp32 master and the Adam moments exist for the
+// trainable segments only. O(params) time, and memory per segment, not per
+// param.
 struct SliceSizes {
-  std::vector<int64_t> unit_used;
-  std::vector<int64_t> unit_trainable_used;
+  std::vector<int64_t> segment_used;
+  std::vector<bool> segment_trainable;
+  // Unit u's own segments are [unit_segments[u], unit_segments[u + 1]).
+  std::vector<int> unit_segments;
+  // The tied segments units read as aliases: (unit, segment), sorted.
+  std::vector<std::pair<int, int>> alias_reads;
+  // Every unit has exactly one segment and nothing is tied: the grouping
+  // FlatLayout::FromUsedNumels assumes by default.
+  bool one_segment_per_unit = true;
+  // The tied-embedding copy: the embedding unit's first param alone.
   int64_t tied_copy_used = 0;
-  int64_t tied_copy_trainable_used = 0;
+  bool tied_copy_trainable = true;
 };
 absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp);
 
 // One tensor x pipeline x data-parallel split, laid out once (sizes only,
-// FlatLayout::FromUsedNumels: the same segments FlatLayout::Create gives the
-// RankSlice) and shared by every ZeRO stage and offload choice of that split.
+// FlatLayout::FromUsedNumels over the storage segments of SliceSizes, with
+// their trainable flags and per-unit grouping: the layout FlatLayout::Create
+// gives the RankSlice, as far as PlanBuffers reads it) and shared by every
+// ZeRO stage and offload choice of that split.
 struct SplitLayout {
   struct Stage {
     int index = 0;       // pipeline stage
     int64_t layers = 0;  // transformer layers on it
     FlatLayout layout;   // one rank's slice over dp ranks, sizes only
-    // The trainable segments of the same units (SliceSizes), over dp
-    // ranks; nullopt when nothing on the stage is trainable.
-    std::optional<FlatLayout> trainable;
   };
   // The pipeline stages that can need the most memory: all of them, or for
   // a transformer (whose layers are alike) the first, the second and the
