@@ -69,6 +69,8 @@ void PrintUsage(std::FILE* out) {
       "  --comm-timeout S   seconds (or a duration: 90s, 2m) a collective waits for a\n"
       "                     missing rank before the run fails naming it, in [%g, %.0f]\n"
       "                     (default: $%s, else %.0f)\n"
+      "  --print-spec       print the model (with --vocab, --lora and the adapter flags)\n"
+      "                     as a `zeroshard estimate --spec` JSON file and exit\n"
       "  --help             this text\n"
       "A failed rank prints its error and ends the whole job (exit status 1).\n",
       d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
@@ -162,6 +164,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
       .Switch("resume", &opts.resume)
       .Switch("sync-data", &opts.sync_data)
+      .Switch("print-spec", &opts.print_spec)
       .Int("vocab", &opts.model.vocab, 2, cli::kMaxCount)
       .Int("lora", &opts.model.lora_rank, 1, cli::kMaxCount)
       .Number("lora-alpha", &opts.model.lora_alpha, 0, kMaxNumber, /*lo_open=*/true)

@@ -65,6 +65,9 @@ struct DemoOptions {
   // Per-rank byte cap: the planner (PlanGrid) chooses tp, pp, dp and the
   // ZeRO stage that fit it; 0: not given.
   int64_t mem_cap = 0;
+  // --print-spec: print the model's ModelSpec as a `zeroshard estimate
+  // --spec` file (JSON) to stdout and exit without training.
+  bool print_spec = false;
 };
 
 // True when the run uses a model-parallel grid (GridMlpTrainer).

@@ -141,6 +141,22 @@ void PrintMemory(const DemoResults& r, std::FILE* out) {
   for (size_t i = 0; i < r.stage0.ledger.size(); ++i) {
     print_row(absl::StrFormat("stage0 r%d", i), r.stage0.ledger[i], nullptr);
   }
+  if (r.grid.tp * r.grid.pp == 1 && !r.distributed.ledger.empty()) {
+    // Exact bytes, to set against the estimator's per-GPU figures for the
+    // same model (mlp_demo --print-spec; docs/estimator.md).
+    int64_t states = 0, total = 0;
+    for (const LedgerRow& row : r.distributed.ledger) {
+      int64_t sum = 0;
+      for (int c = 0; c < kNumMemoryCategories; ++c) sum += row[c];
+      states = std::max(states, row[kNumMemoryCategories]);
+      total = std::max(total, sum);
+    }
+    std::fprintf(out,
+                 "  largest rank, bytes: model states %lld, engine total %lld (zeroshard estimate "
+                 "--spec of --print-spec's file, same --gpus/--stage/--precision/--grad-accum, "
+                 "--reserve 0 --workspace 0: model_states and total)\n",
+                 static_cast<long long>(states), static_cast<long long>(total));
+  }
   if (r.planned_bytes > 0) {
     // The planner sized the run with the engine's own buffer plan, so the
     // largest rank's ledger must show exactly its figure.

@@ -475,6 +475,34 @@ absl::Status AgreeGridFlags(const DemoOptions& opts, Communicator& comm) {
   return absl::OkStatus();
 }
 
+// The model of `cfg` in the JSON of `zeroshard estimate --spec`
+// (docs/estimator.md): units and params with the ParamSpec fields the
+// estimator reads (trainable, tied_to, lr_scale, weight_decay written only
+// when not the default). No activation bytes: the trainer keeps its
+// activations outside the engine, and the estimate is set against the
+// engine's ledger.
+nlohmann::json SpecJson(const MlpConfig& cfg) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const UnitSpec& unit : BuildModelSpec(cfg).units) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const ParamSpec& p : unit.params) {
+      nlohmann::json j = {{"name", p.name}, {"shape", p.shape}, {"no_decay", p.no_decay}};
+      if (!p.trainable) j["trainable"] = false;
+      if (p.tied_to.has_value()) {
+        j["tied_to"] = {{"unit", p.tied_to->unit}, {"param", p.tied_to->param}};
+      }
+      if (p.lr_scale != 1.0) j["lr_scale"] = p.lr_scale;
+      if (p.weight_decay.has_value()) j["weight_decay"] = *p.weight_decay;
+      params.push_back(std::move(j));
+    }
+    units.push_back({{"name", unit.name}, {"params", std::move(params)}});
+  }
+  std::string name = absl::StrFormat("mlp h%d b%d", cfg.hidden, cfg.blocks);
+  if (cfg.lm()) name += absl::StrFormat(" vocab %d", cfg.vocab);
+  if (cfg.lora()) name += absl::StrFormat(" lora %d", cfg.lora_rank);
+  return {{"name", name}, {"units", std::move(units)}};
+}
+
 int RunLocal(DemoOptions opts) {
   DemoResults results;
   results.world = opts.ranks;
@@ -564,6 +592,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mlp_demo: %s (see --help)\n",
                  std::string(opts.status().message()).c_str());
     return 2;
+  }
+  if (opts->print_spec) {
+    std::printf("%s\n", zeroshard::mlp::SpecJson(opts->model).dump(2).c_str());
+    return 0;
   }
   return opts->backend_mpi ? zeroshard::mlp::RunMpi(*opts) : zeroshard::mlp::RunLocal(*opts);
 }
