@@ -216,3 +216,84 @@ TEST(FlatLayoutTest, RejectsBadWorldSizesAndSpecs) {
 
 }  // namespace
 }  // namespace zeroshard::internal
+
+namespace zeroshard::internal {
+namespace {
+
+// With frozen and tied params: the segments Create makes, given to
+// FromUsedNumels with their flags and the segments each unit reads, give
+// the same segments, trainable sums, SegmentsOf and UsersOf.
+TEST(FlatLayoutTest, SizesOnlyLayoutWithGroupsMatchesCreateWithFrozenAndTiedParams) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 3);
+  auto coin = [&rng] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  for (int trial = 0; trial < 40; ++trial) {
+    ModelSpec spec;
+    const int64_t h = std::uniform_int_distribution<int64_t>(1, 97)(rng);
+    const int64_t vocab = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+    ParamSpec table{"table", {vocab, h}};
+    table.trainable = coin();
+    UnitSpec embed{"embed", {table}};
+    if (coin()) embed.params.push_back(ParamSpec{"pos", {h}});
+    spec.units.push_back(embed);
+    const int blocks = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int b = 0; b < blocks; ++b) {
+      UnitSpec unit;
+      unit.name = "block" + std::to_string(b);
+      const int params = std::uniform_int_distribution<int>(1, 5)(rng);
+      for (int p = 0; p < params; ++p) {
+        ParamSpec param{"p" + std::to_string(p),
+                        {std::uniform_int_distribution<int64_t>(1, 200)(rng), h}};
+        param.trainable = coin();
+        unit.params.push_back(param);
+      }
+      spec.units.push_back(unit);
+    }
+    ParamSpec head_w{"w", {vocab, h}};
+    head_w.trainable = table.trainable;
+    head_w.tied_to = ParamRef{"embed", "table"};
+    UnitSpec head{"head", {head_w}};
+    if (coin()) head.params.push_back(ParamSpec{"bias", {vocab}});
+    spec.units.push_back(head);
+    ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
+    const int world = std::uniform_int_distribution<int>(1, 64)(rng);
+    auto layout = FlatLayout::Create(spec, world);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    std::vector<int64_t> used;
+    std::vector<bool> trainable;
+    for (int s = 0; s < layout->num_units(); ++s) {
+      used.push_back(layout->unit(s).used_numel);
+      trainable.push_back(layout->unit(s).trainable);
+    }
+    std::vector<std::vector<int>> groups;
+    for (int u = 0; u < layout->num_spec_units(); ++u) groups.push_back(layout->SegmentsOf(u));
+    auto sizes = FlatLayout::FromUsedNumels(used, world, trainable, groups);
+    ASSERT_TRUE(sizes.ok()) << sizes.status();
+    ASSERT_EQ(sizes->num_units(), layout->num_units());
+    for (int s = 0; s < layout->num_units(); ++s) {
+      const UnitSegment& a = sizes->unit(s);
+      const UnitSegment& b = layout->unit(s);
+      EXPECT_EQ(a.padded_numel, b.padded_numel);
+      EXPECT_EQ(a.shard_offset, b.shard_offset);
+      EXPECT_EQ(a.trainable, b.trainable);
+      EXPECT_EQ(a.train_offset, b.train_offset);
+      EXPECT_EQ(a.train_shard_offset, b.train_shard_offset);
+      EXPECT_EQ(a.spec_unit, b.spec_unit);
+      EXPECT_EQ(sizes->UsersOf(s), layout->UsersOf(s)) << "segment " << s;
+    }
+    ASSERT_EQ(sizes->num_spec_units(), layout->num_spec_units());
+    for (int u = 0; u < layout->num_spec_units(); ++u) {
+      EXPECT_EQ(sizes->SegmentsOf(u), layout->SegmentsOf(u));
+    }
+    EXPECT_EQ(sizes->train_total_numel(), layout->train_total_numel());
+    EXPECT_EQ(sizes->train_shard_numel(), layout->train_shard_numel());
+    EXPECT_EQ(sizes->max_unit_numel(), layout->max_unit_numel());
+  }
+  // A segment index out of range, and a segment no unit reads.
+  EXPECT_FALSE(FlatLayout::FromUsedNumels({5, 6}, 1, {}, {{0}, {2}}).ok());
+  EXPECT_FALSE(FlatLayout::FromUsedNumels({5, 6}, 1, {}, {{0}}).ok());
+  EXPECT_TRUE(FlatLayout::FromUsedNumels({5, 6}, 1, {true, false}, {{0, 1}}).ok());
+}
+
+}  // namespace
+}  // namespace zeroshard::internal
