@@ -108,7 +108,16 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
 
 EngineImpl::~EngineImpl() {
   if (started_ && std::getenv(kDebugCommWaitsEnvVar) != nullptr) {
-    std::fputs(log_.FormatWaits(rank_, steps_since_start_).c_str(), stderr);
+    std::string waits = log_.FormatWaits(rank_, steps_since_start_);
+    if (const int64_t gathers = gatherer_->segment_gathers(); gathers > 0) {
+      // Stage 3: how many gathers found their all-gather issued ahead
+      // (prefetched, or kept from an earlier Gather), and how many waited.
+      absl::StrAppendFormat(
+          &waits, "  stage-3 gathers: %d, issued ahead %d (%.1f%%), waited for %d (%.1f%%)\n",
+          gathers, gatherer_->gathers_ahead(), 100.0 * gatherer_->gathers_ahead() / gathers,
+          gatherer_->gathers_waited(), 100.0 * gatherer_->gathers_waited() / gathers);
+    }
+    std::fputs(waits.c_str(), stderr);
   }
   // A background checkpoint write owns its snapshot; let it finish (the
   // checkpoint stays incomplete without WaitForCheckpoint's commit). Then,
