@@ -331,15 +331,6 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
   param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
-  // The aliases of this param hold its value.
-  for (int u = 0; u < static_cast<int>(model_.units.size()); ++u) {
-    for (size_t p = 0; p < model_.units[u].params.size(); ++p) {
-      const ParamPlace other = layout_.PlaceOf(u, static_cast<int>(p));
-      if (other.segment == s && other.slot == place.slot) {
-        param_hashes_[u][p] = param_hashes_[unit][param];
-      }
-    }
-  }
   return absl::OkStatus();
 }
 
