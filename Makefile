@@ -30,7 +30,7 @@ FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetenso
 # multi-rank test (local communicator, engine, trainer, planner vs ledger,
 # checkpoints: the background writer thread, the CPU streams) and
 # the ledger's concurrent-update test. MPI tests stay out (separate processes).
-TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_memory_test \
+TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_tied_frozen_test engine_memory_test \
 	mlp_trainer_test mlp_data_loader_test engine_step_times_test plan_vs_ledger_test checkpoint_test \
 	checkpoint_directory_test checkpoint_recovery_test \
 	device_ops_test engine_opaque_device_test \

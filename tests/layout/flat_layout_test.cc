@@ -4,6 +4,7 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -212,6 +213,73 @@ TEST(FlatLayoutTest, RejectsBadWorldSizesAndSpecs) {
   bad = spec;
   bad.units.push_back(spec.units[0]);
   EXPECT_NE(FlatLayout::Create(bad, 2).status().message().find("twice"), std::string::npos);
+}
+
+TEST(FlatLayoutTest, FrozenAndTiedParamsGetStorageSegmentsOfTheirOwn) {
+  std::mt19937_64 rng(Seed());
+  auto dim = [&]() { return 1 + static_cast<int64_t>(rng() % 300); };
+  const int64_t h = dim();
+  ModelSpec spec;
+  // a: w (the tie's owner), b (trained), f (frozen); frz: x (frozen only);
+  // c: w (tied to a.w), c (trained).
+  spec.units.push_back({"a", {{"w", {dim(), h}}, {"b", {dim()}}, {"f", {dim(), 3}}}});
+  spec.units[0].params[2].trainable = false;
+  spec.units.push_back({"frz", {{"x", {dim()}}}});
+  spec.units[1].params[0].trainable = false;
+  spec.units.push_back({"c", {{"w", spec.units[0].params[0].shape}, {"c", {dim()}}}});
+  spec.units[2].params[0].tied_to = ParamRef{"a", "w"};
+  ASSERT_FALSE(OneSegmentPerUnit(spec));
+  const int world = 1 + static_cast<int>(rng() % 5);
+  SCOPED_TRACE(SeedTrace());
+  auto layout = FlatLayout::Create(spec, world);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // Segments in order: a's trained {b}, a's frozen {f}, the tie {a.w},
+  // frz's frozen {x}, c's trained {c}.
+  ASSERT_EQ(layout->num_units(), 5);
+  ASSERT_EQ(layout->num_spec_units(), 3);
+  const std::vector<std::vector<std::pair<int, int>>> holds = {
+      {{0, 1}}, {{0, 2}}, {{0, 0}}, {{1, 0}}, {{2, 1}}};
+  const std::vector<bool> trainable = {true, false, true, false, true};
+  int64_t train_total = 0;
+  for (int s = 0; s < 5; ++s) {
+    const UnitSegment& seg = layout->unit(s);
+    ASSERT_EQ(seg.params.size(), holds[s].size()) << s;
+    for (size_t k = 0; k < seg.params.size(); ++k) {
+      EXPECT_EQ(seg.params[k].spec_unit, holds[s][k].first) << s;
+      EXPECT_EQ(seg.params[k].spec_param, holds[s][k].second) << s;
+    }
+    EXPECT_EQ(seg.trainable, trainable[s]) << s;
+    // Gradients and optimizer state: the trainable segments, back to back.
+    EXPECT_EQ(seg.train_offset, trainable[s] ? train_total : -1) << s;
+    if (trainable[s]) train_total += seg.padded_numel;
+  }
+  EXPECT_EQ(layout->train_total_numel(), train_total);
+  EXPECT_EQ(
+      layout->train_total_numel() + layout->unit(1).padded_numel + layout->unit(3).padded_numel,
+      layout->total_numel());
+  EXPECT_EQ(layout->SegmentsOf(0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(layout->SegmentsOf(1), (std::vector<int>{3}));
+  EXPECT_EQ(layout->SegmentsOf(2), (std::vector<int>{2, 4}));
+  // The alias is its owner's storage; both units write the tie's gradient.
+  EXPECT_EQ(layout->PlaceOf(2, 0).segment, 2);
+  EXPECT_EQ(layout->PlaceOf(2, 0).slot, 0);
+  EXPECT_EQ(layout->PlaceOf(0, 0).segment, 2);
+  EXPECT_EQ(layout->UsersOf(2), (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout->UsersOf(0), (std::vector<int>{0}));
+  EXPECT_TRUE(layout->UsersOf(1).empty());
+  EXPECT_TRUE(layout->UsersOf(3).empty());
+  // Without frozen or tied params: one segment per unit, as before.
+  spec.units[0].params[2].trainable = true;
+  spec.units[1].params[0].trainable = true;
+  spec.units[2].params[0].tied_to.reset();
+  EXPECT_TRUE(OneSegmentPerUnit(spec));
+  auto plain = FlatLayout::Create(spec, world);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_EQ(plain->num_units(), 3);
+  for (int u = 0; u < 3; ++u) {
+    EXPECT_EQ(plain->SegmentsOf(u), std::vector<int>{u});
+    EXPECT_EQ(plain->unit(u).params.size(), spec.units[u].params.size());
+  }
 }
 
 }  // namespace

@@ -219,11 +219,14 @@ class Engine {
   absl::Status Start() { return Start({}); }
 
   // The unit's params in the param dtype, ready for the forward (or
-  // backward) pass. Stages 0-2: the resident params (waiting, after a step,
-  // for their all-gather). Stage 3: all-gathered into a buffer of the gather
-  // pool (or already prefetched there); hold at most one unit at a time and
-  // Release it before gathering the next. The order of Gather calls in the
-  // first step is recorded and later steps prefetch along it.
+  // backward) pass; a tied alias's entry shows its owner's values. Stages
+  // 0-2: the resident params (waiting, after a step, for their all-gather).
+  // Stage 3: all-gathered into buffers of the gather pool (or already
+  // prefetched there): the unit's own params and the tied params it uses;
+  // hold at most TrainSpec::max_gathered_units units at once. The order of
+  // Gather calls in the first step is recorded and later steps prefetch
+  // along it; with prefetch on, a later step that gathers in another order
+  // fails (FailedPrecondition naming the gather).
   virtual absl::StatusOr<UnitView> Gather(int unit) = 0;
   // Done with the unit's params for now (stage 3: its buffer returns to the
   // pool and the view becomes invalid). Every Release pairs with a Gather
@@ -238,7 +241,13 @@ class Engine {
 
   // A buffer for this micro-batch's gradient of `unit`, in the grad dtype;
   // the trainer overwrites every element of every param view. May wait for
-  // an earlier reduction to free a staging buffer.
+  // an earlier reduction to free a staging buffer. A frozen param's entry
+  // (ParamSpec::trainable false, or frozen by SetTrainable) has data ==
+  // nullptr and numel 0: skip it. A tied alias's entry is this unit's own
+  // use of the param: the engine adds the uses in ReduceGrads order, one
+  // view of a tied param open at a time. FailedPrecondition for a unit whose
+  // params are all frozen (it has no gradient: skip its GradView and
+  // ReduceGrads).
   virtual absl::StatusOr<UnitView> GradView(int unit) = 0;
   // The unit's gradient for this micro-batch is complete: accumulate it and
   // (asynchronously) reduce it across ranks.

@@ -108,7 +108,16 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
 
 EngineImpl::~EngineImpl() {
   if (started_ && std::getenv(kDebugCommWaitsEnvVar) != nullptr) {
-    std::fputs(log_.FormatWaits(rank_, steps_since_start_).c_str(), stderr);
+    std::string waits = log_.FormatWaits(rank_, steps_since_start_);
+    if (const int64_t gathers = gatherer_->segment_gathers(); gathers > 0) {
+      // Stage 3: how many gathers found their all-gather issued ahead
+      // (prefetched, or kept from an earlier Gather), and how many waited.
+      absl::StrAppendFormat(
+          &waits, "  stage-3 gathers: %d, issued ahead %d (%.1f%%), waited for %d (%.1f%%)\n",
+          gathers, gatherer_->gathers_ahead(), 100.0 * gatherer_->gathers_ahead() / gathers,
+          gatherer_->gathers_waited(), 100.0 * gatherer_->gathers_waited() / gathers);
+    }
+    std::fputs(waits.c_str(), stderr);
   }
   // A background checkpoint write owns its snapshot; let it finish (the
   // checkpoint stays incomplete without WaitForCheckpoint's commit). Then,
@@ -322,15 +331,6 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
   param_hashes_[unit][param] = HashBytes(values.data(), values.size() * sizeof(float), 0) | 1;
-  // The aliases of this param hold its value.
-  for (int u = 0; u < static_cast<int>(model_.units.size()); ++u) {
-    for (size_t p = 0; p < model_.units[u].params.size(); ++p) {
-      const ParamPlace other = layout_.PlaceOf(u, static_cast<int>(p));
-      if (other.segment == s && other.slot == place.slot) {
-        param_hashes_[u][p] = param_hashes_[unit][param];
-      }
-    }
-  }
   return absl::OkStatus();
 }
 

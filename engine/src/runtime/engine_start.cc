@@ -92,6 +92,15 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
   ZS_RETURN_IF_ERROR(poisoned_);
   if (started_) return absl::FailedPreconditionError("Start() called twice");
   const int units = layout_.num_spec_units();
+  // A tied alias holds its owner's values (SetParam sets the owner).
+  for (int u = 0; u < units; ++u) {
+    for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
+      if (!model_.units[u].params[p].tied_to.has_value()) continue;
+      const ParamPlace place = layout_.PlaceOf(u, static_cast<int>(p));
+      const ParamSlot& owner = layout_.unit(place.segment).params[place.slot];
+      param_hashes_[u][p] = param_hashes_[owner.spec_unit][owner.spec_param];
+    }
+  }
   for (int u = 0; u < units; ++u) {
     for (size_t p = 0; p < param_hashes_[u].size(); ++p) {
       if (param_hashes_[u][p] == 0) {
