@@ -105,62 +105,53 @@ bool FlatLayout::AddSegment(UnitSegment seg) {
   return true;
 }
 
-absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelSpec& spec, int world_size) {
-  ZS_RETURN_IF_ERROR(CheckWorldSize(world_size));
-  ZS_RETURN_IF_ERROR(spec.Validate());
+absl::StatusOr<StorageMap> MapStorage(const ModelSpec& spec) {
   const int units = static_cast<int>(spec.units.size());
-  // The tie owners and their aliases' units (Validate checked every name).
-  absl::flat_hash_map<std::string, int> unit_index;
-  for (int u = 0; u < units; ++u) unit_index.emplace(spec.units[u].name, u);
-  // Per alias param: its owner's (unit, param); {-1, -1} for others.
+  StorageMap map;
+  map.unit_segments.resize(units);
+  map.places.resize(units);
+  // The ties, by name only in a model that has them: per alias param its
+  // owner's (unit, param), per owner param its aliases' units.
   std::vector<std::vector<std::pair<int, int>>> owner_of(units);
-  std::vector<std::vector<std::vector<int>>> alias_units(units);  // per owner param
+  std::vector<std::vector<std::vector<int>>> alias_units(units);
+  absl::flat_hash_map<std::string, int> unit_index;
   for (int u = 0; u < units; ++u) {
-    owner_of[u].assign(spec.units[u].params.size(), {-1, -1});
-    alias_units[u].resize(spec.units[u].params.size());
+    const UnitSpec& unit = spec.units[u];
+    map.places[u].assign(unit.params.size(), ParamPlace{});
+    owner_of[u].assign(unit.params.size(), {-1, -1});
+    alias_units[u].resize(unit.params.size());
   }
   for (int u = 0; u < units; ++u) {
     const UnitSpec& unit = spec.units[u];
     for (size_t p = 0; p < unit.params.size(); ++p) {
       if (!unit.params[p].tied_to.has_value()) continue;
+      if (unit_index.empty()) {
+        for (int v = 0; v < units; ++v) unit_index.emplace(spec.units[v].name, v);
+      }
       const ParamRef& ref = *unit.params[p].tied_to;
-      const int ou = unit_index.at(ref.unit);
-      const std::vector<ParamSpec>& owner_params = spec.units[ou].params;
-      int op = 0;
-      while (owner_params[op].name != ref.param) ++op;
-      owner_of[u][p] = {ou, op};
-      alias_units[ou][op].push_back(u);
+      const auto it = unit_index.find(ref.unit);
+      int op = -1;
+      if (it != unit_index.end()) {
+        const std::vector<ParamSpec>& owner_params = spec.units[it->second].params;
+        for (int k = 0; k < static_cast<int>(owner_params.size()) && op < 0; ++k) {
+          if (owner_params[k].name == ref.param) op = k;
+        }
+      }
+      if (op < 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "unit '%s' param '%s' is tied to '%s.%s', which the model does not have; tie it to a "
+            "param of an earlier unit",
+            unit.name, unit.params[p].name, ref.unit, ref.param));
+      }
+      owner_of[u][p] = {it->second, op};
+      alias_units[it->second][op].push_back(u);
     }
   }
-
-  FlatLayout layout;
-  layout.world_size_ = world_size;
-  layout.units_.reserve(spec.units.size());
-  layout.spec_segments_.resize(units);
-  layout.places_.resize(units);
-  // Appends a segment of spec unit u's params `which` (indices).
-  auto add = [&](int u, const std::vector<int>& which, bool trainable,
-                 int tied_param) -> absl::Status {
-    const UnitSpec& unit = spec.units[u];
-    UnitSegment seg;
-    seg.trainable = trainable;
-    seg.spec_unit = u;
-    seg.tied_param = tied_param;
-    size_t failed = 0;
-    const std::optional<int64_t> used = PlaceParams(
-        which.size(), [&](size_t i) { return unit.params[which[i]].NumElements(); }, &seg.params,
-        &failed);
-    if (!used.has_value()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layout of unit '%s': param '%s' ends past 2^63 elements; make the model smaller",
-          unit.name, unit.params[which[failed]].name));
-    }
-    seg.used_numel = *used;
-    const int segment = layout.num_units();
+  auto add = [&](int u, std::vector<int> which, bool trainable, int tied_param) {
+    if (which.empty()) return;
+    const int segment = static_cast<int>(map.segments.size());
     for (size_t i = 0; i < which.size(); ++i) {
-      seg.params[i].spec_unit = u;
-      seg.params[i].spec_param = which[i];
-      layout.places_[u][which[i]] = {segment, static_cast<int>(i)};
+      map.places[u][which[i]] = {segment, static_cast<int>(i)};
     }
     std::vector<int> users;
     if (trainable) {
@@ -170,45 +161,77 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelSpec& spec, int world_s
       }
       users.erase(std::unique(users.begin(), users.end()), users.end());
     }
-    layout.users_.push_back(std::move(users));
-    layout.spec_segments_[u].push_back(segment);
-    if (!layout.AddSegment(std::move(seg))) {
-      return Overflow(absl::StrCat("'", unit.name, "'"), world_size);
-    }
-    return absl::OkStatus();
+    map.users.push_back(std::move(users));
+    map.unit_segments[u].push_back(segment);
+    map.segments.push_back({u, tied_param, trainable, std::move(which)});
   };
   for (int u = 0; u < units; ++u) {
     const UnitSpec& unit = spec.units[u];
-    layout.places_[u].assign(unit.params.size(), ParamPlace{});
     std::vector<int> trained;
     std::vector<int> frozen;
     std::vector<int> owners;
     for (int p = 0; p < static_cast<int>(unit.params.size()); ++p) {
       const ParamSpec& param = unit.params[p];
-      if (param.tied_to.has_value()) continue;
+      if (param.tied_to.has_value()) continue;  // its owner's storage
       if (!alias_units[u][p].empty()) {
         owners.push_back(p);
       } else {
         (param.trainable ? trained : frozen).push_back(p);
       }
     }
-    if (!trained.empty()) ZS_RETURN_IF_ERROR(add(u, trained, true, -1));
-    if (!frozen.empty()) ZS_RETURN_IF_ERROR(add(u, frozen, false, -1));
-    for (int p : owners) ZS_RETURN_IF_ERROR(add(u, {p}, unit.params[p].trainable, p));
+    add(u, std::move(trained), true, -1);
+    add(u, std::move(frozen), false, -1);
+    for (int p : owners) add(u, {p}, unit.params[p].trainable, p);
   }
   // An alias is its owner's storage; its unit reads the owner's segment.
   for (int u = 0; u < units; ++u) {
     for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
       const auto [ou, op] = owner_of[u][p];
-      if (ou < 0) continue;  // not an alias
-      const ParamPlace place = layout.places_[ou][op];
-      layout.places_[u][p] = place;
-      layout.spec_segments_[u].push_back(place.segment);
+      if (ou < 0) continue;
+      map.places[u][p] = map.places[ou][op];
+      map.unit_segments[u].push_back(map.places[u][p].segment);
     }
-    std::vector<int>& segs = layout.spec_segments_[u];
+    std::vector<int>& segs = map.unit_segments[u];
     std::sort(segs.begin(), segs.end());
     segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
   }
+  return map;
+}
+
+absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelSpec& spec, int world_size) {
+  ZS_RETURN_IF_ERROR(CheckWorldSize(world_size));
+  ZS_RETURN_IF_ERROR(spec.Validate());
+  ZS_ASSIGN_OR_RETURN(StorageMap map, MapStorage(spec));
+  FlatLayout layout;
+  layout.world_size_ = world_size;
+  layout.units_.reserve(map.segments.size());
+  for (const StorageSegment& s : map.segments) {
+    const UnitSpec& unit = spec.units[s.spec_unit];
+    UnitSegment seg;
+    seg.trainable = s.trainable;
+    seg.spec_unit = s.spec_unit;
+    seg.tied_param = s.tied_param;
+    size_t failed = 0;
+    const std::optional<int64_t> used = PlaceParams(
+        s.params.size(), [&](size_t i) { return unit.params[s.params[i]].NumElements(); },
+        &seg.params, &failed);
+    if (!used.has_value()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "layout of unit '%s': param '%s' ends past 2^63 elements; make the model smaller",
+          unit.name, unit.params[s.params[failed]].name));
+    }
+    seg.used_numel = *used;
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      seg.params[i].spec_unit = s.spec_unit;
+      seg.params[i].spec_param = s.params[i];
+    }
+    if (!layout.AddSegment(std::move(seg))) {
+      return Overflow(absl::StrCat("'", unit.name, "'"), world_size);
+    }
+  }
+  layout.spec_segments_ = std::move(map.unit_segments);
+  layout.places_ = std::move(map.places);
+  layout.users_ = std::move(map.users);
   return layout;
 }
 

@@ -91,6 +91,25 @@ struct ElementRange {
 // no frozen and no tied params.
 bool OneSegmentPerUnit(const ModelSpec& spec);
 
+// How `spec` is stored (the rules at the top of this file), without sizes:
+// Create lays these segments out, and the planner sizes the same segments
+// of a tensor-parallel slice. O(params).
+struct StorageSegment {
+  int spec_unit = -1;
+  int tied_param = -1;  // the tied param a segment of its own holds, else -1
+  bool trainable = true;
+  std::vector<int> params;  // indices into spec.units[spec_unit].params, in order
+};
+struct StorageMap {
+  std::vector<StorageSegment> segments;         // in layout order; a unit's own ones together
+  std::vector<std::vector<int>> unit_segments;  // per unit: FlatLayout::SegmentsOf
+  std::vector<std::vector<ParamPlace>> places;  // per unit and param: FlatLayout::PlaceOf
+  std::vector<std::vector<int>> users;          // per segment: FlatLayout::UsersOf
+};
+// InvalidArgument naming the param when a tie names no param of the spec
+// (ModelSpec::Validate refuses it first).
+absl::StatusOr<StorageMap> MapStorage(const ModelSpec& spec);
+
 class FlatLayout {
  public:
   // InvalidArgument for an invalid spec (ModelSpec::Validate), a world size

@@ -5,7 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/common/tp_split.h"
@@ -220,85 +219,30 @@ absl::StatusOr<SliceSizes> SizeSlices(const ModelDescription& model, int tp) {
   const std::vector<UnitSpec>& units = model.spec.units;
   const int num_units = static_cast<int>(units.size());
   SliceSizes sizes;
-  // The tied params' owners, (unit, param), and the aliases' (unit, owner):
-  // looked up by name only in a model with ties.
-  std::vector<std::pair<int, int>> owners;
-  std::vector<std::pair<int, std::pair<int, int>>> aliases;
-  absl::flat_hash_map<std::string, int> unit_index;
-  for (int u = 0; u < num_units; ++u) {
-    for (const ParamSpec& param : units[u].params) {
-      if (!param.tied_to.has_value()) continue;
-      if (unit_index.empty()) {
-        for (int v = 0; v < num_units; ++v) unit_index.emplace(units[v].name, v);
-      }
-      const ParamRef& ref = *param.tied_to;
-      const auto it = unit_index.find(ref.unit);
-      int op = -1;
-      if (it != unit_index.end()) {
-        const std::vector<ParamSpec>& ps = units[it->second].params;
-        for (int p = 0; p < static_cast<int>(ps.size()) && op < 0; ++p) {
-          if (ps[p].name == ref.param) op = p;
-        }
-      }
-      if (op < 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "unit '%s' param '%s' is tied to '%s.%s', which the model does not have; tie it to a "
-            "param of an earlier unit",
-            units[u].name, param.name, ref.unit, ref.param));
-      }
-      owners.push_back({it->second, op});
-      aliases.push_back({u, {it->second, op}});
-    }
-  }
-  std::sort(owners.begin(), owners.end());
-  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
-  std::vector<int> owner_segment(owners.size(), -1);
+  // The engine's storage segments (FlatLayout::Create's), each sized as
+  // its params' tp slices.
+  ZS_ASSIGN_OR_RETURN(const StorageMap map, MapStorage(model.spec));
   sizes.unit_segments.reserve(num_units + 1);
   sizes.unit_segments.push_back(0);
-  auto add = [&](const std::vector<int64_t>& numels, bool trainable) -> absl::Status {
-    if (numels.empty()) return absl::OkStatus();
-    ZS_ASSIGN_OR_RETURN(const int64_t used, FlatLayout::UsedNumel(numels));
-    sizes.segment_used.push_back(used);
-    sizes.segment_trainable.push_back(trainable);
-    return absl::OkStatus();
-  };
-  std::vector<int64_t> trained, frozen;
+  std::vector<int64_t> numels;
   for (int u = 0; u < num_units; ++u) {
-    const UnitSpec& unit = units[u];
-    trained.clear();
-    frozen.clear();
-    // In FlatLayout::Create's order: trainable, frozen, then each owner.
-    std::vector<int> owned;
-    for (int p = 0; p < static_cast<int>(unit.params.size()); ++p) {
-      const ParamSpec& param = unit.params[p];
-      if (param.tied_to.has_value()) continue;  // its owner's storage
-      if (!owners.empty() &&
-          std::binary_search(owners.begin(), owners.end(), std::make_pair(u, p))) {
-        owned.push_back(p);
+    for (int s : map.unit_segments[u]) {
+      const StorageSegment& seg = map.segments[s];
+      if (seg.spec_unit != u) {
+        sizes.alias_reads.push_back({u, s});  // a tied param of another unit
         continue;
       }
-      (param.trainable ? trained : frozen).push_back(SlicedNumel(unit, param, tp));
-    }
-    ZS_RETURN_IF_ERROR(add(trained, true));
-    ZS_RETURN_IF_ERROR(add(frozen, false));
-    for (int p : owned) {
-      const size_t k =
-          std::lower_bound(owners.begin(), owners.end(), std::make_pair(u, p)) - owners.begin();
-      owner_segment[k] = static_cast<int>(sizes.segment_used.size());
-      ZS_RETURN_IF_ERROR(add({SlicedNumel(unit, unit.params[p], tp)}, unit.params[p].trainable));
+      numels.clear();
+      for (int p : seg.params) numels.push_back(SlicedNumel(units[u], units[u].params[p], tp));
+      ZS_ASSIGN_OR_RETURN(const int64_t used, FlatLayout::UsedNumel(numels));
+      sizes.segment_used.push_back(used);
+      sizes.segment_trainable.push_back(seg.trainable);
     }
     sizes.unit_segments.push_back(static_cast<int>(sizes.segment_used.size()));
     if (sizes.unit_segments[u + 1] - sizes.unit_segments[u] != 1) {
       sizes.one_segment_per_unit = false;
     }
   }
-  for (const auto& [u, owner] : aliases) {
-    const size_t k = std::lower_bound(owners.begin(), owners.end(), owner) - owners.begin();
-    sizes.alias_reads.push_back({u, owner_segment[k]});
-  }
-  std::sort(sizes.alias_reads.begin(), sizes.alias_reads.end());
-  sizes.alias_reads.erase(std::unique(sizes.alias_reads.begin(), sizes.alias_reads.end()),
-                          sizes.alias_reads.end());
   if (!sizes.alias_reads.empty()) sizes.one_segment_per_unit = false;
   if (!units.empty() && !units[0].params.empty()) {
     // The tied copy holds the embedding's first param alone.
