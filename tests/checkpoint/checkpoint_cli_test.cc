@@ -25,6 +25,7 @@
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/command_runner.h"
 #include "tests/runtime/engine_test_util.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
@@ -36,32 +37,13 @@
 namespace zeroshard::testing {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = CommandResult;
 
 class CheckpointCliTest : public ScratchDirTest {
  protected:
   Result Run(const std::string& args) const {
-    const std::string err_path = Sub("stderr.txt");
     // A command that blocks (on a FIFO, say) ends after 60 s with exit 124.
-    const std::string command =
-        "timeout 60 " + std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
-    Result r;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return r;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-    const int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream err(err_path);
-    std::stringstream text;
-    text << err.rdbuf();
-    r.err = text.str();
-    return r;
+    return RunCommand("timeout 60 " + std::string(ZS_BINARY) + " " + args);
   }
 
   // Trains the small MLP 3 steps on 2 ranks (stage 2, bf16) and saves into

@@ -15,6 +15,7 @@
 #include "examples/mlp/internal/block_math.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/examples/fake_engine.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
@@ -58,10 +59,10 @@ std::vector<float> Decode(const std::vector<uint8_t>& bytes, DType dtype) {
 // every call ("G0" Gather(0), "R0" Release, "V0" GradView, "D0" ReduceGrads,
 // "S" Step) and counts contract violations (a second unit gathered, a
 // release or gradient view of a unit that is not gathered).
-class FakeEngine final : public Engine {
+class FakeEngine final : public testing::FakeEngineBase {
  public:
   FakeEngine(const MlpConfig& cfg, DType dtype, double loss_scale)
-      : model_(BuildModelSpec(cfg)), dtype_(dtype), loss_scale_(loss_scale) {
+      : FakeEngineBase(BuildModelSpec(cfg)), dtype_(dtype), loss_scale_(loss_scale) {
     for (int u = 0; u < cfg.blocks; ++u) {
       for (int p = 0; p < kNumBlockParams; ++p) {
         master_.push_back(InitialParam(cfg, u, p));
@@ -73,27 +74,9 @@ class FakeEngine final : public Engine {
     }
   }
 
-  absl::Status SetParam(int, int, absl::Span<const float>) override { return absl::OkStatus(); }
-  absl::Status Start(absl::Span<const TrainerSetting>) override { return absl::OkStatus(); }
-  absl::Status Save(const std::string&, const std::string&, const CheckpointOptions&) override {
-    return absl::UnimplementedError("not in the fake");
-  }
-  absl::Status WaitForCheckpoint() override { return absl::OkStatus(); }
-  absl::Status PrepareCheckpointDirectory(const std::string&) override { return absl::OkStatus(); }
-  absl::StatusOr<CheckpointInfo> Load(const std::string&) override {
-    return absl::UnimplementedError("not in the fake");
-  }
   absl::StatusOr<UnitView> Gather(int unit) override {
-    Log("G", unit);
-    if (gathered_ != -1) ++violations_;
-    gathered_ = unit;
+    NoteGather(unit);
     return View(unit, params_);
-  }
-  absl::Status Release(int unit) override {
-    Log("R", unit);
-    if (gathered_ != unit) ++violations_;
-    gathered_ = -1;
-    return absl::OkStatus();
   }
   absl::StatusOr<UnitView> GradView(int unit) override {
     Log("V", unit);
@@ -111,31 +94,12 @@ class FakeEngine final : public Engine {
     for (int p = 0; p < kNumBlockParams; ++p) written_[Index(unit, p)] = grads_[Index(unit, p)];
     return absl::OkStatus();
   }
-  absl::StatusOr<StepResult> Step() override {
-    calls_.push_back("S");
-    StepResult result;
-    result.step = ++steps_;
-    return result;
-  }
-  absl::Status SetTrainable(int, int, bool) override {
-    return absl::UnimplementedError("FakeEngine::SetTrainable");
-  }
+  absl::StatusOr<StepResult> Step() override { return CountStep(); }
   double loss_scale() const override { return loss_scale_; }
-  void RecordInputWait(absl::Duration) override {}
-  void RecordPipelineWait(absl::Duration) override {}
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override {
     return master_[Index(unit, param)];
   }
-  const ModelSpec& model() const override { return model_; }
-  const TrainSpec& train() const override { return train_; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  int64_t steps() const override { return steps_; }
-  EngineStats Stats() const override { return EngineStats{}; }
-  const MemoryLedger& ledger() const override { return ledger_; }
 
-  std::string calls() const { return absl::StrJoin(calls_, " "); }
-  int violations() const { return violations_; }
   // The bytes last written to the gradient view of (unit, param).
   const std::vector<uint8_t>& written(int unit, int param) const {
     return written_[Index(unit, param)];
@@ -145,7 +109,6 @@ class FakeEngine final : public Engine {
   static size_t Index(int unit, int param) {
     return static_cast<size_t>(unit) * kNumBlockParams + param;
   }
-  void Log(const char* what, int unit) { calls_.push_back(absl::StrCat(what, unit)); }
   UnitView View(int unit, std::vector<std::vector<uint8_t>>& storage) {
     UnitView view;
     for (int p = 0; p < kNumBlockParams; ++p) {
@@ -159,17 +122,10 @@ class FakeEngine final : public Engine {
     return view;
   }
 
-  ModelSpec model_;
-  TrainSpec train_;  // grad_accum_steps 1
   DType dtype_;
   double loss_scale_;
-  MemoryLedger ledger_;
   std::vector<std::vector<float>> master_;
   std::vector<std::vector<uint8_t>> params_, grads_, written_;
-  std::vector<std::string> calls_;
-  int gathered_ = -1;
-  int violations_ = 0;
-  int64_t steps_ = 0;
 };
 
 MlpConfig SmallConfig() {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/examples/fake_engine.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/engine.h"
 
@@ -24,9 +25,9 @@ namespace zeroshard {
 namespace mlp {
 namespace {
 
-class SgdFakeEngine final : public Engine {
+class SgdFakeEngine final : public testing::FakeEngineBase {
  public:
-  SgdFakeEngine(const MlpConfig& cfg, double lr) : model_(BuildModelSpec(cfg)), lr_(lr) {
+  SgdFakeEngine(const MlpConfig& cfg, double lr) : FakeEngineBase(BuildModelSpec(cfg)), lr_(lr) {
     for (int u = 0; u < static_cast<int>(model_.units.size()); ++u) {
       for (int p = 0; p < static_cast<int>(model_.units[u].params.size()); ++p) {
         const ParamSpec& spec = model_.units[u].params[p];
@@ -39,20 +40,8 @@ class SgdFakeEngine final : public Engine {
     }
   }
 
-  absl::Status SetParam(int, int, absl::Span<const float>) override { return absl::OkStatus(); }
-  absl::Status Start(absl::Span<const TrainerSetting>) override { return absl::OkStatus(); }
-  absl::Status Save(const std::string&, const std::string&, const CheckpointOptions&) override {
-    return absl::UnimplementedError("not in the fake");
-  }
-  absl::Status WaitForCheckpoint() override { return absl::OkStatus(); }
-  absl::Status PrepareCheckpointDirectory(const std::string&) override { return absl::OkStatus(); }
-  absl::StatusOr<CheckpointInfo> Load(const std::string&) override {
-    return absl::UnimplementedError("not in the fake");
-  }
   absl::StatusOr<UnitView> Gather(int unit) override {
-    Log("G", unit);
-    if (gathered_ != -1) ++violations_;
-    gathered_ = unit;
+    NoteGather(unit);
     UnitView view;
     for (int p = 0; p < NumParams(unit); ++p) {
       std::vector<float>& v = values_[owner_[Flat(unit, p)]];
@@ -60,12 +49,6 @@ class SgdFakeEngine final : public Engine {
                                        &model_.units[unit].params[p].shape});
     }
     return view;
-  }
-  absl::Status Release(int unit) override {
-    Log("R", unit);
-    if (gathered_ != unit) ++violations_;
-    gathered_ = -1;
-    return absl::OkStatus();
   }
   absl::StatusOr<UnitView> GradView(int unit) override {
     Log("V", unit);
@@ -92,7 +75,6 @@ class SgdFakeEngine final : public Engine {
     return absl::OkStatus();
   }
   absl::StatusOr<StepResult> Step() override {
-    calls_.push_back("S");
     for (size_t t = 0; t < values_.size(); ++t) {
       for (size_t i = 0; i < acc_[t].size(); ++i) {
         if (!std::isfinite(acc_[t][i])) ++violations_;
@@ -100,27 +82,11 @@ class SgdFakeEngine final : public Engine {
         acc_[t][i] = 0.0f;
       }
     }
-    StepResult result;
-    result.step = ++steps_;
-    return result;
+    return CountStep();
   }
-  absl::Status SetTrainable(int, int, bool) override { return absl::UnimplementedError("fake"); }
-  double loss_scale() const override { return 1.0; }
-  void RecordInputWait(absl::Duration) override {}
-  void RecordPipelineWait(absl::Duration) override {}
   absl::StatusOr<std::vector<float>> GetParam(int unit, int param) override {
     return values_[owner_[Flat(unit, param)]];
   }
-  const ModelSpec& model() const override { return model_; }
-  const TrainSpec& train() const override { return train_; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  int64_t steps() const override { return steps_; }
-  EngineStats Stats() const override { return EngineStats{}; }
-  const MemoryLedger& ledger() const override { return ledger_; }
-
-  std::string calls() const { return absl::StrJoin(calls_, " "); }
-  int violations() const { return violations_; }
 
  private:
   int NumParams(int unit) const { return static_cast<int>(model_.units[unit].params.size()); }
@@ -148,18 +114,10 @@ class SgdFakeEngine final : public Engine {
     }
     return false;
   }
-  void Log(const char* what, int unit) { calls_.push_back(absl::StrCat(what, unit)); }
 
-  ModelSpec model_;
-  TrainSpec train_;
   double lr_;
-  MemoryLedger ledger_;
   std::vector<size_t> owner_, index_;
   std::vector<std::vector<float>> values_, grads_, acc_;
-  std::vector<std::string> calls_;
-  int gathered_ = -1;
-  int violations_ = 0;
-  int64_t steps_ = 0;
 };
 
 MlpConfig SmallLm() {

@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/command_runner.h"
 #include "tests/test_seed.h"
 
 namespace {
@@ -24,21 +25,13 @@ using ::zeroshard::testing::SeedTrace;
 
 // stdout of `command`, and its exit code.
 std::string RunShell(const std::string& command, int* exit_code) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  const zeroshard::testing::CommandResult r = zeroshard::testing::RunCommand(command);
+  *exit_code = r.exit_code;
+  return r.out;
 }
 
 std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/zs_demo_spec_" + std::to_string(getpid()) +
-         "_" + name;
+  return zeroshard::testing::TestTempPath("demo_spec_" + name);
 }
 
 TEST(DemoSpecEstimateTest, EstimateOfPrintedSpecEqualsTheDemosLedger) {

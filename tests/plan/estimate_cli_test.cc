@@ -18,42 +18,17 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/command_runner.h"
 #include "tests/plan/llama3_8b_hand_count.h"
 #include "tests/test_seed.h"
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-  double seconds = 0;
-};
+using Result = ::zeroshard::testing::CommandResult;
+using ::zeroshard::testing::RunCommand;
 
 std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/zs_estimate_cli_test_" + name;
-}
-
-// Runs a shell command line, stdout and stderr apart.
-Result RunCommand(const std::string& command_line) {
-  const std::string err_path = TempPath("stderr.txt");
-  const std::string command = command_line + " 2>" + err_path;
-  Result r;
-  const auto begin = std::chrono::steady_clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  r.err = text.str();
-  return r;
+  return ::zeroshard::testing::TestTempPath("estimate_cli_test_" + name);
 }
 
 Result RunCli(const std::string& args) { return RunCommand(std::string(ZS_BINARY) + " " + args); }

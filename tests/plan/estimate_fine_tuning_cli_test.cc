@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/command_runner.h"
 #include "tests/test_seed.h"
 
 namespace {
@@ -23,30 +24,10 @@ namespace {
 using zeroshard::testing::Seed;
 using zeroshard::testing::SeedTrace;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = zeroshard::testing::CommandResult;
 
 Result RunCli(const std::string& args) {
-  const char* dir = std::getenv("TMPDIR");
-  const std::string err_path =
-      std::string(dir != nullptr ? dir : "/tmp") + "/zs_estimate_fine_tuning_stderr.txt";
-  const std::string command = std::string(ZS_BINARY) + " " + args + " 2>" + err_path;
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  r.err = text.str();
-  return r;
+  return zeroshard::testing::RunCommand(std::string(ZS_BINARY) + " " + args);
 }
 
 // Llama-2-7B (config.json of meta-llama/Llama-2-7b-hf): hidden 4096, 32
@@ -126,7 +107,9 @@ TEST(EstimateFineTuningCliTest, LoraOnLlama2_7bMatchesAHandCount) {
     // (in h, out f) and down (in f, out h).
     const int64_t adapters_per_layer = 4 * r * (kH + kH) + 3 * r * (kH + kF);
     const int64_t trainable = kLayers * adapters_per_layer;
-    if (r == 16) ASSERT_EQ(trainable, 39976960);
+    if (r == 16) {
+      ASSERT_EQ(trainable, 39976960);
+    }
     const int gpus = gpu_counts[std::uniform_int_distribution<int>(0, 3)(rng)];
     for (int stage = 0; stage <= 3; ++stage) {
       ExpectPlan(absl::StrCat("--preset llama-2-7b --lora ", r), stage, gpus, kBase + trainable,

@@ -234,11 +234,19 @@ TEST(FineTuningTest, LoraAdaptersFollowTheirWeightsTensorSplit) {
   const ModelSpec gpt2_slice = internal::RankSlice(*gpt2, 2, 1, 0, &layers);
   for (const ParamSpec& p : gpt2_slice.units[1].params) {
     // Conv1D c_attn [768, 2304] is column-parallel: B [2304 / 2, 8].
-    if (p.name == "attn.c_attn.lora_B.weight") EXPECT_EQ(p.shape, (Shape{1152, 8}));
-    if (p.name == "attn.c_attn.lora_A.weight") EXPECT_EQ(p.shape, (Shape{8, 768}));
+    if (p.name == "attn.c_attn.lora_B.weight") {
+      EXPECT_EQ(p.shape, (Shape{1152, 8}));
+    }
+    if (p.name == "attn.c_attn.lora_A.weight") {
+      EXPECT_EQ(p.shape, (Shape{8, 768}));
+    }
     // mlp.c_proj [3072, 768] is row-parallel: A [8, 3072 / 2].
-    if (p.name == "mlp.c_proj.lora_A.weight") EXPECT_EQ(p.shape, (Shape{8, 1536}));
-    if (p.name == "mlp.c_proj.lora_B.weight") EXPECT_EQ(p.shape, (Shape{768, 8}));
+    if (p.name == "mlp.c_proj.lora_A.weight") {
+      EXPECT_EQ(p.shape, (Shape{8, 1536}));
+    }
+    if (p.name == "mlp.c_proj.lora_B.weight") {
+      EXPECT_EQ(p.shape, (Shape{768, 8}));
+    }
     EXPECT_EQ(p.trainable, p.name.find("lora_") != std::string::npos) << p.name;
   }
   // Adapters twice: refused (the names would repeat), the model unchanged.
