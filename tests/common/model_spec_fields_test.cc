@@ -17,24 +17,15 @@
 #include "engine/src/common/model_spec_changes.h"
 #include "engine/src/common/spec_fingerprint.h"
 #include "gtest/gtest.h"
+#include "tests/common/model_spec_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/model_spec.h"
 
 namespace zeroshard {
 namespace {
 
-ModelSpec OneParam(std::vector<int64_t> shape) {
-  ModelSpec spec;
-  spec.units.push_back({"block", {{"w", std::move(shape), false}}});
-  return spec;
-}
-
-void ExpectRefused(const ModelSpec& spec, const std::string& needle) {
-  const absl::Status status = spec.Validate();
-  ASSERT_FALSE(status.ok()) << needle;
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find(needle), std::string::npos) << status;
-}
+using testing::ExpectRefused;
+using testing::OneParam;
 
 TEST(ModelSpecTest, ParamGroupFieldsAreRefusedNamingTheParam) {
   std::mt19937_64 rng(testing::Seed());

@@ -16,6 +16,7 @@
 #include "engine/src/common/checked_math.h"
 #include "engine/src/common/tp_split.h"
 #include "gtest/gtest.h"
+#include "tests/common/model_spec_test_util.h"
 #include "tests/grid_test_util.h"
 #include "tests/test_seed.h"
 
@@ -24,18 +25,8 @@ namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-ModelSpec OneParam(std::vector<int64_t> shape) {
-  ModelSpec spec;
-  spec.units.push_back({"block", {{"w", std::move(shape), false}}});
-  return spec;
-}
-
-void ExpectRefused(const ModelSpec& spec, const std::string& needle) {
-  const absl::Status status = spec.Validate();
-  ASSERT_FALSE(status.ok()) << needle;
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find(needle), std::string::npos) << status;
-}
+using testing::ExpectRefused;
+using testing::OneParam;
 
 TEST(CheckedMathTest, AddAndMulReportOverflowAtTheExactBoundary) {
   EXPECT_EQ(CheckedAdd(kInt64Max - 1, 1), kInt64Max);
