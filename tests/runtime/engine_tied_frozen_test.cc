@@ -235,20 +235,28 @@ Reference ReferenceNorm(uint64_t seed, int micro_batches) {
 }
 
 TEST(TiedFrozenTest, TheTiedGradientIsTheSumOfBothUses) {
-  const uint64_t seed = Seed();
   for (int world : {1, 3}) {
+    // Data the norm can tell the sum of both uses from one use by (their
+    // norms differ by > 10x the tolerance): the first such of the seeds
+    // from the test's seed on; almost always the first (a seed whose uses'
+    // cross term nearly cancels the embedding use's own part is passed).
+    uint64_t seed = Seed();
+    Reference ref = ReferenceNorm(seed, world);
+    for (int tries = 0; tries < 16 && std::abs(ref.norm - ref.norm_one_use) <= 1e-4 * ref.norm;
+         ++tries) {
+      ref = ReferenceNorm(++seed, world);
+    }
+    ASSERT_GT(std::abs(ref.norm - ref.norm_one_use), 1e-4 * ref.norm) << SeedTrace();
+    const double tol = 1e-5 * ref.norm;
     for (int stage : {0, 2, 3}) {
-      SCOPED_TRACE(absl::StrFormat("world %d stage %d; %s", world, stage, SeedTrace()));
+      SCOPED_TRACE(
+          absl::StrFormat("world %d stage %d, data seed %d; %s", world, stage, seed, SeedTrace()));
       TinyRun run;
       run.world = world;
       run.stage = stage;
       run.steps = 1;
       auto result = Train(seed, run);
       ASSERT_TRUE(result.ok()) << result.status();
-      const Reference ref = ReferenceNorm(seed, world);
-      const double tol = 1e-5 * ref.norm;
-      // The reference can tell the sum from one use.
-      ASSERT_GT(std::abs(ref.norm - ref.norm_one_use), 100 * tol);
       EXPECT_NEAR(result->steps[0].grad_norm, ref.norm, tol);
     }
   }
