@@ -1,0 +1,292 @@
+"""Tables of perf/peers/gpt_side_by_side.sh: tokens/s of the GPT trainer and
+of its peers, the ratios, the step-time split and MFU.
+
+  python3 perf/peers/gpt_compare.py RAW_DIR OUT.json
+
+RAW_DIR holds (k = repeat):
+  meta.json, gemm_peak.json, lscpu.txt, config.json
+  zs_s{stage}_{prec}_r{n}_{k}.txt / .json   gpt_train's stdout and --json
+  {fw}_{prec}_r{n}_{k}.json                 torch_gpt.py (fw: ddp fsdp2 ds1 ds3)
+  split_{fw}_{prec}_r{n}.json               torch_gpt.py --split
+  *.fail                                    the stderr tail of a failed run
+
+Figures: each run's tokens/s is world * micro-batch * seq over its median
+step after the warm-up steps (slowest rank); the table quotes the median over
+the repeats. MFU = tokens/s * FLOPs per token / (min(processes, cores) *
+the single-thread sgemm peak), FLOPs per token = 6 N + 12 L C T (N the
+params less the position embedding, which is a lookup: the tied head's
+matmul is counted once through wte; L layers, C n_embd, T seq: the
+attention scores and their weighted sum, forward and backward, the causal
+mask not discounted). Standard library only (runs with the system python3).
+"""
+
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+PEERS = ["ddp", "fsdp2", "ds1", "ds3"]
+LABEL = {"ddp": "PyTorch DDP", "fsdp2": "PyTorch FSDP2", "ds1": "DeepSpeed ZeRO-1",
+         "ds3": "DeepSpeed ZeRO-3"}
+# zeroshard stage -> the peers it is set against.
+PAIRS = [(0, "ddp"), (1, "ds1"), (3, "ds3"), (3, "fsdp2")]
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(v, spec="%.1f"):
+    return "-" if v is None else spec % v
+
+
+def first_line(path):
+    with open(path) as f:
+        lines = [l.strip() for l in f if l.strip()]
+    errs = [l for l in lines if re.search(r"Error|error:|not supported|NotImplemented", l)]
+    return (errs or lines or ["(no stderr)"])[-1][:200]
+
+
+def zs_run(base):
+    """One gpt_train run: {median_ms, tokens_per_s, split{...}, blas} from its
+    --json where there is one, else from its stdout."""
+    r = {}
+    if os.path.exists(base + ".json"):
+        j = load(base + ".json")
+        r["json"] = j
+        for key in ("median_step_ms", "median_ms", "step_ms_median"):
+            if key in j:
+                r["median_ms"] = float(j[key])
+        for key in ("tokens_per_s", "tokens_per_second"):
+            if key in j:
+                r["tokens_per_s"] = float(j[key])
+        split = j.get("split") or j.get("time_split") or j.get("step_split")
+        if isinstance(split, dict):
+            r["split"] = {k: float(v) for k, v in split.items() if isinstance(v, (int, float))}
+        if "blas" in j:
+            r["blas"] = j["blas"]
+    if os.path.exists(base + ".txt"):
+        with open(base + ".txt") as f:
+            text = f.read()
+        if "median_ms" not in r:
+            m = re.search(r"median step[^\n]*?([0-9.]+) ms", text)
+            if m:
+                r["median_ms"] = float(m.group(1))
+        if "tokens_per_s" not in r:
+            m = re.search(r"([0-9.]+) tokens/s", text)
+            if m:
+                r["tokens_per_s"] = float(m.group(1))
+        if "blas" not in r:
+            m = re.search(r"BLAS[^:\n]*: ([^\n]*)", text)
+            if m:
+                r["blas"] = m.group(1).strip()
+    return r
+
+
+def collect(raw, meta):
+    runs = {}  # (fw, prec, n) -> [run dicts]; fw "zs0".."zs3" or a peer
+    fails = {}
+    for path in glob.glob(os.path.join(raw, "*")):
+        base = os.path.basename(path)
+        m = re.match(r"zs_s(\d)_(fp32|bf16)_r(\d+)_(\d+)\.txt$", base)
+        if m:
+            key = ("zs%s" % m.group(1), m.group(2), int(m.group(3)))
+            r = zs_run(path[:-4])
+            if "tokens_per_s" not in r and "median_ms" in r:
+                r["tokens_per_s"] = (int(m.group(3)) * meta["micro_batch"] * meta["seq"]
+                                     / (r["median_ms"] / 1e3))
+            if not os.path.exists(path[:-4] + ".fail"):
+                runs.setdefault(key, []).append(r)
+            continue
+        m = re.match(r"(ddp|fsdp2|ds1|ds3)_(fp32|bf16)_r(\d+)_(\d+)\.json$", base)
+        if m:
+            runs.setdefault((m.group(1), m.group(2), int(m.group(3))), []).append(load(path))
+            continue
+        m = re.match(r"(?:zs_s(\d)|(split_)?(ddp|fsdp2|ds1|ds3))_(fp32|bf16)_r(\d+)(?:_\d+)?\.fail$",
+                     base)
+        if m:
+            fw = "zs%s" % m.group(1) if m.group(1) else (m.group(2) or "") + m.group(3)
+            fails[(fw, m.group(4), int(m.group(5)))] = first_line(path)
+    splits = {}
+    for path in glob.glob(os.path.join(raw, "split_*.json")):
+        m = re.match(r"split_(\w+?)_(fp32|bf16)_r(\d+)\.json$", os.path.basename(path))
+        splits[(m.group(1), m.group(2), int(m.group(3)))] = load(path)
+    return runs, fails, splits
+
+
+def flops_per_token(cfg, seq):
+    c, layers, vocab, pos = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"], cfg["n_positions"]
+    # GPT-2 params: wte V C, wpe P C, per block 12 C^2 + 13 C, ln_f 2 C.
+    params = vocab * c + pos * c + layers * (12 * c * c + 13 * c) + 2 * c
+    return 6 * (params - pos * c) + 12 * layers * c * seq, params
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    raw, out = argv[1], argv[2]
+    meta = load(os.path.join(raw, "meta.json"))
+    peak = load(os.path.join(raw, "gemm_peak.json"))
+    cfg = load(os.path.join(raw, "config.json"))
+    cpu = peak.get("cpu", "?")
+    runs, fails, splits = collect(raw, meta)
+    fpt, params = flops_per_token(cfg, meta["seq"])
+    cores = meta["nproc"]
+    ranks = [int(n) for n in meta["ranks"].split()]
+    precs = meta["precisions"].split()
+
+    summary = {}
+    for key, rs in runs.items():
+        tps = [r.get("tokens_per_s") for r in rs]
+        summary[key] = {
+            "tokens_per_s": median(tps),
+            "tokens_per_s_runs": tps,
+            "median_ms": median([r.get("median_ms") for r in rs]),
+            "cpu_per_wall": median([max((p.get("cpu_per_wall", 0) for p in r.get("per_rank", [])),
+                                        default=0) or None for r in rs]),
+            # Rank 0's loss at the last step: the peers start from the same
+            # weights (torch seed) and read the same batches, so at fp32
+            # they agree closely (a check that they train the same model).
+            "last_loss": median([r["per_rank"][0]["last_loss"] if r.get("per_rank")
+                                 else r.get("last_loss") for r in rs]),
+        }
+        t = summary[key]["tokens_per_s"]
+        n = key[2]
+        if t:
+            achieved = t * fpt
+            summary[key]["mfu_sgemm"] = achieved / (min(n, cores) * peak["fp32"]["best_gflops"] * 1e9)
+            summary[key]["mfu_bf16_gemm"] = achieved / (
+                min(n, cores) * peak["bf16"]["best_gflops"] * 1e9)
+
+    print("\nGPT side by side: n_layer %d, n_head %d, n_embd %d, vocab %d, seq %d, micro-batch %d"
+          " per process, %d steps (median after %d), %d interleaved repeat(s)"
+          % (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], meta["seq"],
+             meta["micro_batch"], meta["steps"], meta["warmup"], meta["repeats"]))
+    print("CPU: %s, %d cores; one compute thread per process%s" % (
+        cpu, cores, "; 4 processes on %d cores oversubscribe every framework alike" % cores
+        if cores < max(ranks) else ""))
+    print("single-thread GEMM peak (torch.mm %d^3): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s; torch %s"
+          % (peak["size"], peak["fp32"]["best_gflops"], peak["bf16"]["best_gflops"],
+             peak["torch"]))
+    print("FLOPs per token = 6 N + 12 L C T = 6 * %d + 12 * %d * %d * %d = %.3f MFLOP (N = %d params"
+          " less wpe)" % (params - cfg["n_positions"] * cfg["n_embd"], cfg["n_layer"],
+                          cfg["n_embd"], meta["seq"], fpt / 1e6,
+                          params - cfg["n_positions"] * cfg["n_embd"]))
+
+    fws = ["zs%s" % s for s in meta["zs_stages"].split()] + [p for p in PEERS]
+    names = dict(LABEL)
+    names.update({"zs%s" % s: "zeroshard stage %s" % s for s in "0123"})
+    print("\nTokens/s (median over repeats; each run: global tokens per step / median step)")
+    print("  %-5s %-5s %-20s %10s %9s %8s %9s %9s %s" % (
+        "procs", "prec", "framework", "tokens/s", "step ms", "MFU", "cpu/wall", "last loss",
+        "tokens/s of each run"))
+    for n in ranks:
+        for prec in precs:
+            for fw in fws:
+                s = summary.get((fw, prec, n))
+                if s is None:
+                    why = fails.get((fw, prec, n))
+                    if why:
+                        print("  %-5d %-5s %-20s failed: %s" % (n, prec, names[fw], why))
+                    continue
+                print("  %-5d %-5s %-20s %10s %9s %7s%% %9s %9s %s" % (
+                    n, prec, names[fw], fmt(s["tokens_per_s"], "%.0f"), fmt(s["median_ms"]),
+                    fmt(100 * s["mfu_sgemm"] if s.get("mfu_sgemm") else None, "%.1f"),
+                    fmt(s["cpu_per_wall"], "%.2f"), fmt(s["last_loss"], "%.5f"),
+                    " ".join(fmt(v, "%.0f") for v in s["tokens_per_s_runs"])))
+    print("  MFU against min(procs, cores) x the fp32 sgemm peak (bf16 rows too; against the bf16"
+          " GEMM peak in the JSON)")
+
+    ratios = []
+    print("\nRatios, tokens/s zeroshard / peer (the goal: >= 1.0)")
+    print("  %-5s %-5s %-42s %8s" % ("procs", "prec", "pair", "ratio"))
+    for n in ranks:
+        for prec in precs:
+            for stage, peer in PAIRS:
+                z, p = summary.get(("zs%d" % stage, prec, n)), summary.get((peer, prec, n))
+                if not z or not p or not z["tokens_per_s"] or not p["tokens_per_s"]:
+                    continue
+                r = z["tokens_per_s"] / p["tokens_per_s"]
+                ratios.append({"ranks": n, "precision": prec, "zeroshard_stage": stage,
+                               "peer": peer, "ratio": r})
+                print("  %-5d %-5s %-42s %7.3fx" % (
+                    n, prec, "zeroshard stage %d / %s" % (stage, LABEL[peer]), r))
+
+    print("\nStep-time split, ms (peers: an instrumented run with a barrier after each phase;"
+          " zeroshard: its own split)")
+    print("  %-5s %-5s %-20s %9s %9s %9s %9s %s" % (
+        "procs", "prec", "framework", "forward", "backward", "optimizer", "exp.comm", "note"))
+    split_rows = []
+    for n in ranks:
+        for prec in precs:
+            for fw in fws:
+                if fw.startswith("zs"):
+                    rs = runs.get((fw, prec, n), [])
+                    sp = [r["split"] for r in rs if r.get("split")]
+                    if not sp:
+                        continue
+                    keys = sorted(set().union(*sp))
+                    row = {k: median([s.get(k) for s in sp]) for k in keys}
+                    split_rows.append({"ranks": n, "precision": prec, "framework": fw, "split": row})
+                    print("  %-5d %-5s %-20s %s" % (n, prec, names[fw], ", ".join(
+                        "%s %.1f" % (k, v) for k, v in row.items() if v is not None)))
+                    continue
+                j = splits.get((fw, prec, n))
+                if j is None:
+                    why = fails.get(("split_" + fw, prec, n))
+                    if why:
+                        print("  %-5d %-5s %-20s failed: %s" % (n, prec, names[fw], why))
+                    continue
+                sp = j["split"]
+                note = {"ddp": "exp.comm = backward - backward under no_sync",
+                        "fsdp2": "all-gathers in fwd+bwd, reduce-scatter in bwd",
+                        "ds1": "reduction in bwd, all-gather in optimizer",
+                        "ds3": "all-gathers in fwd+bwd, reduce-scatter in bwd"}[fw]
+                if n == 1:
+                    note = "one process: no communication"
+                split_rows.append({"ranks": n, "precision": prec, "framework": fw, "split": sp})
+                print("  %-5d %-5s %-20s %9s %9s %9s %9s %s" % (
+                    n, prec, names[fw], fmt(sp["forward"]), fmt(sp["backward"]),
+                    fmt(sp["optimizer"]), fmt(sp.get("exposed_comm")), note))
+
+    extras = sorted({(r.get("json") or {}).get("blas") or r.get("blas")
+                     for k, rs in runs.items() if k[0].startswith("zs") for r in rs} - {None},
+                    key=str)
+    if extras:
+        print("\nzeroshard's BLAS: %s" % "; ".join(str(e) for e in extras))
+    peer_info = next((r for k, rs in runs.items() if not k[0].startswith("zs") for r in rs), None)
+    if peer_info:
+        print("peers: torch %s, transformers %s, attention %s, AdamW fused %s" % (
+            peer_info["torch"], peer_info["transformers"], peer_info["attn_implementation"],
+            peer_info["fused_adamw"]))
+    ds = next((r for k, rs in runs.items() if k[0].startswith("ds") for r in rs), None)
+    if ds:
+        print("DeepSpeed %s, optimizer %s" % (ds["deepspeed"], ds["ds_optimizer"]))
+    if meta.get("deepspeed_error"):
+        print("DeepSpeed left out: %s" % meta["deepspeed_error"])
+
+    result = {
+        "meta": meta, "gemm_peak": peak, "config": cfg, "flops_per_token": fpt, "params": params,
+        "summary": [dict(framework=k[0], precision=k[1], ranks=k[2], **v)
+                    for k, v in sorted(summary.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0]))],
+        "ratios": ratios, "splits": split_rows,
+        "failures": [dict(framework=k[0], precision=k[1], ranks=k[2], error=v)
+                     for k, v in sorted(fails.items())],
+    }
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print("\nwrote %s" % out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
