@@ -76,14 +76,29 @@ def zs_run(base):
     if os.path.exists(base + ".txt"):
         with open(base + ".txt") as f:
             text = f.read()
+        # gpt_train's summary (stdout):
+        #   tokens/s 1234 (wall 5.67 s); median step 89.0 ms
+        #   rank 0 per step (ms): compute 70.1, exposed comm 3.2, optimizer 5.0, ...
+        # Its tokens/s is over the wall time, the first steps included; the
+        # table uses the median step, as for the peers (tokens_per_s is then
+        # computed by the caller).
         if "median_ms" not in r:
-            m = re.search(r"median step[^\n]*?([0-9.]+) ms", text)
+            m = re.search(r"median step ([0-9.]+) ms", text)
             if m:
                 r["median_ms"] = float(m.group(1))
-        if "tokens_per_s" not in r:
-            m = re.search(r"([0-9.]+) tokens/s", text)
-            if m:
-                r["tokens_per_s"] = float(m.group(1))
+        m = re.search(r"tokens/s ([0-9.]+) \(wall ([0-9.]+) s\)", text)
+        if m:
+            r["tokens_per_s_wall"] = float(m.group(1))
+        m = re.search(r"per step \(ms\): ([^\n]*)", text)
+        if m and "split" not in r:
+            r["split"] = {}
+            for part in m.group(1).split(","):
+                mm = re.match(r"\s*([a-z ]+?) ([0-9.]+)\s*$", part)
+                if mm:
+                    r["split"][mm.group(1).replace(" ", "_")] = float(mm.group(2))
+        m = re.search(r"final loss ([0-9.]+)", text)
+        if m:
+            r["last_loss"] = float(m.group(1))
         if "blas" not in r:
             m = re.search(r"BLAS[^:\n]*: ([^\n]*)", text)
             if m:
@@ -100,7 +115,7 @@ def collect(raw, meta):
         if m:
             key = ("zs%s" % m.group(1), m.group(2), int(m.group(3)))
             r = zs_run(path[:-4])
-            if "tokens_per_s" not in r and "median_ms" in r:
+            if "median_ms" in r:
                 r["tokens_per_s"] = (int(m.group(3)) * meta["micro_batch"] * meta["seq"]
                                      / (r["median_ms"] / 1e3))
             if not os.path.exists(path[:-4] + ".fail"):
@@ -221,42 +236,45 @@ def main(argv):
                 print("  %-5d %-5s %-42s %7.3fx" % (
                     n, prec, "zeroshard stage %d / %s" % (stage, LABEL[peer]), r))
 
-    print("\nStep-time split, ms (peers: an instrumented run with a barrier after each phase;"
-          " zeroshard: its own split)")
-    print("  %-5s %-5s %-20s %9s %9s %9s %9s %s" % (
-        "procs", "prec", "framework", "forward", "backward", "optimizer", "exp.comm", "note"))
+    print("\nStep-time split, ms per step (peers: the median step of an instrumented run with a"
+          " barrier after each phase;\nzeroshard: gpt_train's own split, rank 0's mean over all"
+          " steps of each run, median over repeats)")
+    print("  %-5s %-5s %-20s %8s %8s %8s %9s %9s %8s %8s  %s" % (
+        "procs", "prec", "framework", "forward", "backward", "fwd+bwd", "optimizer", "exp.comm",
+        "other", "total", "note"))
     split_rows = []
+    notes = {"ddp": "exp.comm = backward - backward under no_sync",
+             "fsdp2": "comm inside: all-gathers in fwd+bwd, reduce-scatters in bwd",
+             "ds1": "comm inside: reduction in bwd, all-gather in optimizer",
+             "ds3": "comm inside: all-gathers in fwd+bwd, reduce-scatter in bwd"}
     for n in ranks:
         for prec in precs:
             for fw in fws:
                 if fw.startswith("zs"):
-                    rs = runs.get((fw, prec, n), [])
-                    sp = [r["split"] for r in rs if r.get("split")]
+                    sp = [r["split"] for r in runs.get((fw, prec, n), []) if r.get("split")]
                     if not sp:
                         continue
-                    keys = sorted(set().union(*sp))
-                    row = {k: median([s.get(k) for s in sp]) for k in keys}
-                    split_rows.append({"ranks": n, "precision": prec, "framework": fw, "split": row})
-                    print("  %-5d %-5s %-20s %s" % (n, prec, names[fw], ", ".join(
-                        "%s %.1f" % (k, v) for k, v in row.items() if v is not None)))
-                    continue
-                j = splits.get((fw, prec, n))
-                if j is None:
-                    why = fails.get(("split_" + fw, prec, n))
-                    if why:
-                        print("  %-5d %-5s %-20s failed: %s" % (n, prec, names[fw], why))
-                    continue
-                sp = j["split"]
-                note = {"ddp": "exp.comm = backward - backward under no_sync",
-                        "fsdp2": "all-gathers in fwd+bwd, reduce-scatter in bwd",
-                        "ds1": "reduction in bwd, all-gather in optimizer",
-                        "ds3": "all-gathers in fwd+bwd, reduce-scatter in bwd"}[fw]
-                if n == 1:
-                    note = "one process: no communication"
-                split_rows.append({"ranks": n, "precision": prec, "framework": fw, "split": sp})
-                print("  %-5d %-5s %-20s %9s %9s %9s %9s %s" % (
-                    n, prec, names[fw], fmt(sp["forward"]), fmt(sp["backward"]),
-                    fmt(sp["optimizer"]), fmt(sp.get("exposed_comm")), note))
+                    row = {k: median([x.get(k) for x in sp]) for k in sorted(set().union(*sp))}
+                    note = "other = engine other + input wait"
+                    cols = (row.get("forward"), row.get("backward"), row.get("compute"),
+                            row.get("optimizer"), row.get("exposed_comm"),
+                            (row.get("engine_other") or 0) + (row.get("input_wait") or 0),
+                            row.get("total"))
+                else:
+                    j = splits.get((fw, prec, n))
+                    if j is None:
+                        why = fails.get(("split_" + fw, prec, n))
+                        if why:
+                            print("  %-5d %-5s %-20s failed: %s" % (n, prec, names[fw], why))
+                        continue
+                    row = j["split"]
+                    note = notes[fw] if n > 1 else "one process: no communication"
+                    total = row["forward"] + row["backward"] + row["optimizer"]
+                    cols = (row["forward"], row["backward"], row["forward"] + row["backward"],
+                            row["optimizer"], row.get("exposed_comm"), None, total)
+                split_rows.append({"ranks": n, "precision": prec, "framework": fw, "split": row})
+                print("  %-5d %-5s %-20s %8s %8s %8s %9s %9s %8s %8s  %s" % (
+                    (n, prec, names[fw]) + tuple(fmt(c) for c in cols) + (note,)))
 
     extras = sorted({(r.get("json") or {}).get("blas") or r.get("blas")
                      for k, rs in runs.items() if k[0].startswith("zs") for r in rs} - {None},

@@ -23,17 +23,22 @@ non-overlapping windows of seq + 1 bytes; a permutation of the windows from
 ranks' windows are disjoint and every framework reads the same ones. All
 batches are made before the timed loop.
 
-Training: AdamW (lr 6e-4, betas 0.9 / 0.95, eps 1e-8, weight decay 0.1 on the
-matmul weights of the blocks only; biases, LayerNorms and both embeddings no
-decay, as nanoGPT and the zeroshard trainer group them), linear warm-up over
-5% of the steps then cosine to 10%, clipping at global norm 1.0. fused=True
-where this torch has a CPU fused AdamW (the JSON says which). bf16: the
-forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16),
-params, gradients and optimizer in fp32 (for DeepSpeed too: its own bf16 mode
-keeps bf16 params, a different recipe). DeepSpeed: torch.optim.AdamW as the
-client optimizer (DeepSpeedCPUAdam needs its C++ op compiled at run time),
-"zero_allow_untested_optimizer", its gradient_clipping, no overlap_comm
-tricks beyond its defaults.
+Training, gpt_train's defaults: AdamW (lr 1e-3, betas 0.9 / 0.999, eps
+1e-8, weight decay 0.1 on the matmul weights of the blocks only; biases,
+LayerNorms and both embeddings no decay, as nanoGPT and gpt_train group
+them), linear warm-up over 5% of the steps then cosine to 10% of the lr,
+clipping at global norm 1.0. fused=True where this torch has a CPU fused
+AdamW (the JSON says which). bf16: the forward and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16); params, gradients and optimizer
+stay fp32 (for DeepSpeed too: its own "bf16" mode keeps bf16 params and
+gradients with an fp32 master, a different recipe; gpt_train's bf16 is that
+one). DeepSpeed: torch.optim.AdamW as the client optimizer
+("zero_allow_untested_optimizer"; DeepSpeedCPUAdam would need its C++ op
+compiled at run time), its own gradient_clipping, ZeRO's other settings at
+their defaults. (DeepSpeed on the CPU accelerator JIT-compiles its
+shared-memory all-reduce op, used by inference only, the first time it
+starts: minutes, once, cached in ~/.cache/torch_extensions, outside any
+timed step.)
 
 A step is timed from zero_grad to the end of optimizer.step() and the LR
 scheduler (DDP's backward waits for its all-reduce, FSDP2's forward and
@@ -76,7 +81,7 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the median")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank")
-    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1234)
@@ -186,7 +191,7 @@ def main():
         raise SystemExit("torch_gpt.py: a byte >= vocab_size %d in %s" % (vocab, args.data))
 
     fused = fused_cpu_adamw_works(torch)
-    opt_kwargs = {"lr": args.lr, "betas": (0.9, 0.95), "eps": 1e-8}
+    opt_kwargs = {"lr": args.lr, "betas": (0.9, 0.999), "eps": 1e-8}
     if fused:
         opt_kwargs["fused"] = True
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) \
