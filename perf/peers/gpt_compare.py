@@ -151,8 +151,23 @@ def main(argv):
     raw, out = argv[1], argv[2]
     meta = load(os.path.join(raw, "meta.json"))
     peak = load(os.path.join(raw, "gemm_peak.json"))
+    end_path = os.path.join(raw, "gemm_peak_end.json")
+    if os.path.exists(end_path):  # measured again after the runs: the better of the two
+        end = load(end_path)
+        for dt in ("fp32", "bf16"):
+            peak[dt + "_start_end"] = [peak[dt]["best_gflops"], end[dt]["best_gflops"]]
+            if end[dt]["best_gflops"] > peak[dt]["best_gflops"]:
+                peak[dt] = end[dt]
     cfg = load(os.path.join(raw, "config.json"))
     cpu = peak.get("cpu", "?")
+    lscpu = os.path.join(raw, "lscpu.txt")
+    if os.path.exists(lscpu):  # lscpu's model name, with family / model (a VM may hide the rest)
+        with open(lscpu) as f:
+            fields = dict(l.split(":", 1) for l in f if ":" in l)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        cpu = "%s (family %s, model %s%s)" % (
+            fields.get("Model name", cpu), fields.get("CPU family", "?"), fields.get("Model", "?"),
+            ", AVX-512 BF16" if "avx512_bf16" in fields.get("Flags", "") else "")
     runs, fails, splits = collect(raw, meta)
     fpt, params = flops_per_token(cfg, meta["seq"])
     cores = meta["nproc"]
@@ -189,9 +204,13 @@ def main(argv):
     print("CPU: %s, %d cores; one compute thread per process%s" % (
         cpu, cores, "; 4 processes on %d cores oversubscribe every framework alike" % cores
         if cores < max(ranks) else ""))
-    print("single-thread GEMM peak (torch.mm %d^3): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s; torch %s"
-          % (peak["size"], peak["fp32"]["best_gflops"], peak["bf16"]["best_gflops"],
-             peak["torch"]))
+    src = {"torch": "torch.mm", "numpy": "numpy's sgemm, %s" % peak.get("numpy_fp32", {}).get(
+        "blas", "?")}.get(peak["fp32"].get("source", "torch"))
+    print("single-thread GEMM peak at %d^3, the best before and after the runs: fp32 %.1f GFLOP/s"
+          " (%s; torch.mm %.1f), bf16 %.1f GFLOP/s (torch.mm);\n  torch %s: %s"
+          % (peak["size"], peak["fp32"]["best_gflops"], src,
+             peak.get("torch_fp32", peak["fp32"])["best_gflops"], peak["bf16"]["best_gflops"],
+             peak["torch"], peak.get("torch_blas", "?")))
     print("FLOPs per token = 6 N + 12 L C T = 6 * %d + 12 * %d * %d * %d = %.3f MFLOP (N = %d params"
           " less wpe)" % (params - cfg["n_positions"] * cfg["n_embd"], cfg["n_layer"],
                           cfg["n_embd"], meta["seq"], fpt / 1e6,

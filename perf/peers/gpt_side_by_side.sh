@@ -18,7 +18,8 @@
 #    transformers cannot be installed the script says why and exits 0 with
 #    "skipped"; if deepspeed cannot, its rows say so and the rest runs.
 # 2. Measures the single-thread GEMM peak in the venv (gemm_peak.py:
-#    torch.mm at 2048^3, fp32 and bf16): MFU's denominator.
+#    torch.mm at 2048^3, fp32 and bf16), before the runs and after them:
+#    the better of the two is MFU's denominator.
 # 3. For each repeat, rank count and precision, in this order (interleaved
 #    runs: zeroshard, its peer, zeroshard, its peer, ...):
 #      zeroshard stage 0, PyTorch DDP, zeroshard stage 1, DeepSpeed ZeRO-1,
@@ -197,14 +198,17 @@ fi
 
 failed=" "  # frameworks (with precision and ranks) that failed once: not rerun
 
-# zeroshard's run: its stdout in $1.txt (gpt_compare.py parses it, and the
-# JSON it writes with --json where it has that flag).
+# zeroshard's run: its stdout in $1.txt (gpt_compare.py parses its summary:
+# median step, the per-step split, final loss). gpt_train reads --data
+# itself (its last 5% is its validation split, never read here) through its
+# own sampler: the same bytes as the peers, other windows of them; a step's
+# time does not depend on which windows it reads.
 run_zs() {
   local base="$1" n="$2" stage="$3" prec="$4" key="zs${3}_${4}_r${2}"
   [[ "$failed" == *" $key "* ]] && return 0
   local flags=(--config "$config" --data "$data" --stage "$stage" --micro-batch "$micro_batch"
     --seq "$seq" --steps "$steps" --precision "$prec")
-  if grep -q -a -- '--json' "$gpt_train"; then flags+=(--json "$base.json"); fi
+  if grep -q -a -- '--quiet' "$gpt_train"; then flags+=(--quiet); fi
   local cmd
   if [[ $zs_launch == mpi ]]; then
     cmd=(mpirun "${mpirun_flags[@]}" -np "$n" "$gpt_train" --backend mpi "${flags[@]}")
@@ -277,4 +281,7 @@ for ((k = 1; k <= repeats; k++)); do
   done
 done
 
+# The peak again at the end (the machine is shared): the table takes the
+# better of the two.
+"$py" "$root/perf/peers/gemm_peak.py" --json "$raw/gemm_peak_end.json"
 python3 "$root/perf/peers/gpt_compare.py" "$raw" "$out"
