@@ -202,8 +202,8 @@ def main(argv):
           % (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], meta["seq"],
              meta["micro_batch"], meta["steps"], meta["warmup"], meta["repeats"]))
     print("CPU: %s, %d cores; one compute thread per process%s" % (
-        cpu, cores, "; 4 processes on %d cores oversubscribe every framework alike" % cores
-        if cores < max(ranks) else ""))
+        cpu, cores, "; %d processes on %d cores oversubscribe every framework alike"
+        % (max(ranks), cores) if cores < max(ranks) else ""))
     src = {"torch": "torch.mm", "numpy": "numpy's sgemm, %s" % peak.get("numpy_fp32", {}).get(
         "blas", "?")}.get(peak["fp32"].get("source", "torch"))
     print("single-thread GEMM peak at %d^3, the best before and after the runs: fp32 %.1f GFLOP/s"
@@ -220,9 +220,9 @@ def main(argv):
     names = dict(LABEL)
     names.update({"zs%s" % s: "zeroshard stage %s" % s for s in "0123"})
     print("\nTokens/s (median over repeats; each run: global tokens per step / median step)")
-    print("  %-5s %-5s %-20s %10s %9s %8s %9s %9s %s" % (
-        "procs", "prec", "framework", "tokens/s", "step ms", "MFU", "cpu/wall", "last loss",
-        "tokens/s of each run"))
+    print("  %-5s %-5s %-20s %10s %9s %7s %7s %9s %9s %s" % (
+        "procs", "prec", "framework", "tokens/s", "step ms", "MFU", "MFU32", "cpu/wall",
+        "last loss", "tokens/s of each run"))
     for n in ranks:
         for prec in precs:
             for fw in fws:
@@ -232,13 +232,17 @@ def main(argv):
                     if why:
                         print("  %-5d %-5s %-20s failed: %s" % (n, prec, names[fw], why))
                     continue
-                print("  %-5d %-5s %-20s %10s %9s %7s%% %9s %9s %s" % (
+                own = s.get("mfu_bf16_gemm" if prec == "bf16" else "mfu_sgemm")
+                print("  %-5d %-5s %-20s %10s %9s %6s%% %6s%% %9s %9s %s" % (
                     n, prec, names[fw], fmt(s["tokens_per_s"], "%.0f"), fmt(s["median_ms"]),
+                    fmt(100 * own if own else None, "%.1f"),
                     fmt(100 * s["mfu_sgemm"] if s.get("mfu_sgemm") else None, "%.1f"),
                     fmt(s["cpu_per_wall"], "%.2f"), fmt(s["last_loss"], "%.5f"),
                     " ".join(fmt(v, "%.0f") for v in s["tokens_per_s_runs"])))
-    print("  MFU against min(procs, cores) x the fp32 sgemm peak (bf16 rows too; against the bf16"
-          " GEMM peak in the JSON)")
+    print("  MFU: achieved FLOP/s over min(procs, cores) x the single-thread GEMM peak of the run's"
+          " precision\n  (fp32: sgemm; bf16: torch.mm bf16); MFU32: over the fp32 sgemm peak for"
+          " every row; cpu/wall: a peer's\n  process CPU time over wall time in its loop, slowest"
+          " rank (1.0 = a core to itself)")
 
     ratios = []
     print("\nRatios, tokens/s zeroshard / peer (the goal: >= 1.0)")

@@ -140,6 +140,7 @@ echo "$name: torch/transformers $versions, deepspeed $ds_version ($venv)"
 
 rm -rf "$raw"
 mkdir -p "$raw/bin" "$(dirname "$out")"
+cores="$(getconf _NPROCESSORS_ONLN)"  # not nproc: it honours OMP_NUM_THREADS, set below
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export DS_ACCELERATOR=cpu
@@ -189,12 +190,14 @@ cat > "$raw/meta.json" << EOF
  "seq": $seq, "micro_batch": $micro_batch, "steps": $steps, "warmup": $warmup,
  "ranks": "$ranks", "precisions": "$precisions", "frameworks": "$frameworks",
  "zs_stages": "$zs_stages", "repeats": $repeats, "zs_launch": "$zs_launch",
- "nproc": $(nproc), "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "threads_per_rank": 1,
+ "nproc": $cores, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "threads_per_rank": 1,
  "deepspeed_error": "$ds_error", "load_at_start": "$(cut -d' ' -f1-3 /proc/loadavg)"}
 EOF
-if [[ $(nproc) -lt 4 && " $ranks " == *" 4 "* ]]; then
-  echo "$name: note: $(nproc) cores: 4 processes oversubscribe them (every framework alike)"
-fi
+for n in $ranks; do
+  if [[ $n -gt $cores ]]; then
+    echo "$name: note: $cores cores: $n processes oversubscribe them (every framework alike)"
+  fi
+done
 
 failed=" "  # frameworks (with precision and ranks) that failed once: not rerun
 
