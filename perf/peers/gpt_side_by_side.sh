@@ -20,19 +20,22 @@
 # 2. Measures the single-thread GEMM peak in the venv (gemm_peak.py:
 #    torch.mm at 2048^3, fp32 and bf16), before the runs and after them:
 #    the better of the two is MFU's denominator.
-# 3. For each repeat, rank count and precision, in this order (interleaved
-#    runs: zeroshard, its peer, zeroshard, its peer, ...):
+# 3. For each repeat and rank count, in this order (interleaved runs:
+#    zeroshard, its peer, zeroshard, its peer, ...):
 #      zeroshard stage 0, PyTorch DDP, zeroshard stage 1, DeepSpeed ZeRO-1,
 #      zeroshard stage 3, DeepSpeed ZeRO-3, PyTorch FSDP2
+#    (zeroshard: one run per precision; a peer: one launch measuring each
+#    precision in turn, from a fresh model each time)
 #    zeroshard: gpt_train (under mpirun with --backend mpi when the binary
 #    has it, else its --ranks N local backend); peers: torch_gpt.py under
 #    the venv's torchrun, gloo. One compute thread per process on every
 #    side (OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1)).
 #    A framework that fails is reported with its error and left out of the
 #    later repeats; the others go on.
-# 4. Once per rank count and precision (unless --no-split), an instrumented
-#    run of each peer (torch_gpt.py --split: a barrier after each phase; DDP
-#    also times its backward under no_sync for the exposed all-reduce).
+# 4. In the first repeat (unless --no-split), each peer's launch also makes
+#    an instrumented measurement per precision (torch_gpt.py --split-json: a
+#    barrier after each phase; DDP also times its backward under no_sync for
+#    the exposed all-reduce).
 # 5. gpt_compare.py prints tokens/s per run, the medians, the ratios
 #    zeroshard / DDP and zeroshard / DeepSpeed, the step-time split and MFU,
 #    and writes --out (default build/perf/gpt_peers.json); raw outputs in
@@ -199,7 +202,7 @@ for n in $ranks; do
   fi
 done
 
-failed=" "  # frameworks (with precision and ranks) that failed once: not rerun
+failed=" "  # runs (framework, precision, ranks) that failed once: not rerun
 
 # zeroshard's run: its stdout in $1.txt (gpt_compare.py parses its summary:
 # median step, the per-step split, final loss). gpt_train reads --data
@@ -227,60 +230,73 @@ run_zs() {
   fi
 }
 
-# A peer's run: rank 0's JSON in $1.json. A non-zero exit after the JSON was
-# written (every rank done with every step) is a gloo teardown abort: kept
-# with a warning. A failure before it is recorded in $1.fail with stderr's
-# tail and that framework is left out of the later repeats.
+# A peer's launch: one torchrun per framework, rank count and repeat, one
+# measurement per precision (torch_gpt.py makes a fresh model for each), and
+# in the first repeat the instrumented (--split-json) ones after them: the
+# start-up (imports, DeepSpeed's) is paid once per launch. Rank 0 writes
+# {fw}_{prec}_r{n}_{k}.json and split_{fw}_{prec}_r{n}.json. A non-zero exit
+# after every JSON was written is a gloo teardown abort: kept with a
+# warning. A measurement whose JSON is missing gets a .fail file with
+# stderr's tail; a framework that produced nothing is left out of the later
+# repeats at that rank count.
 run_peer() {
-  local base="$1" n="$2" fw="$3" prec="$4" key="${3}_${4}_r${2}${5:+_split}"
-  shift 4
+  local n="$1" fw="$2" k="$3" key="${2}_r${1}"
   [[ "$failed" == *" $key "* ]] && return 0
+  local base="$raw/${fw}_r${n}_$k" precs expected=() prec
+  precs="$(echo $precisions | tr ' ' ',')"
   local cmd=("$venv/bin/torchrun" --standalone --nproc-per-node "$n"
     "$root/perf/peers/torch_gpt.py" --framework "$fw" --config "$config" --data "$data"
     --micro-batch "$micro_batch" --seq "$seq" --steps "$steps" --warmup "$warmup"
-    --precision "$prec" --threads 1 --json "$base.json" "$@")
+    --precision "$precs" --threads 1 --json "$raw/${fw}_{prec}_r${n}_$k.json")
+  for prec in $precisions; do expected+=("$raw/${fw}_${prec}_r${n}_$k"); done
+  if [[ $do_split -eq 1 && $k -eq 1 ]]; then
+    cmd+=(--split-json "$raw/split_${fw}_{prec}_r${n}.json")
+    for prec in $precisions; do expected+=("$raw/split_${fw}_${prec}_r${n}"); done
+  fi
   echo "${cmd[*]}" > "$base.cmd"
-  if ! timeout 1800 "${cmd[@]}" > "$base.log" 2> "$base.err"; then
-    if [[ -s "$base.json" ]] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$base.json"; then
-      echo "$name: warning: $fw exited non-zero after all steps (teardown; $base.err)" >&2
-      return 0
+  local rc=0
+  timeout 1800 "${cmd[@]}" > "$base.log" 2> "$base.err" || rc=$?
+  local missing=0 got=0 e
+  for e in "${expected[@]}"; do
+    if [[ -s "$e.json" ]] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$e.json"; then
+      got=$((got + 1))
+    else
+      missing=$((missing + 1))
+      grep -v '^W[0-9]' "$base.err" | tail -40 > "$e.fail"
     fi
-    echo "$name: $fw $prec at $n process(es) failed (stderr $base.err):" >&2
+  done
+  if [[ $missing -eq 0 && $rc -ne 0 ]]; then
+    echo "$name: warning: $fw at $n exited $rc after all measurements (teardown; $base.err)" >&2
+  elif [[ $missing -gt 0 ]]; then
+    echo "$name: $fw at $n process(es): $missing of ${#expected[@]} measurements missing, exit" \
+      "$rc (stderr $base.err):" >&2
     grep -v '^W[0-9]' "$base.err" | grep -E 'Error|error|raise|not supported|NotImplemented' |
       tail -4 >&2 || true
-    grep -v '^W[0-9]' "$base.err" | tail -40 > "$base.fail"
-    failed+="$key "
+    if [[ $got -eq 0 ]]; then failed+="$key "; fi
   fi
 }
 
 peer_of_stage=([0]=ddp [1]=ds1 [3]=ds3)
 for ((k = 1; k <= repeats; k++)); do
   for n in $ranks; do
-    for prec in $precisions; do
-      echo "$name: repeat $k/$repeats: $n process(es), $prec ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
-      for stage in $zs_stages; do
-        if has zeroshard; then run_zs "$raw/zs_s${stage}_${prec}_r${n}_$k" "$n" "$stage" "$prec"; fi
-        peer="${peer_of_stage[$stage]:-}"
-        if [[ -n "$peer" ]] && has "$peer"; then
-          run_peer "$raw/${peer}_${prec}_r${n}_$k" "$n" "$peer" "$prec"
-        fi
-      done
-      for peer in ddp ds1 ds3; do  # peers whose zeroshard stage is not in --zs-stages
-        stage_listed=0
-        for stage in $zs_stages; do [[ "${peer_of_stage[$stage]:-}" == "$peer" ]] && stage_listed=1; done
-        if [[ $stage_listed -eq 0 ]] && has "$peer"; then
-          run_peer "$raw/${peer}_${prec}_r${n}_$k" "$n" "$peer" "$prec"
-        fi
-      done
-      if has fsdp2; then run_peer "$raw/fsdp2_${prec}_r${n}_$k" "$n" fsdp2 "$prec"; fi
-      if [[ $do_split -eq 1 && $k -eq 1 ]]; then
-        for peer in ddp ds1 ds3 fsdp2; do
-          if has "$peer"; then
-            run_peer "$raw/split_${peer}_${prec}_r${n}" "$n" "$peer" "$prec" --split
-          fi
+    echo "$name: repeat $k/$repeats: $n process(es) ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
+    for stage in $zs_stages; do
+      if has zeroshard; then
+        for prec in $precisions; do
+          run_zs "$raw/zs_s${stage}_${prec}_r${n}_$k" "$n" "$stage" "$prec"
         done
       fi
+      peer="${peer_of_stage[$stage]:-}"
+      if [[ -n "$peer" ]] && has "$peer"; then run_peer "$n" "$peer" "$k"; fi
     done
+    for peer in ddp ds1 ds3; do  # peers whose zeroshard stage is not in --zs-stages
+      stage_listed=0
+      for stage in $zs_stages; do
+        if [[ "${peer_of_stage[$stage]:-}" == "$peer" ]]; then stage_listed=1; fi
+      done
+      if [[ $stage_listed -eq 0 ]] && has "$peer"; then run_peer "$n" "$peer" "$k"; fi
+    done
+    if has fsdp2; then run_peer "$n" fsdp2 "$k"; fi
   done
 done
 

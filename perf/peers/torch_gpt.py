@@ -8,7 +8,13 @@ deepspeed.init_distributed reads torchrun's environment):
 
   torchrun --standalone --nproc-per-node N perf/peers/torch_gpt.py \
       --framework ddp|fsdp2|ds1|ds3 --config config.json --data text.txt \
-      --micro-batch 8 --seq 128 --steps 20 --precision fp32|bf16 --json out.json
+      --micro-batch 8 --seq 128 --steps 20 --precision fp32,bf16 \
+      --json out_{prec}.json [--split-json split_{prec}.json]
+
+One launch makes one measurement per precision (each from a fresh model, the
+same seed), then with --split-json an instrumented one per precision: the
+process and import start-up (seconds; tens of them for DeepSpeed under load)
+is paid once.
 
 Model: GPT2LMHeadModel(GPT2Config.from_json_file(--config)) with every dropout
 set to 0 and no KV cache (the zeroshard trainer has neither), the head tied
@@ -47,7 +53,7 @@ all-gather of the updated partitions). Rank 0 writes the JSON: every rank's
 per-step times (ms), their median after --warmup steps, the slowest rank's
 median, tokens per second of the whole step (world * B * seq tokens).
 
---split: an instrumented run for the step-time split. A barrier closes each
+--split-json: an instrumented run for the step-time split. A barrier closes each
 phase (forward + loss, backward, optimizer = clipping + step + scheduler +
 zero_grad), so a phase's time is the slowest rank's. For DDP, every other
 step runs its backward under no_sync() (no all-reduce): the median
@@ -79,14 +85,18 @@ def parse_args():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the median")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--precision", default="fp32",
+                    help="fp32, bf16, or a comma list (one measurement each, in order)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--split", action="store_true", help="instrumented run (barriers per phase)")
-    ap.add_argument("--json", required=True, help="rank 0 writes the result here")
+    ap.add_argument("--json", required=True,
+                    help="rank 0 writes each plain measurement here ({prec}: its precision)")
+    ap.add_argument("--split-json", default="",
+                    help="also an instrumented measurement per precision (barriers per phase), "
+                    "after the plain ones, written here ({prec}: its precision)")
     return ap.parse_args()
 
 
@@ -179,23 +189,43 @@ def main():
     if args.seq > cfg.n_positions:
         raise SystemExit("torch_gpt.py: --seq %d > n_positions %d in %s"
                          % (args.seq, cfg.n_positions, args.config))
-    torch.manual_seed(args.seed)
-    model = transformers.GPT2LMHeadModel(cfg)
-    model.train()
-    attn_impl = getattr(model.config, "_attn_implementation", None)
-    params = sum(p.numel() for p in model.parameters())  # tied head counted once
     xs, ys, n_windows = make_batches(torch, args.data, args.seq, args.micro_batch, args.steps,
                                      world, rank, args.seed)
     vocab = cfg.vocab_size
     if int(max(x.max() for x in xs)) >= vocab:
         raise SystemExit("torch_gpt.py: a byte >= vocab_size %d in %s" % (vocab, args.data))
+    fused_works = fused_cpu_adamw_works(torch)
+    precisions = args.precision.split(",")
+    for prec in precisions:
+        if prec not in ("fp32", "bf16"):
+            raise SystemExit("torch_gpt.py: --precision %s: fp32 or bf16" % prec)
+    plan = [(prec, False, args.json) for prec in precisions]
+    if args.split_json:
+        plan += [(prec, True, args.split_json) for prec in precisions]
+    for prec, split, path in plan:
+        measure(args, torch, dist, F, transformers, cfg, xs, ys, n_windows, fused_works, prec,
+                split, path.replace("{prec}", prec))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
 
-    fused = fused_cpu_adamw_works(torch)
+
+def measure(args, torch, dist, F, transformers, cfg, xs, ys, n_windows, fused, precision, split,
+            json_path):
+    """One measurement: a fresh model from the seed, wrapped by the framework,
+    trained --steps steps; rank 0 writes json_path."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    vocab = cfg.vocab_size
+    torch.manual_seed(args.seed)
+    model = transformers.GPT2LMHeadModel(cfg)
+    model.train()
+    attn_impl = getattr(model.config, "_attn_implementation", None)
+    params = sum(p.numel() for p in model.parameters())  # tied head counted once
     opt_kwargs = {"lr": args.lr, "betas": (0.9, 0.999), "eps": 1e-8}
     if fused:
         opt_kwargs["fused"] = True
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) \
-        if args.precision == "bf16" else contextlib.nullcontext
+        if precision == "bf16" else contextlib.nullcontext
 
     def loss_of(m, x, y):
         with autocast():
@@ -275,7 +305,7 @@ def main():
     times_ms, losses, phases = [], [], []
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     for step in range(args.steps):
-        if not args.split:
+        if not split:
             start = time.perf_counter()
             loss = forward(step)
             backward(loss)
@@ -312,18 +342,18 @@ def main():
         "last_loss": losses[-1],
         "losses": losses,
     }
-    if args.split:
+    if split:
         ph = phases[args.warmup:] if len(phases) > args.warmup else phases
         synced = [p for p in ph if not p["no_sync"]]
-        split = {k: statistics.median(p[k] for p in synced)
-                 for k in ("forward", "backward", "optimizer")}
+        sp = {k: statistics.median(p[k] for p in synced)
+              for k in ("forward", "backward", "optimizer")}
         if no_sync is not None:
             local = [p for p in ph if p["no_sync"]]
             if local:
                 bwd_local = statistics.median(p["backward"] for p in local)
-                split["backward_compute"] = bwd_local
-                split["exposed_comm"] = max(0.0, split["backward"] - bwd_local)
-        mine["split"] = split
+                sp["backward_compute"] = bwd_local
+                sp["exposed_comm"] = max(0.0, sp["backward"] - bwd_local)
+        mine["split"] = sp
     every = [None] * world
     dist.all_gather_object(every, mine)
     if rank == 0:
@@ -340,12 +370,12 @@ def main():
             "seq": args.seq,
             "steps": args.steps,
             "warmup": args.warmup,
-            "precision": args.precision,
+            "precision": precision,
             "params": params,
             "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
             "n_positions": cfg.n_positions, "vocab_size": cfg.vocab_size,
             "windows": n_windows,
-            "split_run": args.split,
+            "split_run": split,
             "median_ms": median_ms,
             "mean_all_ms": max(r["mean_all_ms"] for r in every),
             "tokens_per_s": world * args.micro_batch * args.seq / (median_ms / 1e3),
@@ -357,15 +387,14 @@ def main():
             result["deepspeed"] = deepspeed.__version__
             result["zero_stage"] = 1 if args.framework == "ds1" else 3
             result["ds_optimizer"] = "torch.optim.AdamW" + (" (fused)" if fused else "")
-        if args.split:
+        if split:
             # Each phase ends on a barrier, so every rank sees the same phase
             # ends; take the largest over ranks (they differ only by noise).
             result["split"] = {k: max(r["split"][k] for r in every) for k in every[0]["split"]}
-        with open(args.json, "w") as f:
+        with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
     dist.barrier()
-    dist.destroy_process_group()
-    return 0
+
 
 
 if __name__ == "__main__":
