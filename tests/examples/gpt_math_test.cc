@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -181,6 +182,11 @@ void RefBlock(const std::vector<double>* p, const GptDims& d, const double* x, d
 struct Shape {
   int64_t batch, seq, width, heads, vocab, positions, layers;
 };
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "B=" << s.batch << " T=" << s.seq << " C=" << s.width << " H=" << s.heads
+      << " V=" << s.vocab << " P=" << s.positions << " layers=" << s.layers;
+}
 
 struct Model {
   GptDims d;
