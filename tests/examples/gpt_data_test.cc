@@ -279,7 +279,10 @@ TEST(FirstWindowTest, AResumeAtAnotherWorldSizeContinuesTheStream) {
           std::vector<int32_t> t(s.batch * seq), y(s.batch * seq);
           sampler->Fill(first, s.batch, t.data(), y.data());
           for (int64_t b = 0; b < s.batch; ++b) {
-            ++count[first + b - consumed];
+            const int64_t k = first + b - consumed;
+            ASSERT_GE(k, 0) << "world " << s.world;
+            ASSERT_LT(k, static_cast<int64_t>(count.size())) << "world " << s.world;
+            ++count[k];
             const int64_t w = sampler->WindowAt(first + b);
             ASSERT_EQ(t[b * seq], raw[w * seq]);
           }
