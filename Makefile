@@ -15,8 +15,11 @@ FUZZ_RSS_MB ?= 2048
 # `make perf`: extra arguments of perf/run_perf.sh (--no-mpi, --price X, --out DIR).
 PERF_ARGS ?=
 
+# fortunes: the GPT example's default text corpus (/usr/share/games/fortunes,
+# examples/gpt/text_data.h); data files only, about 2.7 MB.
 APT_PACKAGES := build-essential cmake pkg-config libabsl-dev nlohmann-json3-dev \
-	libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev
+	libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev \
+	fortunes
 # clang with its libFuzzer and sanitizer runtimes, and llvm-symbolizer for
 # readable reports: the fuzz smoke run in `make test` and the sanitizer builds.
 CLANG_APT_PACKAGES := clang libclang-rt-dev llvm
