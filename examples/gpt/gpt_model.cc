@@ -43,9 +43,9 @@ ParamSpec Param(std::string name, std::vector<int64_t> shape, bool decay) {
 absl::StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std::string& origin) {
   ZS_ASSIGN_OR_RETURN(const TransformerShape s, ParseHfConfig(json_text, origin));
   if (s.architecture != "GPT2LMHeadModel") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: architecture %s; the GPT example trains GPT2LMHeadModel configs only", origin,
-        s.architecture));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: architecture %s; the GPT example trains GPT2LMHeadModel configs only",
+                        origin, s.architecture));
   }
   if (!s.tied_embeddings) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -70,17 +70,16 @@ absl::StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std
   if (j.contains("layer_norm_epsilon")) {
     const nlohmann::json& e = j["layer_norm_epsilon"];
     if (!e.is_number() || !(e.get<double>() > 0) || !(e.get<double>() < 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: layer_norm_epsilon is %s; it must be a number in (0, 1)", origin,
-                          e.dump()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: layer_norm_epsilon is %s; it must be a number in (0, 1)", origin, e.dump()));
     }
     cfg.eps = e.get<double>();
   }
   const std::string act = j.value("activation_function", std::string("gelu_new"));
   if (act != "gelu_new") {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: activation_function '%s'; the GPT example implements gelu_new (GPT-2's) only",
-        origin, act));
+        "%s: activation_function '%s'; the GPT example implements gelu_new (GPT-2's) only", origin,
+        act));
   }
   return cfg;
 }
@@ -120,9 +119,9 @@ ModelSpec BuildGptModelSpec(const GptConfig& cfg) {
     UnitSpec block;
     block.name = absl::StrCat("h.", i);
     for (const BlockParamInfo& b : kBlockParams) {
-      std::vector<int64_t> shape =
-          b.rows_per_c == 0 ? std::vector<int64_t>{b.cols_per_c * c}
-                            : std::vector<int64_t>{b.rows_per_c * c, b.cols_per_c * c};
+      std::vector<int64_t> shape = b.rows_per_c == 0
+                                       ? std::vector<int64_t>{b.cols_per_c * c}
+                                       : std::vector<int64_t>{b.rows_per_c * c, b.cols_per_c * c};
       block.params.push_back(Param(b.name, std::move(shape), b.decay));
     }
     spec.units.push_back(std::move(block));
@@ -148,8 +147,8 @@ std::vector<float> InitialParam(const GptConfig& cfg, int unit, int param, uint6
   const bool vector = p.shape.size() == 1;
   if (vector) {
     // LayerNorm weights 1, every bias and LayerNorm bias 0.
-    const bool ln_weight = p.name.find("ln_") != std::string::npos &&
-                           p.name.find(".weight") != std::string::npos;
+    const bool ln_weight =
+        p.name.find("ln_") != std::string::npos && p.name.find(".weight") != std::string::npos;
     std::fill(v.begin(), v.end(), ln_weight ? 1.0f : 0.0f);
     return v;
   }

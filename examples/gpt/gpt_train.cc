@@ -198,10 +198,9 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   std::unique_ptr<Device> device = CreateCpuDevice();
   const ModelSpec spec = BuildGptModelSpec(run.cfg);
   const TrainSpec train = MakeTrainSpec(o);
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::Create(spec, train, *device, comm));
-  ZS_ASSIGN_OR_RETURN(WindowSampler sampler,
-                      WindowSampler::Create(&run.corpus.train, o.seq, static_cast<uint64_t>(o.seed)));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
+  ZS_ASSIGN_OR_RETURN(WindowSampler sampler, WindowSampler::Create(&run.corpus.train, o.seq,
+                                                                   static_cast<uint64_t>(o.seed)));
   GptRunOptions ro;
   ro.micro_batch = o.micro_batch;
   ro.seq = o.seq;
@@ -233,10 +232,9 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
       (log.is_open() == false && lead && !o.log_json.empty())) {
     return absl::PermissionDeniedError("cannot open --dump-batches or --log-json for writing");
   }
-  ZS_RETURN_IF_ERROR(engine->Start({TrainerSetting::Int("micro_batch", o.micro_batch),
-                                    TrainerSetting::Int("seq", o.seq),
-                                    TrainerSetting::Int("seed", o.seed),
-                                    TrainerSetting::Int("recompute", o.recompute)}));
+  ZS_RETURN_IF_ERROR(engine->Start(
+      {TrainerSetting::Int("micro_batch", o.micro_batch), TrainerSetting::Int("seq", o.seq),
+       TrainerSetting::Int("seed", o.seed), TrainerSetting::Int("recompute", o.recompute)}));
   std::vector<double> step_ms;
   const absl::Time start = absl::Now();
   const int64_t first = engine->steps();
@@ -259,8 +257,8 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
     if (!lead) continue;
     const StepResult& r = trainer->last_step();
     if (log.is_open()) {
-      nlohmann::json line = {{"step", s + 1}, {"loss", loss}, {"lr", r.lr},
-                             {"grad_norm", r.grad_norm}};
+      nlohmann::json line = {
+          {"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
       if (val >= 0) line["val_loss"] = val;
       log << line.dump() << "\n";
       log.flush();
@@ -277,16 +275,21 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
     std::vector<int32_t> tokens(static_cast<size_t>(o.micro_batch * o.seq));
     std::vector<int32_t> targets(tokens.size());
     if (ValWindows(run.corpus.val, o.seq) < o.micro_batch) {
-      return absl::FailedPreconditionError("--dump-logits: the validation split has fewer windows than --micro-batch");
+      return absl::FailedPreconditionError(
+          "--dump-logits: the validation split has fewer windows than --micro-batch");
     }
     for (int64_t b = 0; b < o.micro_batch; ++b) {
-      FillValWindow(run.corpus.val, o.seq, b, tokens.data() + b * o.seq, targets.data() + b * o.seq);
+      FillValWindow(run.corpus.val, o.seq, b, tokens.data() + b * o.seq,
+                    targets.data() + b * o.seq);
     }
     ZS_ASSIGN_OR_RETURN(std::vector<float> logits, trainer->Logits(tokens));
     if (lead) {
       std::ofstream f(o.dump_logits);
-      f << nlohmann::json({{"batch", o.micro_batch}, {"seq", o.seq}, {"vocab", run.cfg.vocab},
-                           {"tokens", tokens}, {"logits", logits}})
+      f << nlohmann::json({{"batch", o.micro_batch},
+                           {"seq", o.seq},
+                           {"vocab", run.cfg.vocab},
+                           {"tokens", tokens},
+                           {"logits", logits}})
                .dump()
         << "\n";
       if (!f) return absl::PermissionDeniedError("--dump-logits: cannot write " + o.dump_logits);
@@ -296,8 +299,8 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   const EngineStats stats = engine->Stats();
   if (lead) {
     const int64_t steps = std::max<int64_t>(1, stats.steps);
-    const double tokens = static_cast<double>(stats.steps) * comm.size() * o.accum *
-                          o.micro_batch * o.seq;
+    const double tokens =
+        static_cast<double>(stats.steps) * comm.size() * o.accum * o.micro_batch * o.seq;
     const StepTimes& t = stats.totals;
     std::printf("gpt_train: %lld steps on %d rank(s), ZeRO stage %d, %s, final loss %.5f\n",
                 static_cast<long long>(stats.steps), comm.size(), o.stage,
@@ -310,7 +313,8 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
         Ms(t.compute) / steps, Ms(t.exposed_comm) / steps, Ms(t.optimizer) / steps,
         Ms(t.input_wait) / steps, Ms(t.engine_other) / steps, Ms(t.total) / steps);
     const MemoryLedger& ledger = device->ledger();
-    std::printf("  rank 0 memory peak (bytes): total %lld;", static_cast<long long>(ledger.peak_total()));
+    std::printf("  rank 0 memory peak (bytes): total %lld;",
+                static_cast<long long>(ledger.peak_total()));
     for (int c = 0; c < kNumMemoryCategories; ++c) {
       const auto cat = static_cast<MemoryCategory>(c);
       std::printf(" %s %lld", MemoryCategoryName(cat), static_cast<long long>(ledger.peak(cat)));
@@ -330,11 +334,11 @@ absl::StatusOr<SharedRun> Prepare(const Options& o) {
   ZS_ASSIGN_OR_RETURN(run.cfg, ReadGptConfig(o.config));
   absl::StatusOr<TextCorpus> corpus = LoadTextCorpus(o.data, o.val_fraction);
   if (!corpus.ok()) {
-    return absl::Status(corpus.status().code(),
-                        absl::StrFormat("%s (the default corpus is the Debian package %s: "
-                                        "apt-get install %s, or give --data PATH)",
-                                        corpus.status().message(), CorpusPackage(),
-                                        CorpusPackage()));
+    return absl::Status(
+        corpus.status().code(),
+        absl::StrFormat("%s (the default corpus is the Debian package %s: "
+                        "apt-get install %s, or give --data PATH)",
+                        corpus.status().message(), CorpusPackage(), CorpusPackage()));
   }
   run.corpus = std::move(*corpus);
   if (run.cfg.vocab < 256) {
@@ -358,7 +362,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!opts.ok()) {
-    std::fprintf(stderr, "gpt_train: %s (see --help)\n", std::string(opts.status().message()).c_str());
+    std::fprintf(stderr, "gpt_train: %s (see --help)\n",
+                 std::string(opts.status().message()).c_str());
     return 2;
   }
   absl::StatusOr<SharedRun> run = Prepare(*opts);
@@ -378,7 +383,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
   if (!comm.ok()) Fail(comm.status());
   absl::Status s = TrainRank(*opts, *run, **comm);
-  if (!s.ok()) Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
+  if (!s.ok())
+    Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   comm->reset();
   FinalizeMpi();
   return 0;

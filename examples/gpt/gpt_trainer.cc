@@ -43,8 +43,8 @@ absl::StatusOr<std::unique_ptr<GptTrainer>> GptTrainer::Create(const GptConfig& 
   }
   if (run.seq < 1 || run.seq > cfg.positions) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: sequence length %d is outside [1, n_positions = %d]; give a --seq in that range",
-        kWho, run.seq, cfg.positions));
+        "%s: sequence length %d is outside [1, n_positions = %d]; give a --seq in that range", kWho,
+        run.seq, cfg.positions));
   }
   if (run.micro_batch < 1) {
     return absl::InvalidArgumentError(
@@ -84,18 +84,17 @@ absl::Status GptTrainer::Allocate() {
     return absl::OkStatus();
   };
   using MC = MemoryCategory;
-  ZS_RETURN_IF_ERROR(alloc(&tokens_, 2 * n * int64_t{sizeof(int32_t)}, MC::kActivations,
-                           "gpt.tokens"));
+  ZS_RETURN_IF_ERROR(
+      alloc(&tokens_, 2 * n * int64_t{sizeof(int32_t)}, MC::kActivations, "gpt.tokens"));
   ZS_RETURN_IF_ERROR(alloc(&inputs_, (l + 1) * n * c * kF, MC::kActivations, "gpt.block_inputs"));
   const int64_t act_blocks = run_.recompute ? std::min<int64_t>(1, l) : l;
   ZS_RETURN_IF_ERROR(alloc(&acts_, act_blocks * internal::BlockActsFloats(d_) * kF,
                            MC::kActivations, "gpt.block_acts"));
-  ZS_RETURN_IF_ERROR(
-      alloc(&final_norm_, (n * c + 2 * n) * kF, MC::kActivations, "gpt.final_norm"));
+  ZS_RETURN_IF_ERROR(alloc(&final_norm_, (n * c + 2 * n) * kF, MC::kActivations, "gpt.final_norm"));
   ZS_RETURN_IF_ERROR(alloc(&logits_, n * d_.vocab * kF, MC::kActivations, "gpt.logits"));
   ZS_RETURN_IF_ERROR(alloc(&grad_io_, 2 * n * c * kF, MC::kWorkspace, "gpt.grad_io"));
-  ZS_RETURN_IF_ERROR(alloc(&scratch_, internal::BlockScratchFloats(d_) * kF, MC::kWorkspace,
-                           "gpt.block_scratch"));
+  ZS_RETURN_IF_ERROR(
+      alloc(&scratch_, internal::BlockScratchFloats(d_) * kF, MC::kWorkspace, "gpt.block_scratch"));
   ZS_RETURN_IF_ERROR(alloc(&unit_grads_, max_grads * kF, MC::kWorkspace, "gpt.unit_grads"));
   if (engine_.train().precision != Precision::kFp32) {
     ZS_RETURN_IF_ERROR(alloc(&unit_params_, max_unit * kF, MC::kWorkspace, "gpt.unit_params"));
@@ -134,8 +133,7 @@ absl::Status GptTrainer::Forward(int u, const UnitView& view, bool with_loss, do
   } else {
     const int64_t i = u - cfg_.block_unit(0);
     const internal::BlockActs acts = internal::BlockActsView(d_, acts_base(i));
-    internal::BlockForward(p, d_, x + i * n * c, acts, x + (i + 1) * n * c,
-                           scratch_.as<float>());
+    internal::BlockForward(p, d_, x + i * n * c, acts, x + (i + 1) * n * c, scratch_.as<float>());
   }
   return absl::OkStatus();
 }
@@ -171,8 +169,7 @@ absl::Status GptTrainer::Backward(int u, const UnitView& view) {
       // The block's forward again, from its kept input; its output x_{i+1}
       // is rewritten with the same bits (only later blocks read it, and
       // their backward is done).
-      internal::BlockForward(p, d_, x + i * n * c, acts, x + (i + 1) * n * c,
-                             scratch_.as<float>());
+      internal::BlockForward(p, d_, x + i * n * c, acts, x + (i + 1) * n * c, scratch_.as<float>());
     }
     internal::BlockBackward(p, d_, x + i * n * c, acts, dy, dx, grad_ptrs_.data(),
                             scratch_.as<float>());
@@ -184,13 +181,13 @@ absl::Status GptTrainer::Backward(int u, const UnitView& view) {
 absl::StatusOr<double> GptTrainer::MicroBatch(int micro, float /*loss_scale*/) {
   const int64_t b = run_.micro_batch, n = d_.rows();
   const int accum = engine_.train().grad_accum_steps;
-  const int64_t first = consumed_ + (int64_t{comm_.rank()} * accum + micro) * b;
+  const int64_t first = FirstWindow(consumed_, comm_.rank(), micro, accum, b);
   int32_t* tokens = tokens_.as<int32_t>();
   train_->Fill(first, b, tokens, tokens + n);
   double loss = 0.0;
   const int units = cfg_.num_units();
-  ZS_RETURN_IF_ERROR(mlp::internal::ForwardUnits(
-      engine_, units, [&](int u, const UnitView& params) {
+  ZS_RETURN_IF_ERROR(
+      mlp::internal::ForwardUnits(engine_, units, [&](int u, const UnitView& params) {
         return Forward(u, params, /*with_loss=*/true, &loss);
       }));
   ZS_RETURN_IF_ERROR(mlp::internal::BackwardUnits(
@@ -208,7 +205,7 @@ absl::StatusOr<double> GptTrainer::TrainStep() {
       mlp::internal::AccumulateAndStep(
           engine_, [&](int m, float scale) { return MicroBatch(m, scale); }, &last_step_));
   const int accum = engine_.train().grad_accum_steps;
-  consumed_ += int64_t{comm_.size()} * accum * run_.micro_batch;
+  consumed_ += WindowsPerStep(comm_.size(), accum, run_.micro_batch);
   double sum = 0.0;
   ZS_RETURN_IF_ERROR(comm_.AllReduceSync(&local, &sum, 1, DType::kFloat64));
   return sum / (static_cast<double>(comm_.size()) * accum);
@@ -216,7 +213,7 @@ absl::StatusOr<double> GptTrainer::TrainStep() {
 
 std::vector<std::vector<int32_t>> GptTrainer::NextGlobalBatch() const {
   const int64_t b = run_.micro_batch, t = run_.seq;
-  const int64_t total = int64_t{comm_.size()} * engine_.train().grad_accum_steps * b;
+  const int64_t total = WindowsPerStep(comm_.size(), engine_.train().grad_accum_steps, b);
   std::vector<int32_t> tokens(static_cast<size_t>(t)), targets(static_cast<size_t>(t));
   std::vector<std::vector<int32_t>> rows;
   for (int64_t w = 0; w < total; ++w) {
@@ -249,8 +246,8 @@ absl::StatusOr<double> GptTrainer::ValLoss(const std::vector<uint8_t>& val, int6
       FillValWindow(val, run_.seq, w, tokens + s * run_.seq, tokens + n + s * run_.seq);
     }
     double loss = 0.0;
-    ZS_RETURN_IF_ERROR(mlp::internal::ForwardUnits(
-        engine_, cfg_.num_units(), [&](int u, const UnitView& params) {
+    ZS_RETURN_IF_ERROR(
+        mlp::internal::ForwardUnits(engine_, cfg_.num_units(), [&](int u, const UnitView& params) {
           return Forward(u, params, /*with_loss=*/true, &loss);
         }));
     local += loss;
@@ -275,8 +272,8 @@ absl::StatusOr<std::vector<float>> GptTrainer::Logits(const std::vector<int32_t>
   }
   std::copy(tokens.begin(), tokens.end(), tokens_.as<int32_t>());
   ZS_RETURN_IF_ERROR(engine_.SetEvalMode(true));
-  ZS_RETURN_IF_ERROR(mlp::internal::ForwardUnits(
-      engine_, cfg_.num_units(), [&](int u, const UnitView& params) {
+  ZS_RETURN_IF_ERROR(
+      mlp::internal::ForwardUnits(engine_, cfg_.num_units(), [&](int u, const UnitView& params) {
         return Forward(u, params, /*with_loss=*/false, nullptr);
       }));
   ZS_RETURN_IF_ERROR(engine_.SetEvalMode(false));
