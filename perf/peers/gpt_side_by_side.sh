@@ -41,8 +41,10 @@
 #    and writes --out (default build/perf/gpt_peers.json); raw outputs in
 #    build/perf/gpt-peers-raw/.
 # Not part of `make test`: it downloads PyTorch and DeepSpeed (~6 GB) and
-# takes tens of minutes on 2 cores. With more processes than cores (4 on
-# this 2-core machine) every side is oversubscribed; the output says so.
+# takes tens of minutes on 2 cores (the first DeepSpeed start also
+# JIT-compiles its shared-memory comm op, minutes, once). With more processes
+# than cores (4 on this 2-core machine) every side is oversubscribed; the
+# output says so.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -51,7 +53,7 @@ data="" steps=20 warmup=3 ranks="1 2 4" precisions="fp32 bf16"
 frameworks="zeroshard ddp fsdp2 ds1 ds3" zs_stages="0 1 3" repeats=2 do_split=1
 build="$root/build" venv="" out="" torch_spec="torch" ds_spec="deepspeed"
 
-usage() { sed -n '2,43p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) config="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
@@ -183,6 +185,7 @@ if has zeroshard; then
     zs_launch=mpi
   fi
 fi
+# shellcheck disable=SC2054  # "self,vader" is one argument
 mpirun_flags=(--allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader
   --mca btl_vader_single_copy_mechanism none)
 
@@ -243,7 +246,7 @@ run_peer() {
   local n="$1" fw="$2" k="$3" key="${2}_r${1}"
   [[ "$failed" == *" $key "* ]] && return 0
   local base="$raw/${fw}_r${n}_$k" precs expected=() prec
-  precs="$(echo $precisions | tr ' ' ',')"
+  precs="$(echo "$precisions" | tr ' ' ',')"
   local cmd=("$venv/bin/torchrun" --standalone --nproc-per-node "$n"
     "$root/perf/peers/torch_gpt.py" --framework "$fw" --config "$config" --data "$data"
     --micro-batch "$micro_batch" --seq "$seq" --steps "$steps" --warmup "$warmup"
