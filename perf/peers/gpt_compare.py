@@ -302,8 +302,12 @@ def main(argv):
     extras = sorted({(r.get("json") or {}).get("blas") or r.get("blas")
                      for k, rs in runs.items() if k[0].startswith("zs") for r in rs} - {None},
                     key=str)
+    if meta.get("zeroshard_blas") and meta["zeroshard_blas"] != "-":
+        extras = [meta["zeroshard_blas"]] + extras
     if extras:
-        print("\nzeroshard's BLAS: %s" % "; ".join(str(e) for e in extras))
+        print("\nzeroshard: gpt_train launched by %s; its BLAS: %s" % (
+            "mpirun, one process per rank (--backend mpi)" if meta.get("zs_launch") == "mpi"
+            else "itself, in-process ranks (--backend local)", "; ".join(str(e) for e in extras)))
     peer_info = next((r for k, rs in runs.items() if not k[0].startswith("zs") for r in rs), None)
     if peer_info:
         print("peers: torch %s, transformers %s, attention %s, AdamW fused %s" % (

@@ -185,6 +185,23 @@ if has zeroshard; then
     zs_launch=mpi
   fi
 fi
+# The BLAS gpt_train's products run on, from the library it links (its
+# output does not name it): OpenBLAS's config and core as it picks them in
+# this environment, or the BLAS-like libraries ldd lists.
+zs_blas="-"
+if has zeroshard; then
+  zs_blas="$(ldd "$gpt_train" | grep -o -E '/[^ ]*(blas|blis|mkl|dnnl)[^ ]*' | sort -u | tr '\n' ' ')"
+  openblas="$(ldd "$gpt_train" | grep -o -E '/[^ ]*libopenblas[^ ]*' | head -1)"
+  if [[ -n "$openblas" ]]; then
+    zs_blas="$(python3 -c 'import ctypes, os, sys
+l = ctypes.CDLL(sys.argv[1])
+l.openblas_get_config.restype = l.openblas_get_corename.restype = ctypes.c_char_p
+forced = os.environ.get("OPENBLAS_CORETYPE")
+print("%s, core %s (%s)" % (l.openblas_get_config().decode(), l.openblas_get_corename().decode(),
+      "OPENBLAS_CORETYPE=%s in the environment" % forced if forced else "detected"))' "$openblas" \
+      2> /dev/null || echo "$zs_blas")"
+  fi
+fi
 # shellcheck disable=SC2054  # "self,vader" is one argument
 mpirun_flags=(--allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader
   --mca btl_vader_single_copy_mechanism none)
@@ -197,7 +214,7 @@ cat > "$raw/meta.json" << EOF
  "ranks": "$ranks", "precisions": "$precisions", "frameworks": "$frameworks",
  "zs_stages": "$zs_stages", "repeats": $repeats, "zs_launch": "$zs_launch",
  "nproc": $cores, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "threads_per_rank": 1,
- "deepspeed_error": "$ds_error", "load_at_start": "$(cut -d' ' -f1-3 /proc/loadavg)"}
+ "deepspeed_error": "$ds_error", "zeroshard_blas": "$zs_blas", "load_at_start": "$(cut -d' ' -f1-3 /proc/loadavg)"}
 EOF
 for n in $ranks; do
   if [[ $n -gt $cores ]]; then
