@@ -251,15 +251,8 @@ def measure(args, torch, dist, F, transformers, cfg, xs, ys, n_windows, fused, p
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         wrapped = model
-        try:
-            opt = torch.optim.AdamW(param_groups(model, args.weight_decay), **opt_kwargs)
-            probe_ok = True
-        except (RuntimeError, TypeError, ValueError):
-            probe_ok = False
-        if not probe_ok:
-            opt_kwargs.pop("fused", None)
-            fused = False
-            opt = torch.optim.AdamW(param_groups(model, args.weight_decay), **opt_kwargs)
+        # The params are now DTensors (each rank's shard); fused AdamW takes them.
+        opt = torch.optim.AdamW(param_groups(model, args.weight_decay), **opt_kwargs)
     else:
         import deepspeed
 
@@ -312,6 +305,8 @@ def measure(args, torch, dist, F, transformers, cfg, xs, ys, n_windows, fused, p
             optimizer_step()
             times_ms.append((time.perf_counter() - start) * 1e3)
         else:
+            # DDP: every other backward without its all-reduce. The ranks'
+            # weights then drift apart; only this run's times are used.
             local = no_sync is not None and step % 2 == 1
             t0 = time.perf_counter()
             loss = forward(step)
