@@ -243,6 +243,10 @@ def main(argv):
           " precision\n  (fp32: sgemm; bf16: torch.mm bf16); MFU32: over the fp32 sgemm peak for"
           " every row; cpu/wall: a peer's\n  process CPU time over wall time in its loop, slowest"
           " rank (1.0 = a core to itself)")
+    if "bf16" in precs:
+        print("  bf16: zeroshard keeps bf16 params and gradients (and communicates them) with an fp32"
+              " master and\n  computes in fp32 (docs/gpt.md); the peers run torch.autocast(\"cpu\","
+              " bfloat16): bf16 products, fp32 params")
 
     ratios = []
     print("\nRatios, tokens/s zeroshard / peer (the goal: >= 1.0)")
