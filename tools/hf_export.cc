@@ -167,6 +167,11 @@ absl::StatusOr<std::string> HfGpt2ConfigJson(const std::string& trainer_state, D
   config["resid_pdrop"] = 0.0;
   config["embd_pdrop"] = 0.0;
   config["attn_pdrop"] = 0.0;
+  // Byte-level tokens have no BOS or EOS; GPT2Config's default (50256) lies
+  // past a small vocabulary and makes transformers warn.
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    if (!config.contains(key)) config[key] = nullptr;
+  }
   config["torch_dtype"] = dtype == DType::kBFloat16 ? "bfloat16" : "float32";
   return config.dump(2) + "\n";
 }

@@ -319,6 +319,11 @@ absl::Status WriteHfGpt2Dir(const std::string& dir, const ModelSpec& spec,
   config["resid_pdrop"] = 0.0;
   config["embd_pdrop"] = 0.0;
   config["attn_pdrop"] = 0.0;
+  // Byte-level tokens have no BOS or EOS; GPT2Config's default (50256) lies
+  // past a small vocabulary and makes transformers warn.
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    if (!config.contains(key)) config[key] = nullptr;
+  }
   config["torch_dtype"] = dtype == DType::kBFloat16 ? "bfloat16" : "float32";
 
   if (values.size() != spec.units.size()) {
@@ -411,6 +416,44 @@ absl::Status WriteHfGpt2Dir(const std::string& dir, const ModelSpec& spec,
   }();
   if (!status.ok()) fs::remove_all(tmp, ec);
   return status;
+}
+
+absl::Status SetEngineParams(Engine& engine, const ParamValues& values) {
+  const ModelSpec& spec = engine.model();
+  if (values.size() != spec.units.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SetEngineParams: %d units of values for a model of %d units",
+                        values.size(), spec.units.size()));
+  }
+  for (size_t u = 0; u < spec.units.size(); ++u) {
+    if (values[u].size() != spec.units[u].params.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("SetEngineParams: unit %s has %d params of values, the model %d",
+                          spec.units[u].name, values[u].size(), spec.units[u].params.size()));
+    }
+    for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
+      if (spec.units[u].params[p].tied_to.has_value()) continue;
+      absl::Status s = engine.SetParam(static_cast<int>(u), static_cast<int>(p), values[u][p]);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParamValues> GetEngineParams(Engine& engine) {
+  const ModelSpec& spec = engine.model();
+  ParamValues values(spec.units.size());
+  for (size_t u = 0; u < spec.units.size(); ++u) {
+    values[u].resize(spec.units[u].params.size());
+    for (size_t p = 0; p < spec.units[u].params.size(); ++p) {
+      if (spec.units[u].params[p].tied_to.has_value()) continue;
+      absl::StatusOr<std::vector<float>> v =
+          engine.GetParam(static_cast<int>(u), static_cast<int>(p));
+      if (!v.ok()) return v.status();
+      values[u][p] = *std::move(v);
+    }
+  }
+  return values;
 }
 
 }  // namespace zeroshard::gpt

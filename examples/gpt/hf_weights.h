@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "zeroshard/dtype.h"
+#include "zeroshard/engine.h"
 #include "zeroshard/model_spec.h"
 
 namespace zeroshard::gpt {
@@ -61,6 +62,18 @@ absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const Mode
 absl::Status WriteHfGpt2Dir(const std::string& dir, const ModelSpec& spec,
                             const ParamValues& values, const std::string& hf_config_json,
                             DType dtype = DType::kFloat32);
+
+// Engine::SetParam of every param of engine.model() but tied aliases, from
+// `values` (as ReadHfGpt2Weights returns them): the trainer's --init-from.
+// Before Start(); every rank passes the same values. The engine's errors
+// (a wrong size names the param), or InvalidArgument when `values` does not
+// have the model's units and params.
+absl::Status SetEngineParams(Engine& engine, const ParamValues& values);
+
+// Engine::GetParam of every param of engine.model() but tied aliases (their
+// entries empty): what WriteHfGpt2Dir takes (the trainer's --save-init).
+// Collective when the weights are sharded: every rank calls it together.
+absl::StatusOr<ParamValues> GetEngineParams(Engine& engine);
 
 }  // namespace zeroshard::gpt
 

@@ -5,7 +5,7 @@
 #
 #   perf/peers/hf_gpt2_check.sh [--config FILE] [--steps 100] [--seq 128]
 #       [--micro-batch 4] [--runs "0:1 0:4 3:1 3:4"] [--precision fp32]
-#       [--build DIR] [--venv DIR] [--out DIR] [--threads 1]
+#       [--build DIR] [--trainer BIN] [--venv DIR] [--out DIR] [--threads 1]
 #
 # 1. A venv with torch, transformers and safetensors from the package
 #    registry (perf/peers/torch_venv.sh; default build/perf/peers-venv,
@@ -16,7 +16,10 @@
 #    token batches of every step (--dump-batches), its per-step loss, lr and
 #    gradient norm (--log-json), a checkpoint after the last step and the
 #    logits of a fixed validation batch (--dump-logits); `zeroshard export
-#    --hf` turns the checkpoint into a Hugging Face directory.
+#    --hf` turns the checkpoint into a Hugging Face directory. (A gpt_train
+#    without --save-init: its initial weights are taken from a one-step run
+#    at lr 1e-30 and the same seed, exported: equal to them but for zero
+#    biases that move by about 1e-30.)
 # 3. hf_gpt2_check.py builds GPT2LMHeadModel from the same config.json,
 #    loads the initial weights (strict), trains on the same batches with
 #    torch.optim.AdamW (same groups, schedule, clipping) and prints both
@@ -31,10 +34,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 config="$root/examples/gpt/configs/gpt2-4l-128.json"
 steps=100 seq=128 micro_batch=4 runs="0:1 0:4 3:1 3:4" precision=fp32
-build="$root/build" venv="" out="" threads=1
+build="$root/build" venv="" out="" threads=1 trainer=""
 lr=1e-3 min_lr_ratio=0.1 warmup=5 weight_decay=0.1 clip=1 seed=1234
 
-usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) config="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
@@ -44,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="$2"; shift 2 ;;
     --precision) precision="$2"; shift 2 ;;
     --build) build="$(cd "$2" && pwd)"; shift 2 ;;
+    --trainer) trainer="$2"; shift 2 ;;
     --venv) venv="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
@@ -53,7 +57,7 @@ while [[ $# -gt 0 ]]; do
 done
 venv="${venv:-$build/perf/peers-venv}"
 out="${out:-$build/perf/hf-gpt2-check}"
-trainer="$build/examples/gpt/gpt_train"
+trainer="${trainer:-$build/examples/gpt/gpt_train}"
 cli="$build/tools/zeroshard"
 for bin in "$trainer" "$cli"; do
   [[ -x "$bin" ]] || { echo "hf_gpt2_check: $bin is not built (cmake --build $build --target gpt_train zeroshard_cli)" >&2; exit 2; }
@@ -83,12 +87,22 @@ for run in $runs; do
   dir="$out/stage${stage}_ranks${ranks}_${precision}"
   rm -rf "$dir" && mkdir -p "$dir"
   echo "hf_gpt2_check: stage $stage, $ranks rank(s), $precision: training ($dir)"
-  "$trainer" --config "$config" --backend local --ranks "$ranks" --stage "$stage" \
-    --precision "$precision" --steps "$steps" --seq "$seq" --micro-batch "$micro_batch" \
+  common=(--config "$config" --backend local --seq "$seq" --seed "$seed" --quiet)
+  if "$trainer" --help 2>&1 | grep -q -- '--save-init'; then
+    save_init=(--save-init "$dir/init")
+  else
+    save_init=()
+    "$trainer" "${common[@]}" --steps 1 --lr 1e-30 --warmup 0 --micro-batch 1 \
+      --checkpoint-dir "$dir/init-ckpt" --save-every 1 > "$dir/init.out" 2>&1 &&
+      "$cli" export "$dir/init-ckpt" --hf "$dir/init" >> "$dir/init.out" 2>&1 ||
+      { tail -5 "$dir/init.out"; echo "hf_gpt2_check: the initial weights' run failed" >&2; exit 1; }
+  fi
+  "$trainer" "${common[@]}" --ranks "$ranks" --stage "$stage" \
+    --precision "$precision" --steps "$steps" --micro-batch "$micro_batch" \
     --lr "$lr" --min-lr-ratio "$min_lr_ratio" --warmup "$warmup" --weight-decay "$weight_decay" \
-    --clip "$clip" --seed "$seed" --save-init "$dir/init" --dump-batches "$dir/batches.jsonl" \
+    --clip "$clip" "${save_init[@]}" --dump-batches "$dir/batches.jsonl" \
     --log-json "$dir/log.jsonl" --checkpoint-dir "$dir/ckpt" --save-every "$steps" \
-    --dump-logits "$dir/logits.json" --quiet > "$dir/train.out" 2>&1 ||
+    --dump-logits "$dir/logits.json" > "$dir/train.out" 2>&1 ||
     { tail -5 "$dir/train.out"; echo "hf_gpt2_check: gpt_train failed (log: $dir/train.out)" >&2; exit 1; }
   "$cli" export "$dir/ckpt" --hf "$dir/final" > "$dir/export.out" 2>&1 ||
     { cat "$dir/export.out"; exit 1; }
@@ -96,7 +110,8 @@ for run in $runs; do
     --batches "$dir/batches.jsonl" --log "$dir/log.jsonl" --final "$dir/final" \
     --trainer-logits "$dir/logits.json" --lr "$lr" --warmup "$warmup" --total-steps "$steps" \
     --min-lr-ratio "$min_lr_ratio" --weight-decay "$weight_decay" --max-grad-norm "$clip" \
-    --threads "$threads" --summary "$dir/summary.json" | tee "$dir/check.out"
+    --threads "$threads" --summary "$dir/summary.json" 2>&1 | grep -v '^Loading weights' |
+    tee "$dir/check.out"
   "$venv/bin/python" - "$dir/summary.json" "$stage" "$ranks" "$precision" >> "$table" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -20,7 +20,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_seed.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
+#include "zeroshard/engine.h"
 
 namespace zeroshard::gpt {
 namespace {
@@ -182,6 +185,53 @@ TEST_F(GptHfWeightsTest, WriteThenReadRoundTripsFp32ExactlyAndBf16Rounded) {
   }
   // bf16 halves the data.
   EXPECT_LT(fs::file_size(bf16 + "/model.safetensors"), fs::file_size(fp32 + "/model.safetensors"));
+}
+
+// --init-from and --save-init through an engine: the values read set every
+// param (the tied head reads wte), and GetEngineParams gives them back, at
+// stage 3 on 2 ranks (sharded: GetParam gathers).
+TEST_F(GptHfWeightsTest, EngineParamsRoundTripThroughTheDirectory) {
+  SCOPED_TRACE(SeedTrace());
+  const ModelSpec spec = TinyGptSpec();
+  const ParamValues values = RandomValues(spec, Seed() + 3);
+  ASSERT_TRUE(WriteHfGpt2Dir(dir_ + "/init", spec, values, kConfig).ok());
+  TrainSpec train;
+  train.zero_stage = 3;
+  std::vector<ParamValues> got(2);
+  absl::Status status = RunLocalRanks(2, [&](int rank, Communicator& comm) -> absl::Status {
+    std::unique_ptr<Device> device = CreateCpuDevice();
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec, train, *device, comm);
+    if (!engine.ok()) return engine.status();
+    absl::StatusOr<ParamValues> read = ReadHfGpt2Weights(dir_ + "/init", spec);
+    if (!read.ok()) return read.status();
+    absl::Status s = SetEngineParams(**engine, *read);
+    if (!s.ok()) return s;
+    s = (*engine)->Start();
+    if (!s.ok()) return s;
+    absl::StatusOr<ParamValues> back = GetEngineParams(**engine);
+    if (!back.ok()) return back.status();
+    got[rank] = *std::move(back);
+    // The tied head is wte.
+    absl::StatusOr<std::vector<float>> head =
+        (*engine)->GetParam(static_cast<int>(spec.units.size()) - 1, 0);
+    if (!head.ok()) return head.status();
+    if (*head != values[0][0]) return absl::InternalError("the head is not wte");
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(got[0], values);
+  EXPECT_EQ(got[1], values);
+
+  ParamValues missing_unit = values;
+  missing_unit.pop_back();
+  TrainSpec one;
+  status = RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
+    std::unique_ptr<Device> device = CreateCpuDevice();
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec, one, *device, comm);
+    if (!engine.ok()) return engine.status();
+    return SetEngineParams(**engine, missing_unit);
+  });
+  EXPECT_TRUE(absl::StrContains(status.message(), "4 units of values for a model of 5")) << status;
 }
 
 TEST_F(GptHfWeightsTest, ReadsOtherWritersFilesAndRefusesMismatchesByName) {
