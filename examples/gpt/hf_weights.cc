@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -298,6 +299,35 @@ absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const Mode
     }
   }
   return values;
+}
+
+absl::Status CheckHfGpt2Config(const std::string& dir, const std::string& run_config_json) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) return absl::OkStatus();
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json theirs = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json mine = json::parse(run_config_json, nullptr, /*allow_exceptions=*/false);
+  if (theirs.is_discarded() || !theirs.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is not a JSON object; fix or remove it", path));
+  }
+  if (mine.is_discarded() || !mine.is_object()) {
+    return absl::InvalidArgumentError("CheckHfGpt2Config: the run's config is not a JSON object");
+  }
+  for (const char* key : {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size",
+                          "layer_norm_epsilon", "activation_function"}) {
+    if (!theirs.contains(key) || !mine.contains(key)) continue;
+    const json& a = theirs[key];
+    const json& b = mine[key];
+    const bool equal = a.is_number() && b.is_number() ? a.get<double>() == b.get<double>() : a == b;
+    if (!equal) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s is %s there and %s in the run's config; the weights belong to another model",
+          path, key, a.dump(), b.dump()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteHfGpt2Dir(const std::string& dir, const ModelSpec& spec,

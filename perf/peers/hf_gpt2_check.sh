@@ -110,7 +110,7 @@ for run in $runs; do
     --batches "$dir/batches.jsonl" --log "$dir/log.jsonl" --final "$dir/final" \
     --trainer-logits "$dir/logits.json" --lr "$lr" --warmup "$warmup" --total-steps "$steps" \
     --min-lr-ratio "$min_lr_ratio" --weight-decay "$weight_decay" --max-grad-norm "$clip" \
-    --threads "$threads" --summary "$dir/summary.json" 2>&1 | grep -v '^Loading weights' |
+    --threads "$threads" --summary "$dir/summary.json" 2>&1 | grep -av 'Loading weights' |
     tee "$dir/check.out"
   "$venv/bin/python" - "$dir/summary.json" "$stage" "$ranks" "$precision" >> "$table" <<'PY'
 import json, sys
