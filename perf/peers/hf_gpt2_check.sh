@@ -80,8 +80,8 @@ echo "hf_gpt2_check: $versions; $(lscpu | sed -n 's/^Model name: *//p')"
 mkdir -p "$out"
 export OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
 table="$out/table.txt"
-printf '%-6s %-6s %-10s %-12s %-12s %-12s %-12s\n' stage ranks precision "loss 1-20" \
-  "loss 1-$steps" "weights" "logits" > "$table"
+printf '%-6s %-6s %-10s %-12s %-12s %-12s %-12s %-12s\n' stage ranks precision "loss 1-20" \
+  "loss 1-$steps" "weights max" "weights L2" "logits" > "$table"
 for run in $runs; do
   stage="${run%%:*}" ranks="${run##*:}"
   dir="$out/stage${stage}_ranks${ranks}_${precision}"
@@ -117,10 +117,12 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 print(f"{sys.argv[2]:<6} {sys.argv[3]:<6} {sys.argv[4]:<10} {s['max_rel_1_20']:<12.2e} "
       f"{s['max_rel_all']:<12.2e} {s.get('final_weights_max_rel', float('nan')):<12.2e} "
+      f"{s.get('final_weights_rel_l2', float('nan')):<12.2e} "
       f"{s.get('logits_max_rel', float('nan')):<12.2e}")
 PY
 done
 echo
-echo "hf_gpt2_check: max relative differences (loss per step; final weights: per tensor"
-echo "max|hf - zs| / max|zs|; logits of from_pretrained(export) vs the trainer's):"
+echo "hf_gpt2_check: max relative differences (loss per step; final weights: the largest"
+echo "per-tensor max|hf - zs| / max|zs|, and ||hf - zs|| / ||zs|| over all; logits of"
+echo "from_pretrained(export) vs the trainer's on a fixed validation batch):"
 cat "$table"
