@@ -187,16 +187,18 @@ std::string FormatTable(const Plan& plan, bool all) {
                             WithCommas(t.bytes));
     }
     absl::StrAppend(&out, "bytes per rank:\n");
-    absl::StrAppendFormat(&out, "  %-38s %12s %12s %12s %12s %12s %12s %12s %12s %12s\n",
+    absl::StrAppendFormat(&out, "  %-38s %14s %14s %14s %14s %14s %14s %14s %14s %14s\n",
                           "candidate", "params", "grads", "master", "optimizer", "buffers",
                           "activations", "workspace", "reserve", "total");
     for (int i : shown) {
       const Candidate& c = plan.candidates[i];
       const MemoryBreakdown& m = c.per_gpu;
-      absl::StrAppendFormat(&out, "%s %-38s %12d %12d %12d %12d %12d %12d %12d %12d %12d\n",
-                            i == plan.chosen ? "*" : " ", c.Label(), m.params, m.grads, m.master,
-                            m.optimizer, m.buffers, m.activations, m.workspace, m.reserve,
-                            m.total());
+      std::string row = absl::StrFormat("%s %-38s", i == plan.chosen ? "*" : " ", c.Label());
+      for (int64_t bytes : {m.params, m.grads, m.master, m.optimizer, m.buffers, m.activations,
+                            m.workspace, m.reserve, m.total()}) {
+        absl::StrAppendFormat(&row, " %14s", WithCommas(bytes));
+      }
+      absl::StrAppend(&out, row, "\n");
     }
   }
   if (costs) {
