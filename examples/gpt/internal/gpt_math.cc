@@ -135,8 +135,8 @@ BlockActs BlockActsView(const GptDims& d, float* base) {
   return a;
 }
 
-// The scratch of BlockBackward, in this order (BlockForward needs none;
-// AttentionBackward needs the last T^2 floats alone):
+// The scratch of BlockBackward, in this order (BlockForward uses none;
+// AttentionBackward called on its own uses only the first T^2 floats):
 //   wide   [N, 4C]  d fc (gradient before the GELU), later d qkv [N, 3C]
 //   narrow [N, C]   d ln2, later d atty, later d ln1
 //   dres1  [N, C]   d a, the gradient at the first residual's output
