@@ -141,7 +141,8 @@ BlockActs BlockActsView(const GptDims& d, float* base) {
 //   wide   [N, 4C]  d fc (gradient before the GELU), later d qkv [N, 3C]
 //   narrow [N, C]   d ln2, later d atty, later d ln1
 //   dres1  [N, C]   d a, the gradient at the first residual's output
-//   datt   [T, T]   one (sequence, head)'s d att inside AttentionBackward
+//   datt   [T, T]   d att of one (sequence, head)'s row chunk in
+//                   AttentionBackward ([min(T, 64), T] of it used)
 int64_t BlockScratchFloats(const GptDims& d) {
   const int64_t n = d.rows(), c = d.width;
   return n * 6 * c + d.seq * d.seq;
