@@ -3,9 +3,10 @@
 // ZeRO stage, precision), each rank's ledger against `zeroshard estimate
 // --config <its config.json> --activations gpt-example` for the same run
 // (Planner::Plan on ModelFromHfConfig of the very config.json the trainer
-// parsed): model states and communication buffers equal to the byte,
-// activations and workspace within 10% (they are equal: the estimate counts
-// the trainer's own tensors), and the measured peak of the sum within 10%.
+// parsed): model states, communication buffers, activations, workspace and
+// the measured peak of their sum all equal to the byte (the acceptance asks
+// activations within 10%; the estimate counts the trainer's own tensors, so
+// it is exact), with the ratios printed.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "zeroshard/engine.h"
 #include "zeroshard/estimate/model_source.h"
 #include "zeroshard/estimate/planner.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace gpt {
@@ -129,6 +131,45 @@ int64_t Planned(const MemoryBreakdown& m, MemoryCategory c) {
   return -1;
 }
 
+// The estimator builds the trainer's spec from the same config.json: the
+// same units and params, shapes, ties and trainable flags (what the engine's
+// buffers depend on). They differ, harmlessly for memory, in what only the
+// optimizer and tensor parallelism read: the trainer exempts the embeddings
+// from weight decay, and the estimator marks tensor-parallel split dims.
+TEST(GptEstimateVsLedgerTest, EstimatorSpecIsTheTrainersSpec) {
+  std::mt19937_64 rng(Seed() + 1);
+  const int64_t heads = 1 + static_cast<int64_t>(rng() % 4);
+  const std::string json = GptConfigJson(
+      1 + static_cast<int64_t>(rng() % 4), heads, heads * (1 + static_cast<int64_t>(rng() % 16)),
+      8 + static_cast<int64_t>(rng() % 100), 2 + static_cast<int64_t>(rng() % 300));
+  absl::StatusOr<GptConfig> cfg = ParseGptConfig(json, "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  absl::StatusOr<ModelDescription> model = ModelFromHfConfig(json, "config.json");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelSpec trainer = BuildGptModelSpec(*cfg);
+  const ModelSpec& estimator = model->spec;
+  ASSERT_EQ(estimator.units.size(), trainer.units.size()) << json;
+  for (size_t u = 0; u < trainer.units.size(); ++u) {
+    const UnitSpec& a = estimator.units[u];
+    const UnitSpec& b = trainer.units[u];
+    EXPECT_EQ(a.name, b.name);
+    ASSERT_EQ(a.params.size(), b.params.size()) << b.name;
+    for (size_t p = 0; p < b.params.size(); ++p) {
+      const std::string where = b.name + "." + b.params[p].name + "; " + SeedTrace();
+      EXPECT_EQ(a.params[p].name, b.params[p].name) << where;
+      EXPECT_EQ(a.params[p].shape, b.params[p].shape) << where;
+      EXPECT_EQ(a.params[p].trainable, b.params[p].trainable) << where;
+      ASSERT_EQ(a.params[p].tied_to.has_value(), b.params[p].tied_to.has_value()) << where;
+      if (b.params[p].tied_to) {
+        EXPECT_EQ(a.params[p].tied_to->unit, b.params[p].tied_to->unit) << where;
+        EXPECT_EQ(a.params[p].tied_to->param, b.params[p].tied_to->param) << where;
+      }
+    }
+  }
+  EXPECT_EQ(estimator.NumParams(), trainer.NumParams());
+  EXPECT_EQ(estimator.NumStoredParams(), trainer.NumStoredParams());
+}
+
 TEST(GptEstimateVsLedgerTest, EstimateEqualsTheTrainersLedgerAtThreeConfigurations) {
   const uint64_t seed = Seed();
   std::mt19937_64 rng(seed);
@@ -190,9 +231,13 @@ TEST(GptEstimateVsLedgerTest, EstimateEqualsTheTrainersLedgerAtThreeConfiguratio
           static_cast<double>(est.workspace);
       const double peak_ratio =
           static_cast<double>(m.peak_total) / static_cast<double>(est.total());
-      EXPECT_NEAR(act_ratio, 1.0, 0.10) << "measured / estimated activations, " << where;
-      EXPECT_NEAR(ws_ratio, 1.0, 0.10) << "measured / estimated workspace, " << where;
-      EXPECT_NEAR(peak_ratio, 1.0, 0.10) << "measured / estimated peak, " << where;
+      // The acceptance asks for 10%; the estimate counts the trainer's own
+      // tensors, so anything but equality is a drift between the two.
+      EXPECT_EQ(m.peak[static_cast<int>(MemoryCategory::kActivations)], est.activations)
+          << "activations, x" << act_ratio << ", " << where;
+      EXPECT_EQ(m.peak[static_cast<int>(MemoryCategory::kWorkspace)], est.workspace)
+          << "workspace, x" << ws_ratio << ", " << where;
+      EXPECT_EQ(m.peak_total, est.total()) << "peak, x" << peak_ratio << ", " << where;
       if (r == 0) {
         std::printf(
             "%-60s model states %9lld (est %9lld) buffers %8lld (est %8lld) activations %9lld "
