@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
 #include "zeroshard/buffer_plan.h"
+#include "zeroshard/estimate/fine_tuning.h"
 #include "zeroshard/estimate/model_source.h"
 #include "zeroshard/estimate/planner.h"
 
@@ -246,6 +247,12 @@ TEST(GptExampleEstimateTest, GptExampleModeRefusesWhatTheExampleDoesNotRun) {
   auto untied = ModelFromHfConfig(s.Config(/*tied=*/false), "untied.json");
   ASSERT_TRUE(untied.ok());
   expect_refused(*untied, base, 2, "tie_word_embeddings false");
+  ModelDescription lora = *model;
+  ASSERT_TRUE(AddLoraAdapters(lora, 2).ok());
+  expect_refused(lora, base, 2, "drop --lora and --freeze");
+  ModelDescription frozen = *model;
+  ASSERT_TRUE(FreezeParams(frozen.spec, "h.0.ln_1").ok());
+  expect_refused(frozen, base, 2, "drop --lora and --freeze");
   auto llama = ModelFromPreset("llama-2-7b");
   ASSERT_TRUE(llama.ok());
   expect_refused(*llama, base, 2, "not a GPT2LMHeadModel");

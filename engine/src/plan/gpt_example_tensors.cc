@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
+#include "zeroshard/estimate/fine_tuning.h"
 
 namespace zeroshard::internal {
 namespace {
@@ -51,6 +52,15 @@ absl::StatusOr<std::vector<TrainerTensor>> GptExampleTensors(const ModelDescript
         model, absl::StrFormat("has n_inner %d and %d heads of %d with n_embd %d; the example "
                                "needs n_inner = 4 n_embd and n_head x head_dim = n_embd",
                                t.intermediate, t.heads, t.head_dim, t.hidden));
+  }
+  // The example trains every param of GPT-2's 12 per block: no adapters,
+  // nothing frozen.
+  const int64_t block_params =
+      static_cast<int64_t>(model.spec.units[model.first_layer_unit].params.size());
+  if (block_params != 12 || CountParams(model.spec).frozen > 0) {
+    return NotTheExample(model,
+                         "has LoRA adapters or frozen params; the example trains every param of "
+                         "GPT-2 (drop --lora and --freeze)");
   }
   if (options.recompute == Recompute::kSelective) {
     return absl::InvalidArgumentError(

@@ -43,8 +43,8 @@ namespace zeroshard::internal {
 // and bytes; gpt.unit_params only with 16-bit precision.
 // InvalidArgument when the model is not one the example trains (a
 // GPT2LMHeadModel with tied embeddings, an MLP of 4 n_embd, n_head x
-// head_dim = n_embd), for recompute selective (the example recomputes whole
-// blocks or nothing), or when a count passes 2^63 bytes (naming --seq and
+// head_dim = n_embd, every param trainable, no LoRA), for recompute selective (the example
+// recomputes whole blocks or nothing), or when a count passes 2^63 bytes (naming --seq and
 // --micro-batch).
 absl::StatusOr<std::vector<TrainerTensor>> GptExampleTensors(const ModelDescription& model,
                                                              const PlanOptions& options);
