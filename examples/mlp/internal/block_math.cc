@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 
-extern "C" void openblas_set_num_threads(int);
+#include "examples/common/cpu_blas.h"
 
 namespace zeroshard {
 namespace mlp {
@@ -132,10 +131,7 @@ void ForwardState::Resize(int blocks, int64_t batch, int64_t hidden, int64_t inn
   act.assign(blocks, std::vector<float>(wide));
 }
 
-void UseSingleThreadedBlas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
+void UseSingleThreadedBlas() { examples::SetUpCpuBlas(); }
 
 void BlockForwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, int64_t inner,
                          const float* x, float* pre, float* act, float* partial) {

@@ -67,8 +67,10 @@ struct ForwardState {
   const std::vector<float>& output() const { return inputs.back(); }
 };
 
-// Makes OpenBLAS single-threaded (once per process): determinism, and several
-// ranks-as-threads on few cores.
+// Sets up the CPU BLAS once per process (examples::SetUpCpuBlas): OpenBLAS's
+// kernel path chosen for this CPU, and one thread (determinism, and several
+// ranks-as-threads on few cores). Call before any product runs on another
+// thread.
 void UseSingleThreadedBlas();
 
 // Exact (erf-based) GELU, x * Phi(x) with Phi the standard normal CDF, and
