@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "examples/common/cpu_blas.h"
 
@@ -96,7 +97,10 @@ void GeluBackwardBiasGrad(const float* pre, int64_t rows, int64_t cols, float* d
     const float* pre_row = pre + r * cols;
     float* dpre_row = dpre + r * cols;
     for (int64_t c = 0; c < cols; ++c) {
-      const float d = dpre_row[c] * GeluGradInline(pre_row[c]);
+      const float raw = dpre_row[c] * GeluGradInline(pre_row[c]);
+      // Flushed below FLT_MIN: see block_math.h (subnormal operands stall
+      // SSE sgemm kernels). A select between values, so it vectorizes.
+      const float d = std::fabs(raw) < std::numeric_limits<float>::min() ? 0.0f : raw;
       dpre_row[c] = d;
       db1[c] += d;
     }
