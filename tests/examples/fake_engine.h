@@ -33,6 +33,7 @@ class FakeEngineBase : public Engine {
   absl::StatusOr<CheckpointInfo> Load(const std::string&) override {
     return absl::UnimplementedError("not in the fake");
   }
+  absl::Status SetEvalMode(bool) override { return absl::UnimplementedError("fake engine"); }
   absl::Status SetTrainable(int, int, bool) override {
     return absl::UnimplementedError("not in the fake");
   }

@@ -239,6 +239,19 @@ class Engine {
   // FailedPrecondition before Start().
   virtual absl::Status Release(int unit) = 0;
 
+  // Evaluation passes (a validation loss, logits for a check): between
+  // SetEvalMode(true) and SetEvalMode(false) the trainer may Gather and
+  // Release units in any order, forward only, with the params of the last
+  // step. Those gathers are not part of a step: stage 3 neither records nor
+  // checks them against the first step's order and prefetches nothing for
+  // them, and the next step prefetches as before. GradView, ReduceGrads,
+  // Step, Save and Load are FailedPrecondition in eval mode. Entering or
+  // leaving it with a unit gathered is FailedPrecondition; so is entering it
+  // twice or leaving it when not in it. Not itself collective, but every
+  // rank must make the same gathers (stage 3 all-gathers them). Its time is
+  // booked into the next step's split (compute, and comm waits for gathers).
+  virtual absl::Status SetEvalMode(bool eval) = 0;
+
   // A buffer for this micro-batch's gradient of `unit`, in the grad dtype;
   // the trainer overwrites every element of every param view. May wait for
   // an earlier reduction to free a staging buffer. A frozen param's entry

@@ -243,6 +243,34 @@ absl::Status EngineImpl::CheckStarted(const char* call) const {
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::CheckTraining(const char* call) const {
+  ZS_RETURN_IF_ERROR(CheckStarted(call));
+  if (eval_mode_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s in eval mode: an evaluation pass gathers and releases only; call SetEvalMode(false) "
+        "first",
+        call));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::SetEvalMode(bool eval) {
+  StepTimeline::Call call(timeline_);
+  ZS_RETURN_IF_ERROR(CheckStarted("SetEvalMode"));
+  if (eval == eval_mode_) {
+    return absl::FailedPreconditionError(
+        eval ? "SetEvalMode(true): already in eval mode; end the pass with SetEvalMode(false)"
+             : "SetEvalMode(false): not in eval mode");
+  }
+  if (const int held = gatherer_->held_unit(); held >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("SetEvalMode(%s) while unit '%s' is gathered; Release it first",
+                        eval ? "true" : "false", model_.units[held].name));
+  }
+  eval_mode_ = eval;
+  return gatherer_->SetEval(eval);
+}
+
 absl::Status EngineImpl::Poison(absl::Status status) {
   if (poisoned_.ok() && !status.ok()) poisoned_ = status;
   return status;
@@ -352,7 +380,7 @@ absl::Status EngineImpl::Release(int unit) {
 
 absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
   StepTimeline::Call call(timeline_);
-  ZS_RETURN_IF_ERROR(CheckStarted("GradView"));
+  ZS_RETURN_IF_ERROR(CheckTraining("GradView"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "GradView"));
   ZS_ASSIGN_OR_RETURN(std::vector<void*> bases, reducer_->OpenView(unit));
   UnitView view = MakeView(bases, grad_dtype_, unit);
@@ -372,7 +400,7 @@ absl::StatusOr<UnitView> EngineImpl::GradView(int unit) {
 
 absl::Status EngineImpl::ReduceGrads(int unit) {
   StepTimeline::Call call(timeline_);
-  ZS_RETURN_IF_ERROR(CheckStarted("ReduceGrads"));
+  ZS_RETURN_IF_ERROR(CheckTraining("ReduceGrads"));
   ZS_RETURN_IF_ERROR(CheckUnit(unit, "ReduceGrads"));
   if (!reducer_->HasGrads(unit)) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -36,7 +36,7 @@
 namespace zeroshard::internal {
 
 absl::Status EngineImpl::CheckBetweenSteps(const char* call) const {
-  ZS_RETURN_IF_ERROR(CheckStarted(call));
+  ZS_RETURN_IF_ERROR(CheckTraining(call));
   for (int u = 0; u < layout_.num_spec_units(); ++u) {
     if (reducer_->view_open(u) || reducer_->reduced_count(u) != 0) {
       return absl::FailedPreconditionError(absl::StrFormat(

@@ -54,6 +54,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   absl::Status Start(absl::Span<const TrainerSetting> settings) override;
   absl::StatusOr<UnitView> Gather(int unit) override;
   absl::Status Release(int unit) override;
+  absl::Status SetEvalMode(bool eval) override;
   absl::StatusOr<UnitView> GradView(int unit) override;
   absl::Status ReduceGrads(int unit) override;
   absl::StatusOr<StepResult> Step() override;
@@ -113,6 +114,9 @@ class EngineImpl final : public Engine, private RuntimeServices {
 
   absl::Status CheckUnit(int unit, const char* call) const;
   absl::Status CheckStarted(const char* call) const;
+  // CheckStarted, and FailedPrecondition in eval mode (SetEvalMode): the
+  // calls of a training step.
+  absl::Status CheckTraining(const char* call) const;
   // Checks of Save and PrepareCheckpointDirectory: started, between steps.
   absl::Status CheckBetweenSteps(const char* call) const;
   absl::Status Poison(absl::Status status);
@@ -184,6 +188,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   std::unique_ptr<GradReducer> reducer_;
 
   bool started_ = false;
+  bool eval_mode_ = false;                           // SetEvalMode
   std::vector<std::vector<uint64_t>> param_hashes_;  // 0 = not set
   // Per segment and slot: a trainable param frozen by SetTrainable.
   std::vector<std::vector<char>> frozen_now_;

@@ -87,7 +87,7 @@ absl::StatusOr<StepResult> EngineImpl::Step() {
 }
 
 absl::Status EngineImpl::CheckStepPreconditions() const {
-  ZS_RETURN_IF_ERROR(CheckStarted("Step"));
+  ZS_RETURN_IF_ERROR(CheckTraining("Step"));
   for (int u = 0; u < layout_.num_spec_units(); ++u) {
     // A unit of frozen params only has no gradient to reduce.
     const int want = reducer_->HasGrads(u) ? train_.grad_accum_steps : 0;

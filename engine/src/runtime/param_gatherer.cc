@@ -1,6 +1,5 @@
 #include "engine/src/runtime/param_gatherer.h"
 
-#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -77,9 +76,17 @@ absl::StatusOr<std::vector<void*>> ParamGatherer::Gather(int unit, int64_t step,
   }
   gathered_[unit] = 1;
   if (sharded) ++held_units_;
-  // Look ahead while the trainer computes with this unit.
-  if (prefetch_active_) ZS_RETURN_IF_ERROR(PrefetchFrom(order_pos_));
+  // Look ahead while the trainer computes with this unit (not for an
+  // evaluation pass, whose order is its own).
+  if (prefetch_active_ && !eval_) ZS_RETURN_IF_ERROR(PrefetchFrom(order_pos_));
   return out;
+}
+
+absl::Status ParamGatherer::SetEval(bool eval) {
+  eval_ = eval;
+  // Back to the step: gather ahead what its order wants next.
+  if (!eval && prefetch_active_) return PrefetchFrom(order_pos_);
+  return absl::OkStatus();
 }
 
 std::string ParamGatherer::DescribeGathered() const {
@@ -275,7 +282,9 @@ absl::Status ParamGatherer::CheckOrder(int segment, int unit, int64_t step) {
 
 absl::StatusOr<void*> ParamGatherer::GatherSegment(int segment, int unit, int64_t step,
                                                    bool first_step) {
-  if (first_step) {
+  if (eval_) {
+    // An evaluation pass: not part of any step's order.
+  } else if (first_step) {
     recorded_order_.push_back({segment, unit});
   } else if (prefetch_active_) {
     ZS_RETURN_IF_ERROR(CheckOrder(segment, unit, step));

@@ -72,6 +72,11 @@ class ParamGatherer {
 
   // A unit between Gather and Release, or -1.
   int held_unit() const;
+  // Engine::SetEvalMode: gathers in eval mode are not recorded, not checked
+  // against the first step's order and prefetch nothing; leaving it
+  // prefetches from where the step's order stands (the caller checks that
+  // no unit is gathered).
+  absl::Status SetEval(bool eval);
   bool prefetch_active() const { return prefetch_active_; }
   // Stage 3 since Start: segment gathers, those whose all-gather was issued
   // before the Gather that wanted it (prefetched, or kept from an earlier
@@ -121,6 +126,7 @@ class ParamGatherer {
   int64_t issue_counter_ = 0;
   std::vector<OrderEntry> recorded_order_;  // sharded segment gathers of the first step
   size_t order_pos_ = 0;                    // this step's position in it
+  bool eval_ = false;                       // Engine::SetEvalMode
   bool prefetch_active_ = false;
   int prefetch_depth_ = 0;
   int64_t segment_gathers_ = 0;

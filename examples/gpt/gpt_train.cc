@@ -1,0 +1,391 @@
+// gpt_train: trains a GPT-2-architecture decoder (examples/gpt) on byte-level
+// text with a ZeRO stage, on in-process ranks or under mpirun (docs/gpt.md).
+//
+//   build/examples/gpt/gpt_train --config examples/gpt/configs/gpt2-4l-128.json --ranks 2 --stage 3
+//   mpirun -n 4 build/examples/gpt/gpt_train --config cfg.json --backend mpi --steps 200
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "cli/flags.h"
+#include "examples/common/median.h"
+#include "examples/gpt/gpt_model.h"
+#include "examples/gpt/gpt_trainer.h"
+#include "examples/gpt/text_data.h"
+#include "nlohmann/json.hpp"
+#include "zeroshard/checkpoint.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace gpt {
+namespace {
+
+struct Options {
+  std::string config;
+  std::string data;
+  double val_fraction = 0.05;
+  int backend = 0;  // local, mpi
+  int ranks = 1;
+  int stage = 0;
+  int precision = 0;  // fp32, bf16
+  int64_t steps = 100;
+  int64_t micro_batch = 4;
+  int64_t seq = 128;
+  int accum = 1;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;
+  int64_t warmup = -1;  // default: steps / 20, at least 1
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  int recompute = 0;  // none, full
+  int64_t seed = 1234;
+  int64_t val_every = 0;
+  int64_t val_windows = 64;
+  int prefetch = 2;
+  std::string checkpoint_dir;
+  int64_t save_every = 0;
+  bool resume = false;
+  std::string dump_batches;
+  std::string log_json;
+  std::string dump_logits;
+  bool quiet = false;
+};
+
+const char kUsage[] = R"(usage: gpt_train --config FILE [flags]
+
+Trains a GPT-2-architecture decoder (Hugging Face config.json: n_layer, n_head,
+n_embd, n_positions, vocab_size, layer_norm_epsilon) on byte-level text through
+the zeroshard engine. docs/gpt.md has the details.
+
+  --config FILE          the model's config.json (required)
+  --data PATH            text file or directory (default: the Debian package's
+                         fortunes, /usr/share/games/fortunes)
+  --val-fraction F       the last F of the text is the validation split (0.05)
+  --backend local|mpi    in-process ranks (--ranks N) or one rank per process
+  --ranks N              local ranks (1)
+  --stage K              ZeRO stage 0-3 (0)
+  --precision fp32|bf16  bf16: bf16 params and grads, fp32 master (fp32)
+  --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1)
+  --lr LR --min-lr-ratio R --warmup W           warm-up + cosine to R x LR (1e-3, 0.1, steps/20)
+  --weight-decay WD --clip C                    AdamW decay on the matmul weights; global-norm clip (0.1, 1)
+  --recompute none|full  keep every block's activations, or recompute each block in the backward
+  --seed S               initial weights (1234); the data order is keyed by it too
+  --val-every N --val-windows M                 a validation loss every N steps over M windows (0, 64)
+  --prefetch D           stage 3 gathers issued ahead (2)
+  --checkpoint-dir DIR --save-every N --resume  sharded checkpoints; resume from DIR's latest
+  --dump-batches FILE    JSONL, per step the global batch's windows (the Hugging Face check)
+  --log-json FILE        JSONL, per step: step, loss, lr, grad_norm, val_loss
+  --dump-logits FILE     JSON: after training, the logits of the first micro-batch of
+                         validation windows (the export check)
+  --quiet                no progress lines
+)";
+
+absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
+  Options o;
+  cli::FlagSet flags;
+  flags.String("config", &o.config)
+      .String("data", &o.data)
+      .Number("val-fraction", &o.val_fraction, 0.0, 0.5, /*lo_open=*/true)
+      .Choice("backend", {"local", "mpi"}, &o.backend)
+      .Int("ranks", &o.ranks, 1, 64)
+      .Int("stage", &o.stage, 0, 3)
+      .Choice("precision", {"fp32", "bf16"}, &o.precision)
+      .Int("steps", &o.steps, 1, cli::kMaxCount)
+      .Int("micro-batch", &o.micro_batch, 1, 4096)
+      .Int("seq", &o.seq, 1, 1 << 20)
+      .Int("accum", &o.accum, 1, 1024)
+      .Number("lr", &o.lr, 0.0, 10.0, true)
+      .Number("min-lr-ratio", &o.min_lr_ratio, 0.0, 1.0)
+      .Int("warmup", &o.warmup, 0, cli::kMaxCount)
+      .Number("weight-decay", &o.weight_decay, 0.0, 10.0)
+      .Number("clip", &o.clip, 0.0, 1e6)
+      .Choice("recompute", {"none", "full"}, &o.recompute)
+      .Int("seed", &o.seed, 0, cli::kNoUpperBound)
+      .Int("val-every", &o.val_every, 0, cli::kMaxCount)
+      .Int("val-windows", &o.val_windows, 1, cli::kMaxCount)
+      .Int("prefetch", &o.prefetch, 0, 64)
+      .String("checkpoint-dir", &o.checkpoint_dir)
+      .Int("save-every", &o.save_every, 0, cli::kMaxCount)
+      .Switch("resume", &o.resume)
+      .String("dump-batches", &o.dump_batches)
+      .String("log-json", &o.log_json)
+      .String("dump-logits", &o.dump_logits)
+      .Switch("quiet", &o.quiet);
+  ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
+  if (*help) return o;
+  if (o.config.empty()) return absl::InvalidArgumentError("give --config FILE (a config.json)");
+  if (o.data.empty()) o.data = DefaultCorpusPath();
+  if ((o.save_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--save-every and --resume need --checkpoint-dir DIR");
+  }
+  if (o.warmup < 0) o.warmup = std::max<int64_t>(1, o.steps / 20);
+  if (o.warmup >= o.steps) o.warmup = o.steps - 1;
+  return o;
+}
+
+TrainSpec MakeTrainSpec(const Options& o) {
+  TrainSpec t;
+  t.zero_stage = o.stage;
+  t.precision = o.precision == 0 ? Precision::kFp32 : Precision::kBf16Mixed;
+  t.optimizer.kind = OptimizerKind::kAdamW;
+  t.optimizer.lr = o.lr;
+  t.optimizer.weight_decay = o.weight_decay;
+  t.schedule.kind = LrSchedule::Kind::kWarmupCosine;
+  t.schedule.warmup_steps = o.warmup;
+  t.schedule.total_steps = o.steps;
+  t.schedule.min_lr_ratio = o.min_lr_ratio;
+  t.max_grad_norm = o.clip;
+  t.grad_accum_steps = o.accum;
+  t.prefetch_units = o.prefetch;
+  return t;
+}
+
+// The trainer's part of a checkpoint: the sampler position, what the data
+// order is keyed by, and the model's config.json (for `zeroshard export --hf`).
+std::string TrainerState(const Options& o, const GptConfig& cfg, const TextCorpus& corpus,
+                         int64_t consumed) {
+  nlohmann::json j = {{"windows_consumed", consumed},
+                      {"seq", o.seq},
+                      {"data_seed", o.seed},
+                      {"train_tokens", corpus.train.size()},
+                      {"hf_config", nlohmann::json::parse(cfg.json)}};
+  return j.dump();
+}
+
+absl::Status RestoreTrainerState(const Options& o, const TextCorpus& corpus,
+                                 const CheckpointInfo& info, GptTrainer& trainer) {
+  const nlohmann::json j = nlohmann::json::parse(info.trainer_state, nullptr, false);
+  if (!j.is_object() || !j.contains("windows_consumed")) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoint %s: its trainer state has no windows_consumed; was it written by gpt_train?",
+        info.path));
+  }
+  const auto expect = [&](const char* key, int64_t mine) -> absl::Status {
+    if (j.value(key, int64_t{-1}) != mine) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "checkpoint %s: %s is %s there and %d here; resume with the same --seq, --seed and "
+          "--data",
+          info.path, key, j.contains(key) ? j[key].dump() : "absent", mine));
+    }
+    return absl::OkStatus();
+  };
+  ZS_RETURN_IF_ERROR(expect("seq", o.seq));
+  ZS_RETURN_IF_ERROR(expect("data_seed", o.seed));
+  ZS_RETURN_IF_ERROR(expect("train_tokens", static_cast<int64_t>(corpus.train.size())));
+  trainer.set_windows_consumed(j["windows_consumed"].get<int64_t>());
+  return absl::OkStatus();
+}
+
+struct SharedRun {
+  GptConfig cfg;
+  TextCorpus corpus;
+};
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& comm) {
+  const bool lead = comm.rank() == 0;
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  const ModelSpec spec = BuildGptModelSpec(run.cfg);
+  const TrainSpec train = MakeTrainSpec(o);
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
+  ZS_ASSIGN_OR_RETURN(WindowSampler sampler, WindowSampler::Create(&run.corpus.train, o.seq,
+                                                                   static_cast<uint64_t>(o.seed)));
+  GptRunOptions ro;
+  ro.micro_batch = o.micro_batch;
+  ro.seq = o.seq;
+  ro.recompute = o.recompute == 1;
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<GptTrainer> trainer,
+                      GptTrainer::Create(run.cfg, ro, *engine, comm, *device, &sampler));
+  if (o.resume) {
+    ZS_ASSIGN_OR_RETURN(CheckpointInfo info, engine->Load(o.checkpoint_dir));
+    ZS_RETURN_IF_ERROR(RestoreTrainerState(o, run.corpus, info, *trainer));
+    if (lead) {
+      std::fprintf(stderr,
+                   "gpt_train: resumed from %s: step %lld, written by %d rank(s) at ZeRO stage "
+                   "%d; %lld windows consumed\n",
+                   info.path.c_str(), static_cast<long long>(info.step), info.world_size,
+                   info.zero_stage, static_cast<long long>(trainer->windows_consumed()));
+      if (!info.changed_settings.empty()) {
+        std::fprintf(stderr, "gpt_train: note: this run differs from the one that saved: %s\n",
+                     absl::StrJoin(info.changed_settings, ", ").c_str());
+      }
+    }
+  } else {
+    ZS_RETURN_IF_ERROR(InitGptParams(*engine, run.cfg, static_cast<uint64_t>(o.seed)));
+  }
+  if (o.save_every > 0) ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir));
+  std::ofstream dump, log;
+  if (lead && !o.dump_batches.empty()) dump.open(o.dump_batches, std::ios::app);
+  if (lead && !o.log_json.empty()) log.open(o.log_json, std::ios::app);
+  if ((dump.is_open() == false && lead && !o.dump_batches.empty()) ||
+      (log.is_open() == false && lead && !o.log_json.empty())) {
+    return absl::PermissionDeniedError("cannot open --dump-batches or --log-json for writing");
+  }
+  ZS_RETURN_IF_ERROR(engine->Start(
+      {TrainerSetting::Int("micro_batch", o.micro_batch), TrainerSetting::Int("seq", o.seq),
+       TrainerSetting::Int("seed", o.seed), TrainerSetting::Int("recompute", o.recompute)}));
+  std::vector<double> step_ms;
+  const absl::Time start = absl::Now();
+  const int64_t first = engine->steps();
+  double loss = 0.0;
+  for (int64_t s = first; s < o.steps; ++s) {
+    if (dump.is_open()) {
+      nlohmann::json line = {{"step", s + 1}, {"rows", trainer->NextGlobalBatch()}};
+      dump << line.dump() << "\n";
+    }
+    ZS_ASSIGN_OR_RETURN(loss, trainer->TrainStep());
+    step_ms.push_back(Ms(engine->Stats().last.total));
+    double val = -1.0;
+    if (o.val_every > 0 && (s + 1) % o.val_every == 0) {
+      ZS_ASSIGN_OR_RETURN(val, trainer->ValLoss(run.corpus.val, o.val_windows));
+    }
+    if (o.save_every > 0 && engine->steps() % o.save_every == 0) {
+      ZS_RETURN_IF_ERROR(engine->Save(
+          o.checkpoint_dir, TrainerState(o, run.cfg, run.corpus, trainer->windows_consumed())));
+    }
+    if (!lead) continue;
+    const StepResult& r = trainer->last_step();
+    if (log.is_open()) {
+      nlohmann::json line = {
+          {"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
+      if (val >= 0) line["val_loss"] = val;
+      log << line.dump() << "\n";
+      log.flush();
+    }
+    if (!o.quiet) {
+      std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms%s\n",
+                   static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, r.lr,
+                   r.grad_norm, step_ms.back(),
+                   val >= 0 ? absl::StrFormat("  val %.5f", val).c_str() : "");
+    }
+  }
+  ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
+  if (!o.dump_logits.empty()) {
+    std::vector<int32_t> tokens(static_cast<size_t>(o.micro_batch * o.seq));
+    std::vector<int32_t> targets(tokens.size());
+    if (ValWindows(run.corpus.val, o.seq) < o.micro_batch) {
+      return absl::FailedPreconditionError(
+          "--dump-logits: the validation split has fewer windows than --micro-batch");
+    }
+    for (int64_t b = 0; b < o.micro_batch; ++b) {
+      FillValWindow(run.corpus.val, o.seq, b, tokens.data() + b * o.seq,
+                    targets.data() + b * o.seq);
+    }
+    ZS_ASSIGN_OR_RETURN(std::vector<float> logits, trainer->Logits(tokens));
+    if (lead) {
+      std::ofstream f(o.dump_logits);
+      f << nlohmann::json({{"batch", o.micro_batch},
+                           {"seq", o.seq},
+                           {"vocab", run.cfg.vocab},
+                           {"tokens", tokens},
+                           {"logits", logits}})
+               .dump()
+        << "\n";
+      if (!f) return absl::PermissionDeniedError("--dump-logits: cannot write " + o.dump_logits);
+    }
+  }
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  const EngineStats stats = engine->Stats();
+  if (lead) {
+    const int64_t steps = std::max<int64_t>(1, stats.steps);
+    const double tokens =
+        static_cast<double>(stats.steps) * comm.size() * o.accum * o.micro_batch * o.seq;
+    const StepTimes& t = stats.totals;
+    std::printf("gpt_train: %lld steps on %d rank(s), ZeRO stage %d, %s, final loss %.5f\n",
+                static_cast<long long>(stats.steps), comm.size(), o.stage,
+                o.precision == 0 ? "fp32" : "bf16", loss);
+    std::printf("  tokens/s %.0f (wall %.2f s); median step %.1f ms\n", tokens / wall, wall,
+                examples::Median(step_ms));
+    std::printf(
+        "  rank 0 per step (ms): compute %.1f, exposed comm %.1f, optimizer %.1f, input wait "
+        "%.1f, engine other %.1f, total %.1f\n",
+        Ms(t.compute) / steps, Ms(t.exposed_comm) / steps, Ms(t.optimizer) / steps,
+        Ms(t.input_wait) / steps, Ms(t.engine_other) / steps, Ms(t.total) / steps);
+    const MemoryLedger& ledger = device->ledger();
+    std::printf("  rank 0 memory peak (bytes): total %lld;",
+                static_cast<long long>(ledger.peak_total()));
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      const auto cat = static_cast<MemoryCategory>(c);
+      std::printf(" %s %lld", MemoryCategoryName(cat), static_cast<long long>(ledger.peak(cat)));
+    }
+    std::printf("\n");
+  }
+  return absl::OkStatus();
+}
+
+[[noreturn]] void Fail(const absl::Status& status) {
+  std::fprintf(stderr, "gpt_train: run failed: %s\n", status.ToString().c_str());
+  AbortJob(1);
+}
+
+absl::StatusOr<SharedRun> Prepare(const Options& o) {
+  SharedRun run;
+  ZS_ASSIGN_OR_RETURN(run.cfg, ReadGptConfig(o.config));
+  absl::StatusOr<TextCorpus> corpus = LoadTextCorpus(o.data, o.val_fraction);
+  if (!corpus.ok()) {
+    return absl::Status(
+        corpus.status().code(),
+        absl::StrFormat("%s (the default corpus is the Debian package %s: "
+                        "apt-get install %s, or give --data PATH)",
+                        corpus.status().message(), CorpusPackage(), CorpusPackage()));
+  }
+  run.corpus = std::move(*corpus);
+  if (run.cfg.vocab < 256) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: vocab_size %d; byte-level tokens need at least 256", o.config, run.cfg.vocab));
+  }
+  return run;
+}
+
+}  // namespace
+}  // namespace gpt
+}  // namespace zeroshard
+
+int main(int argc, char** argv) {
+  using namespace zeroshard;
+  using namespace zeroshard::gpt;
+  bool help = false;
+  absl::StatusOr<Options> opts = ParseFlags(argc, argv, &help);
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!opts.ok()) {
+    std::fprintf(stderr, "gpt_train: %s (see --help)\n",
+                 std::string(opts.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<SharedRun> run = Prepare(*opts);
+  if (!run.ok()) {
+    std::fprintf(stderr, "gpt_train: %s\n", std::string(run.status().message()).c_str());
+    return 2;
+  }
+  if (opts->backend == 0) {
+    std::fprintf(stderr, "gpt_train: %s; corpus %s (%zu train, %zu validation tokens)\n",
+                 opts->config.c_str(), run->corpus.source.c_str(), run->corpus.train.size(),
+                 run->corpus.val.size());
+    absl::Status s = RunLocalRanks(
+        opts->ranks, [&](int, Communicator& comm) { return TrainRank(*opts, *run, comm); });
+    if (!s.ok()) Fail(s);
+    return 0;
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
+  if (!comm.ok()) Fail(comm.status());
+  absl::Status s = TrainRank(*opts, *run, **comm);
+  if (!s.ok())
+    Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
+  comm->reset();
+  FinalizeMpi();
+  return 0;
+}

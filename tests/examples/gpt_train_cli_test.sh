@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# gpt_train as a user runs it, on the repository's test text:
+#  - 2 local ranks at stage 1 = 2 MPI processes at stage 3 (losses, bit for bit);
+#  - a run saved at step 4 by 2 ranks and resumed on 1 rank accumulating 2
+#    micro-batches at stage 0 continues with the uninterrupted run's losses;
+#  - bad input ends with exit 2 and one line naming it.
+# usage: gpt_train_cli_test.sh GPT_TRAIN TEXT [MPIEXEC]
+set -euo pipefail
+gpt=$1 text=$2 mpiexec=${3:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cat >"$work/config.json" <<'JSON'
+{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_head": 2,
+ "n_embd": 32, "n_positions": 64, "vocab_size": 256, "layer_norm_epsilon": 1e-5,
+ "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+JSON
+common=(--config "$work/config.json" --data "$text" --seq 32 --micro-batch 2 --steps 8
+        --quiet --seed $((RANDOM + 1)))
+losses() { python3 -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1"; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$gpt" "${common[@]}" --ranks 2 --stage 1 --log-json "$work/a.jsonl" >"$work/a.out"
+[ "$(losses "$work/a.jsonl" | wc -l)" = 8 ] || fail "the local run logged $(wc -l <"$work/a.jsonl") steps, not 8"
+grep -q "tokens/s" "$work/a.out" || fail "no tokens/s line: $(cat "$work/a.out")"
+
+if [ -n "$mpiexec" ]; then
+  "$mpiexec" -n 2 "$gpt" "${common[@]}" --backend mpi --stage 3 --log-json "$work/b.jsonl" >"$work/b.out"
+  diff <(losses "$work/a.jsonl") <(losses "$work/b.jsonl") ||
+    fail "2 MPI processes at stage 3 differ from 2 local ranks at stage 1"
+fi
+
+"$gpt" "${common[@]}" --ranks 2 --stage 2 --steps 8 --checkpoint-dir "$work/ckpt" --save-every 4 \
+  --log-json "$work/c1.jsonl" >/dev/null
+# The run saved at steps 4 and 8; resume from step 4.
+[ -d "$work/ckpt/step_00000004" ] || fail "no step_00000004 in $(ls "$work/ckpt")"
+rm -rf "$work/ckpt/step_00000008"
+echo step_00000004 >"$work/ckpt/latest"
+"$gpt" "${common[@]}" --ranks 1 --accum 2 --stage 0 --checkpoint-dir "$work/ckpt" --resume \
+  --log-json "$work/c2.jsonl" 2>"$work/c2.err" >/dev/null || fail "resume: $(cat "$work/c2.err")"
+grep -q "resumed from" "$work/c2.err" || fail "no resume line: $(cat "$work/c2.err")"
+diff <(losses "$work/a.jsonl" | tail -4) <(losses "$work/c2.jsonl") ||
+  fail "the run resumed on 1 rank x 2 micro-batches does not continue the uninterrupted run"
+
+# Bad input: exit 2, one line naming the problem.
+set +e
+"$gpt" --config "$work/missing.json" --data "$text" >/dev/null 2>"$work/e1"
+rc=$?
+set -e
+[ $rc = 2 ] && grep -q "missing.json" "$work/e1" || fail "missing config: rc $rc, $(cat "$work/e1")"
+set +e
+"$gpt" "${common[@]}" --seq 65 >/dev/null 2>"$work/e2"
+rc=$?
+set -e
+[ $rc != 0 ] && grep -q "n_positions" "$work/e2" || fail "--seq 65 > n_positions: rc $rc, $(cat "$work/e2")"
+echo "PASS"
