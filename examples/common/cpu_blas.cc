@@ -87,21 +87,12 @@ CpuFeatures ReadCpuFeatures() {
   return f;
 }
 
-// The core of each class that SetUpCpuBlas switches to.
-std::string CoreFor(KernelIsa isa, const CpuFeatures& cpu) {
-  switch (isa) {
-    case KernelIsa::kAvx512:
-      // Cooperlake's sgemm kernels are SkylakeX's; the name also tells that
-      // the CPU has AVX512-BF16, as OpenBLAS itself reports it.
-      return cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX";
-    case KernelIsa::kAvx2:
-      // Zen: Haswell's kernels with AMD's blocking parameters.
-      return cpu.vendor == "AuthenticAMD" ? "Zen" : "Haswell";
-    case KernelIsa::kAvx:
-      return "Sandybridge";
-    default:
-      return "";
-  }
+// AMD family 25 (Zen 3 and Zen 4; only Zen 4 has AVX-512) executes a 512-bit
+// FMA as two 256-bit halves: AVX-512 kernels have no more FMA throughput than
+// AVX2 ones there. Zen 5 (family 26) has full-width AVX-512 on its server parts.
+bool HasHalfRateAvx512(const CpuFeatures& cpu) {
+  return cpu.vendor == "AuthenticAMD" && cpu.family == 25 &&
+         BestKernelIsa(cpu) == KernelIsa::kAvx512;
 }
 
 std::string CpuSummary(const CpuFeatures& cpu) {
@@ -183,29 +174,56 @@ absl::string_view BlasCoreSourceName(BlasCoreSource source) {
   }
 }
 
+std::string PreferredOpenBlasCore(const CpuFeatures& cpu) {
+  // On Zen 4, OpenBLAS's AVX2 kernels matched its AVX-512 ones at large
+  // shapes and were up to 1.6x faster at the MLP demo's 32-row products
+  // (perf/examples/cpu_blas_bench, docs/perf.md).
+  if (HasHalfRateAvx512(cpu)) return "Haswell";
+  switch (BestKernelIsa(cpu)) {
+    case KernelIsa::kAvx512:
+      // Cooperlake's sgemm kernels are SkylakeX's; the name also tells that
+      // the CPU has AVX512-BF16, as OpenBLAS itself reports it.
+      return cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX";
+    case KernelIsa::kAvx2:
+      // Zen: Haswell's kernels with AMD's blocking parameters, OpenBLAS's
+      // own choice for Zen 1-3.
+      return cpu.vendor == "AuthenticAMD" ? "Zen" : "Haswell";
+    case KernelIsa::kAvx:
+      return "Sandybridge";
+    default:
+      return "";
+  }
+}
+
 BlasCoreDecision DecideOpenBlasCore(const CpuFeatures& cpu, absl::string_view library_core,
                                     absl::string_view user_coretype) {
   BlasCoreDecision d;
   d.core = std::string(library_core);
-  const KernelIsa best = BestKernelIsa(cpu);
+  const std::string preferred = PreferredOpenBlasCore(cpu);
+  const KernelIsa want = preferred.empty() ? KernelIsa::kSse : OpenBlasCoreIsa(preferred);
   const KernelIsa have = OpenBlasCoreIsa(library_core);
   // An unknown core (a newer library's name) is not judged.
-  const bool slower = have != KernelIsa::kUnknown && have < best;
+  const bool slower = have != KernelIsa::kUnknown && have < want;
   if (!user_coretype.empty()) {
     d.source = BlasCoreSource::kForced;
     if (slower) {
       d.warning = absl::StrCat(
           have == KernelIsa::kSse ? "generic fallback: " : "", "OPENBLAS_CORETYPE=", user_coretype,
           " runs OpenBLAS's ", library_core, " (", KernelIsaName(have),
-          ") kernels where this CPU runs ", KernelIsaName(best), " (", CoreFor(best, cpu),
+          ") kernels where this CPU runs ", KernelIsaName(want), " (", preferred,
           "); the products run several times slower. Unset "
           "OPENBLAS_CORETYPE to let zeroshard choose");
     }
     return d;
   }
   if (slower) {
-    d.core = CoreFor(best, cpu);
+    d.core = preferred;
     d.source = BlasCoreSource::kChosen;
+  } else if (HasHalfRateAvx512(cpu) && have >= KernelIsa::kAvx2 &&
+             !absl::EqualsIgnoreCase(library_core, preferred)) {
+    d.core = preferred;
+    d.source = BlasCoreSource::kChosen;
+    d.reason = "AMD family 25 runs AVX-512 as two 256-bit halves; AVX2 kernels measured faster";
   }
   return d;
 }
@@ -252,15 +270,15 @@ const CpuBlasState& SetUpCpuBlas() {
     BlasCoreDecision d = DecideOpenBlasCore(cpu, s->library_core, s->user_coretype);
     s->source = d.source;
     s->warning = d.warning;
+    s->reason = d.reason;
     if (d.source == BlasCoreSource::kChosen) {
       absl::StatusOr<std::string> now = SwitchOpenBlasCore(d.core);
       if (!now.ok()) {
         s->source = BlasCoreSource::kDetected;
-        s->warning =
-            absl::StrCat("OpenBLAS runs ", s->library_core, " (",
-                         KernelIsaName(OpenBlasCoreIsa(s->library_core)),
-                         ") kernels where this CPU runs ", KernelIsaName(BestKernelIsa(cpu)), " (",
-                         d.core, "), and zeroshard could not switch: ", now.status().message());
+        s->warning = absl::StrCat("OpenBLAS runs ", s->library_core, " (",
+                                  KernelIsaName(OpenBlasCoreIsa(s->library_core)),
+                                  ") kernels where zeroshard would run ", d.core,
+                                  ", and could not switch: ", now.status().message());
       } else if (!absl::EqualsIgnoreCase(*now, d.core)) {
         s->warning = absl::StrCat("zeroshard asked OpenBLAS for core ", d.core, ", it runs ", *now,
                                   "; set OPENBLAS_CORETYPE to a core this OpenBLAS knows");
@@ -284,7 +302,8 @@ std::string DescribeCpuBlas(const CpuBlasState& state, const CpuFeatures& cpu) {
       absl::StrAppend(&out, "=", state.user_coretype);
     } else if (state.source == BlasCoreSource::kChosen) {
       absl::StrAppend(&out, " (OpenBLAS detected ", state.library_core, ", ",
-                      KernelIsaName(OpenBlasCoreIsa(state.library_core)), " kernels)");
+                      KernelIsaName(OpenBlasCoreIsa(state.library_core)), " kernels",
+                      state.reason.empty() ? "" : "; ", state.reason, ")");
     }
   }
   absl::StrAppend(&out, "; ", CpuSummary(cpu));

@@ -73,23 +73,35 @@ enum class BlasCoreSource {
 // "detected by OpenBLAS", "forced by OPENBLAS_CORETYPE", "chosen by zeroshard".
 absl::string_view BlasCoreSourceName(BlasCoreSource source);
 
+// The OpenBLAS core this CPU should run (pure): by its widest vectors,
+// AVX-512 with AVX512-BF16 "Cooperlake", AVX-512 "SkylakeX", AVX2 + FMA "Zen"
+// on AMD and "Haswell" otherwise, AVX "Sandybridge", SSE only "" (no
+// preference). One exception, measured: AMD family 25 with AVX-512 (Zen 4),
+// which executes 512-bit FMAs as two 256-bit halves, gets "Haswell": there
+// OpenBLAS's AVX2 kernels matched its AVX-512 ones at large shapes and ran
+// the 32-row products of the MLP demo up to 1.6x faster (docs/perf.md).
+std::string PreferredOpenBlasCore(const CpuFeatures& cpu);
+
 struct BlasCoreDecision {
   std::string core;  // the core to run on (OpenBLAS's name)
   BlasCoreSource source = BlasCoreSource::kDetected;
   // Empty, or why the products run slower than the CPU allows (a generic or
   // older kernel path) and what to do.
   std::string warning;
+  // Why zeroshard replaced a library core of the CPU's class (empty when the
+  // library's was of a slower class, or kept).
+  std::string reason;
 };
 
 // Pure: the core to run on, given the CPU, the core the library loaded with
 // (`library_core`, openblas_get_corename()) and the user's OPENBLAS_CORETYPE
 // (`user_coretype`, empty when unset). A non-empty `user_coretype` is never
-// overridden: the source is kForced, the core the library's. Otherwise a
-// library core whose class is below BestKernelIsa(cpu) is replaced by the
-// core of the CPU's class (AVX-512: "Cooperlake" with AVX512-BF16, else
-// "SkylakeX"; AVX2: "Zen" on AMD, else "Haswell"; AVX: "SandyBridge"); an
-// unknown library core is kept. The warning is set whenever the core kept is
-// of a class below the CPU's.
+// overridden: the source is kForced, the core the library's, and the warning
+// is set when its class is below PreferredOpenBlasCore(cpu)'s. Otherwise a
+// library core of a class below the preferred core's is replaced by it
+// (kChosen); on AMD family 25 with AVX-512, an AVX2 or AVX-512 core other
+// than "Haswell" is replaced too (with a `reason`); an unknown library core
+// (a newer library's name) is kept.
 BlasCoreDecision DecideOpenBlasCore(const CpuFeatures& cpu, absl::string_view library_core,
                                     absl::string_view user_coretype);
 
@@ -101,6 +113,7 @@ struct CpuBlasState {
   std::string user_coretype;  // OPENBLAS_CORETYPE at set-up, empty when unset
   BlasCoreSource source = BlasCoreSource::kDetected;
   std::string warning;  // the decision's warning, or why a switch failed
+  std::string reason;   // the decision's reason
 };
 
 // Once per process (later calls return the first result): decides the core

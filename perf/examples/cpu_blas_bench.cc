@@ -69,8 +69,13 @@ struct Shape {
 // the forward x W^T, the input gradient dY W, the weight gradient dY^T X.
 // GPT (rows N = batch x seq, width C): the fused QKV [N,C]x[C,3C], the MLP's
 // [N,C]x[C,4C] and [N,4C]x[4C,C], the byte-level head [N,C]x[256,C]^T, and
-// a weight gradient [C,N]^T... at N 512 / C 128 (the test model), N 1024 /
-// C 768 (GPT-2 small's width) and N 2048 / C 384.
+// a weight gradient [N,C]^T [N,3C], at N 512 / C 128 (the test model),
+// N 1024 / C 768 (GPT-2 small's width) and N 2048 / C 384; and the
+// attention's products per head and chunk of 64 query rows (S = Q K^T over
+// the keys so far, then S V) at the last chunk of a sequence: head dim 32,
+// seq 128 (gpt2-4l-128) and head dim 64, seq 256 (gpt2-6l-384). The
+// trainers read Q, K, V in place with a row stride of 3C; here they are
+// contiguous.
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       {"square 2048^3", 2048, 2048, 2048, false, false},
@@ -89,6 +94,10 @@ const std::vector<Shape>& Shapes() {
       {"gpt C768 head", 1024, 256, 768, false, true},
       {"gpt C768 qkv dW", 768, 2304, 1024, true, false},
       {"gpt C384 N2048 qkv", 2048, 1152, 384, false, false},
+      {"gpt attn QK^T D32", 64, 128, 32, false, true},
+      {"gpt attn PV D32", 64, 32, 128, false, false},
+      {"gpt attn QK^T D64", 64, 256, 64, false, true},
+      {"gpt attn PV D64", 64, 64, 256, false, false},
   };
   return shapes;
 }

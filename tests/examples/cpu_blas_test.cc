@@ -71,14 +71,31 @@ TEST(CpuBlasDecision, EmeraldRapidsFallbackIsReplacedByTheAvx512Core) {
   EXPECT_EQ(DecideOpenBlasCore(no_bf16, "prescott", "").core, "SkylakeX");
   // An older but not generic path is replaced too.
   EXPECT_EQ(DecideOpenBlasCore(EmeraldRapids(), "Haswell", "").core, "Cooperlake");
+  // A CPU OpenBLAS knows keeps its AVX-512 core.
+  EXPECT_EQ(DecideOpenBlasCore(EmeraldRapids(), "Cooperlake", "").source,
+            BlasCoreSource::kDetected);
 }
 
-TEST(CpuBlasDecision, ThisMachinesDetectionIsKept) {
+TEST(CpuBlasDecision, ThisMachinesAvx512CoreIsReplacedByHaswell) {
+  // Zen 4 runs AVX-512 at AVX2's rate; OpenBLAS 0.3.21 detects Cooperlake.
   const BlasCoreDecision d = DecideOpenBlasCore(Zen4(), "Cooperlake", "");
-  EXPECT_EQ(d.core, "Cooperlake");
-  EXPECT_EQ(d.source, BlasCoreSource::kDetected);
+  EXPECT_EQ(d.core, "Haswell");
+  EXPECT_EQ(d.source, BlasCoreSource::kChosen);
   EXPECT_EQ(d.warning, "");
-  EXPECT_EQ(DecideOpenBlasCore(Zen4(), "SkylakeX", "").source, BlasCoreSource::kDetected);
+  EXPECT_TRUE(absl::StrContains(d.reason, "two 256-bit halves")) << d.reason;
+  EXPECT_EQ(DecideOpenBlasCore(Zen4(), "SkylakeX", "").core, "Haswell");
+  // An older library's Zen core too (its blocking lost at the MLP's dW).
+  EXPECT_EQ(DecideOpenBlasCore(Zen4(), "Zen", "").core, "Haswell");
+  // Detected Haswell is kept; so is the fallback fix's target on Zen 4.
+  EXPECT_EQ(DecideOpenBlasCore(Zen4(), "haswell", "").source, BlasCoreSource::kDetected);
+  const BlasCoreDecision fallback = DecideOpenBlasCore(Zen4(), "Prescott", "");
+  EXPECT_EQ(fallback.core, "Haswell");
+  EXPECT_EQ(fallback.reason, "");
+  // Zen 5 (family 26) runs full-width AVX-512: its AVX-512 core is kept.
+  CpuFeatures zen5 = Zen4();
+  zen5.family = 26;
+  EXPECT_EQ(DecideOpenBlasCore(zen5, "Cooperlake", "").source, BlasCoreSource::kDetected);
+  EXPECT_EQ(DecideOpenBlasCore(zen5, "Prescott", "").core, "Cooperlake");
 }
 
 TEST(CpuBlasDecision, Avx512WithoutAllSubsetsIsNotAvx512) {
@@ -119,8 +136,9 @@ TEST(CpuBlasDecision, TheUsersChoiceIsKeptAndWarnedAboutWhenSlower) {
   EXPECT_EQ(haswell.source, BlasCoreSource::kForced);
   EXPECT_EQ(haswell.core, "Haswell");
   EXPECT_TRUE(absl::StartsWith(haswell.warning, "OPENBLAS_CORETYPE=haswell")) << haswell.warning;
-  // Forced to the CPU's own class: no warning.
+  // Forced to the preferred class or above: no warning, no override.
   const BlasCoreDecision skx = DecideOpenBlasCore(Zen4(), "SkylakeX", "SkylakeX");
+  EXPECT_EQ(skx.core, "SkylakeX");
   EXPECT_EQ(skx.source, BlasCoreSource::kForced);
   EXPECT_EQ(skx.warning, "");
 }
@@ -249,12 +267,15 @@ TEST(CpuBlasHost, TheProcessRunsTheCoreTheDecisionNames) {
     EXPECT_TRUE(absl::EqualsIgnoreCase(s.core, user)) << line;
     EXPECT_TRUE(absl::StrContains(line, absl::StrCat("forced by OPENBLAS_CORETYPE=", user)))
         << line;
-    const bool slower = OpenBlasCoreIsa(s.core) < BestKernelIsa(cpu);
+    const bool slower = OpenBlasCoreIsa(s.core) < OpenBlasCoreIsa(PreferredOpenBlasCore(cpu));
     EXPECT_EQ(absl::StrContains(line, "; WARNING: "), slower) << line;
   } else {
-    // Whatever OpenBLAS detected, the products run the CPU's class.
+    // Whatever OpenBLAS detected, the products run the decision's core, of
+    // the preferred core's class at least.
     EXPECT_NE(s.source, BlasCoreSource::kForced) << line;
-    EXPECT_EQ(OpenBlasCoreIsa(s.core), BestKernelIsa(cpu)) << line;
+    EXPECT_TRUE(absl::EqualsIgnoreCase(s.core, DecideOpenBlasCore(cpu, s.library_core, "").core))
+        << line;
+    EXPECT_GE(OpenBlasCoreIsa(s.core), OpenBlasCoreIsa(PreferredOpenBlasCore(cpu))) << line;
     EXPECT_FALSE(absl::StrContains(line, "WARNING")) << line;
   }
   ExpectSgemmMatchesDouble(std::random_device{}());
