@@ -313,4 +313,14 @@ std::string DescribeCpuBlas(const CpuBlasState& state, const CpuFeatures& cpu) {
 
 std::string CpuBlasDescription() { return DescribeCpuBlas(SetUpCpuBlas(), HostCpuFeatures()); }
 
+namespace {
+
+// The switch replaces the kernel table that every product reads, so it runs
+// while the program loads, before main() can start a thread that multiplies
+// (OpenBLAS chose its own core at the same point). Later calls of
+// SetUpCpuBlas() return this result.
+[[maybe_unused]] const CpuBlasState& kSetUpAtLoad = SetUpCpuBlas();
+
+}  // namespace
+
 }  // namespace zeroshard::examples

@@ -123,8 +123,10 @@ struct CpuBlasState {
 // only for that call and restored after), and sets OpenBLAS to one thread
 // (the trainers run one compute thread per rank). When the library cannot
 // switch (an OpenBLAS built without DYNAMIC_ARCH), the state keeps its core
-// and says why in `warning`. Call it before any thread runs a BLAS product:
-// the switch replaces the kernel table those products read.
+// and says why in `warning`. The switch replaces the kernel table that every
+// product reads, so no product may run meanwhile: a program that links this
+// library runs SetUpCpuBlas() while it loads (a static initializer), before
+// main() starts any thread; calls after that return the first result.
 const CpuBlasState& SetUpCpuBlas();
 
 // One line for reports, e.g. "OpenBLAS 0.3.21 ... , core Cooperlake (AVX-512
