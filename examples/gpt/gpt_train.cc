@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cli/flags.h"
+#include "examples/common/cpu_blas.h"
 #include "examples/common/median.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/gpt_trainer.h"
@@ -326,6 +327,7 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
     const double tokens =
         static_cast<double>(stats.steps) * comm.size() * o.accum * o.micro_batch * o.seq;
     const StepTimes& t = stats.totals;
+    std::printf("gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
     std::printf("gpt_train: %lld steps on %d rank(s), ZeRO stage %d, %s, final loss %.5f\n",
                 static_cast<long long>(stats.steps), comm.size(), o.stage,
                 o.precision == 0 ? "fp32" : "bf16", loss);
@@ -389,6 +391,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_train: %s (see --help)\n",
                  std::string(opts.status().message()).c_str());
     return 2;
+  }
+  // The BLAS's kernel path was chosen as the program loaded (before any
+  // rank's thread runs a product); a path slower than the CPU allows is
+  // said at once.
+  if (!examples::SetUpCpuBlas().warning.empty()) {
+    std::fprintf(stderr, "gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
   }
   absl::StatusOr<SharedRun> run = Prepare(*opts);
   if (!run.ok()) {
