@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "tools/estimate_command.h"
+#include "tools/hf_export.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/estimate/byte_units.h"
 
@@ -22,9 +23,15 @@ const char kInspectUsage[] =
 
 const char kExportUsage[] =
     "usage: zeroshard export DIR --out FILE [--dtype fp32|bf16]\n"
+    "       zeroshard export DIR --hf OUTDIR [--dtype fp32|bf16]\n"
     "Writes the consolidated weights of a checkpoint as a safetensors file, one tensor\n"
     "per param named <unit>.<param> (fp32: the master weights exactly; bf16: rounded\n"
     "to nearest even), streaming unit by unit.\n"
+    "--hf: a GPT trainer checkpoint (examples/gpt) as a Hugging Face directory that\n"
+    "GPT2LMHeadModel.from_pretrained(OUTDIR) loads: OUTDIR/model.safetensors under\n"
+    "GPT-2's names (transformer.h.0.attn.c_attn.weight, ...; the tied lm_head.weight\n"
+    "not stored) and OUTDIR/config.json (the run's config, dropout 0). OUTDIR must be\n"
+    "new or empty; it appears complete or not at all.\n"
     "Exit codes: 0 written, 2 bad input or a damaged checkpoint.\n";
 
 std::string Mib(int64_t bytes) {
@@ -83,21 +90,21 @@ int RunInspect(const std::vector<std::string>& args, std::ostream& out, std::ost
 }
 
 int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string dir, file;
+  std::string dir, file, hf_dir;
   DType dtype = DType::kFloat32;
-  bool out_given = false, dtype_given = false;
+  bool out_given = false, dtype_given = false, hf_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       out << kExportUsage;
       return kExitOk;
     }
-    if (a == "--out" || a == "--dtype") {
+    if (a == "--out" || a == "--dtype" || a == "--hf") {
       if (i + 1 >= args.size()) {
         err << "zeroshard export: " << a << " needs a value; see --help\n";
         return kExitBadInput;
       }
-      bool& given = a == "--out" ? out_given : dtype_given;
+      bool& given = a == "--out" ? out_given : a == "--hf" ? hf_given : dtype_given;
       if (given) {
         err << "zeroshard export: " << a << " is given twice; give it once\n";
         return kExitBadInput;
@@ -106,6 +113,8 @@ int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostr
       const std::string& v = args[++i];
       if (a == "--out") {
         file = v;
+      } else if (a == "--hf") {
+        hf_dir = v;
       } else if (v == "fp32" || v == "bf16") {
         dtype = v == "fp32" ? DType::kFloat32 : DType::kBFloat16;
       } else {
@@ -125,21 +134,28 @@ int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostr
     }
     dir = a;
   }
-  if (dir.empty() || file.empty()) {
-    err << "zeroshard export: give a checkpoint directory and --out FILE; see --help\n";
+  if (out_given && hf_given) {
+    err << "zeroshard export: give --out FILE or --hf OUTDIR, not both\n";
+    return kExitBadInput;
+  }
+  if (dir.empty() || (file.empty() && hf_dir.empty())) {
+    err << "zeroshard export: give a checkpoint directory and --out FILE or --hf OUTDIR; see "
+           "--help\n";
     return kExitBadInput;
   }
   const absl::Time begin = absl::Now();
   ExportStats stats;
   absl::Status status =
-      ExportSafetensors(dir, file, dtype, &stats, ProgressLines("export: wrote", err));
+      hf_given ? ExportHfGpt2(dir, hf_dir, dtype, &stats, ProgressLines("export: wrote", err))
+               : ExportSafetensors(dir, file, dtype, &stats, ProgressLines("export: wrote", err));
   if (!status.ok()) {
     err << "zeroshard export: " << status.message() << "\n";
     return kExitBadInput;
   }
   out << absl::StrFormat(
-      "wrote %s: %d tensors, %s, %s; at most %s of weights held at once (%.2f s)\n", file,
-      stats.tensors, DTypeName(dtype), Mib(stats.bytes_written), Mib(stats.peak_buffer_bytes),
+      "wrote %s: %d tensors, %s, %s; at most %s of weights held at once (%.2f s)\n",
+      hf_given ? hf_dir + "/model.safetensors and config.json" : file, stats.tensors,
+      DTypeName(dtype), Mib(stats.bytes_written), Mib(stats.peak_buffer_bytes),
       absl::ToDoubleSeconds(absl::Now() - begin));
   return kExitOk;
 }

@@ -26,6 +26,7 @@ namespace {
 const std::set<std::string>& ValueFlags() {
   static const std::set<std::string>* flags = new std::set<std::string>{"--preset",
                                                                         "--hf-config",
+                                                                        "--config",
                                                                         "--spec",
                                                                         "--params",
                                                                         "--gpus",
@@ -37,6 +38,7 @@ const std::set<std::string>& ValueFlags() {
                                                                         "--micro-batch",
                                                                         "--grad-accum",
                                                                         "--recompute",
+                                                                        "--activations",
                                                                         "--stage",
                                                                         "--offload",
                                                                         "--tp",
@@ -78,13 +80,13 @@ constexpr int64_t kMaxPrefetchDepth = 64;
 
 absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::string>& flags) {
   std::vector<std::string> given;
-  for (const char* f : {"--preset", "--hf-config", "--spec", "--params"}) {
+  for (const char* f : {"--preset", "--hf-config", "--config", "--spec", "--params"}) {
     if (flags.count(f)) given.push_back(f);
   }
   if (given.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("give exactly one of --preset, --hf-config, --spec, --params (got %s)",
-                        given.empty() ? "none" : absl::StrJoin(given, ", ")));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "give exactly one of --preset, --hf-config (or --config), --spec, --params (got %s)",
+        given.empty() ? "none" : absl::StrJoin(given, ", ")));
   }
   const std::string& v = flags.at(given[0]);
   if (given[0] == "--preset") return ModelFromPreset(v);
@@ -97,7 +99,8 @@ absl::StatusOr<ModelDescription> LoadModel(const std::map<std::string, std::stri
     return model;
   }
   ZS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(v, absl::StrCat("the ", given[0], " file")));
-  if (given[0] == "--hf-config") return ModelFromHfConfig(text, v);
+  // --config is --hf-config by the name the GPT example's docs use.
+  if (given[0] == "--hf-config" || given[0] == "--config") return ModelFromHfConfig(text, v);
   return ModelFromSpecJson(text, v);
 }
 
@@ -170,6 +173,21 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
   };
   ClusterSpec& c = r.cluster;
   PlanOptions& o = r.options;
+  if (auto* v = get("--activations")) {
+    ZS_ASSIGN_OR_RETURN(o.activations, ParseActivationModel(*v));
+  }
+  if (o.activations == ActivationModel::kGptExample) {
+    // gpt_train's defaults, so that the same flags describe the same run
+    // (the flags below still apply): its ranks are CPU processes (no CUDA
+    // context or kernel workspace beside what its ledger records), fp32,
+    // no recomputation, and stage 3 gathers 2 units ahead of the one in use
+    // (its --prefetch 2: 3 gather buffers).
+    c.reserve_bytes = 0;
+    c.workspace_bytes = 0;
+    o.precision = Precision::kFp32;
+    o.recompute = Recompute::kNone;
+    o.prefetch_depth = 3;
+  }
   if (auto* v = get("--gpus")) {
     ZS_ASSIGN_OR_RETURN(int64_t n,
                         cli::ParseIntFlag("--gpus", *v, 1, kMaxGpus, " (2^20 GPUs at most)"));
@@ -286,6 +304,7 @@ MODEL (exactly one):
   --preset NAME          built-in model: )" +
          absl::StrJoin(PresetNames(), ", ") + R"(
   --hf-config FILE       Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, GPT-2)
+  --config FILE          the same as --hf-config (e.g. the GPT example's config.json)
   --spec FILE            JSON spec of units and params (docs/estimator.md)
   --params N             a bare parameter count (one unit), e.g. 7.5e9 or 7.5B
 FINE-TUNING (frozen params have no gradients, fp32 master or Adam moments):
@@ -314,6 +333,11 @@ TRAINING:
   --micro-batch B        sequences per micro-batch (default 1)
   --grad-accum M         micro-batches per GPU per step (default 1)
   --recompute R          none | selective | full (default selective)
+  --activations A        which tensors the activations count: korthikanti (default; a
+                         Megatron-style layer, Korthikanti et al. 2022) or gpt-example (the
+                         GPT example's own fp32 tensors and workspace, as its ledger records
+                         them; tp = pp = 1, no offload; defaults are gpt_train's: fp32,
+                         recompute none, prefetch depth 3, --reserve and --workspace 0)
   --no-sequence-parallel with tensor parallelism, keep activations replicated
   --prefetch-depth D     stage 3 gather buffers (default 2; never more than the sharded units)
 CHOICE:

@@ -15,9 +15,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cli/flags.h"
+#include "examples/common/cpu_blas.h"
 #include "examples/common/median.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/gpt_trainer.h"
+#include "examples/gpt/hf_weights.h"
 #include "examples/gpt/text_data.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/checkpoint.h"
@@ -58,6 +60,8 @@ struct Options {
   std::string dump_batches;
   std::string log_json;
   std::string dump_logits;
+  std::string init_from;
+  std::string save_init;
   bool quiet = false;
 };
 
@@ -87,6 +91,11 @@ the zeroshard engine. docs/gpt.md has the details.
   --log-json FILE        JSONL, per step: step, loss, lr, grad_norm, val_loss
   --dump-logits FILE     JSON: after training, the logits of the first micro-batch of
                          validation windows (the export check)
+  --init-from DIR        initial weights from a Hugging Face GPT-2 directory (its
+                         model.safetensors: save_pretrained, zeroshard export --hf)
+                         instead of --seed's initialisation
+  --save-init DIR        write the initial weights as a Hugging Face directory (new
+                         or empty) before the first step
   --quiet                no progress lines
 )";
 
@@ -120,6 +129,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
       .String("dump-batches", &o.dump_batches)
       .String("log-json", &o.log_json)
       .String("dump-logits", &o.dump_logits)
+      .String("init-from", &o.init_from)
+      .String("save-init", &o.save_init)
       .Switch("quiet", &o.quiet);
   ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
   if (*help) return o;
@@ -127,6 +138,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   if (o.data.empty()) o.data = DefaultCorpusPath();
   if ((o.save_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--save-every and --resume need --checkpoint-dir DIR");
+  }
+  if (o.resume && (!o.init_from.empty() || !o.save_init.empty())) {
+    return absl::InvalidArgumentError(
+        "--init-from and --save-init set and write the initial weights; a --resume run has its "
+        "checkpoint's: drop them or --resume");
   }
   if (o.warmup < 0) o.warmup = std::max<int64_t>(1, o.steps / 20);
   if (o.warmup >= o.steps) o.warmup = o.steps - 1;
@@ -221,6 +237,10 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
                      absl::StrJoin(info.changed_settings, ", ").c_str());
       }
     }
+  } else if (!o.init_from.empty()) {
+    ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg.json));
+    ZS_ASSIGN_OR_RETURN(ParamValues values, ReadHfGpt2Weights(o.init_from, spec));
+    ZS_RETURN_IF_ERROR(SetEngineParams(*engine, values));
   } else {
     ZS_RETURN_IF_ERROR(InitGptParams(*engine, run.cfg, static_cast<uint64_t>(o.seed)));
   }
@@ -235,6 +255,11 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   ZS_RETURN_IF_ERROR(engine->Start(
       {TrainerSetting::Int("micro_batch", o.micro_batch), TrainerSetting::Int("seq", o.seq),
        TrainerSetting::Int("seed", o.seed), TrainerSetting::Int("recompute", o.recompute)}));
+  if (!o.save_init.empty()) {
+    // GetParam gathers sharded weights: every rank takes part, rank 0 writes.
+    ZS_ASSIGN_OR_RETURN(ParamValues values, GetEngineParams(*engine));
+    if (lead) ZS_RETURN_IF_ERROR(WriteHfGpt2Dir(o.save_init, spec, values, run.cfg.json));
+  }
   std::vector<double> step_ms;
   const absl::Time start = absl::Now();
   const int64_t first = engine->steps();
@@ -302,6 +327,7 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
     const double tokens =
         static_cast<double>(stats.steps) * comm.size() * o.accum * o.micro_batch * o.seq;
     const StepTimes& t = stats.totals;
+    std::printf("gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
     std::printf("gpt_train: %lld steps on %d rank(s), ZeRO stage %d, %s, final loss %.5f\n",
                 static_cast<long long>(stats.steps), comm.size(), o.stage,
                 o.precision == 0 ? "fp32" : "bf16", loss);
@@ -365,6 +391,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_train: %s (see --help)\n",
                  std::string(opts.status().message()).c_str());
     return 2;
+  }
+  // The BLAS's kernel path was chosen as the program loaded (before any
+  // rank's thread runs a product); a path slower than the CPU allows is
+  // said at once.
+  if (!examples::SetUpCpuBlas().warning.empty()) {
+    std::fprintf(stderr, "gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
   }
   absl::StatusOr<SharedRun> run = Prepare(*opts);
   if (!run.ok()) {

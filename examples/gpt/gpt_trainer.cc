@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "examples/common/cpu_blas.h"
 #include "examples/mlp/internal/unit_loop.h"
 #include "examples/mlp/internal/view_convert.h"
 #include "zeroshard/status.h"
@@ -55,6 +56,10 @@ absl::StatusOr<std::unique_ptr<GptTrainer>> GptTrainer::Create(const GptConfig& 
         "%s: the engine's model has %d units; BuildGptModelSpec gives %d for this config", kWho,
         engine.model().units.size(), cfg.num_units()));
   }
+  // One BLAS thread per rank, on the kernel path chosen for the CPU. The
+  // choice ran as the program loaded (cpu_blas.h): referencing it here links
+  // it into every program that trains, and this call returns that result.
+  examples::SetUpCpuBlas();
   std::unique_ptr<GptTrainer> t(new GptTrainer(cfg, run, engine, comm, device, train));
   ZS_RETURN_IF_ERROR(t->Allocate());
   return t;

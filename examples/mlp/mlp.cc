@@ -8,13 +8,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "examples/common/cpu_blas.h"
 #include "examples/common/rng.h"
 #include "examples/mlp/internal/lm_math.h"
 #include "zeroshard/status.h"
-
-// OpenBLAS's own queries (not in every cblas.h).
-extern "C" char* openblas_get_config(void);
-extern "C" char* openblas_get_corename(void);
 
 namespace zeroshard {
 namespace mlp {
@@ -352,16 +349,7 @@ void DistributedSampler::Fill(int64_t step, int micro, float* x, float* y) const
   std::copy(out.begin(), out.end(), y);
 }
 
-std::string BlasDescription() {
-  std::string out = absl::StrCat(openblas_get_config(), ", core ", openblas_get_corename());
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  if (forced != nullptr && *forced != '\0') {
-    absl::StrAppend(&out, " (OPENBLAS_CORETYPE=", forced, " in the environment)");
-  } else {
-    absl::StrAppend(&out, " (detected)");
-  }
-  return out;
-}
+std::string BlasDescription() { return examples::CpuBlasDescription(); }
 
 }  // namespace mlp
 }  // namespace zeroshard

@@ -142,11 +142,11 @@ std::vector<float> RandomParam(const MlpConfig& cfg, uint64_t seed, int unit, in
 // with another --micro-batch or seed is refused by name.
 std::vector<TrainerSetting> TrainerSettings(const MlpConfig& cfg);
 
-// The BLAS the CPU trainer's products run on, for reports: OpenBLAS's build
-// string and core ("..., core Haswell"), and whether the environment chose
-// the core ("(OPENBLAS_CORETYPE=Haswell in the environment)") or OpenBLAS
-// detected the CPU ("(detected)"). The core picks the sgemm kernels: the
-// compute time and, within a process, the bits.
+// The BLAS the CPU trainer's products run on, for reports: the one line of
+// examples::CpuBlasDescription() (library, kernel path, whether OpenBLAS
+// detected it, the user forced it with OPENBLAS_CORETYPE or zeroshard chose
+// it, the CPU, and a warning on a path slower than the CPU allows). The core
+// picks the sgemm kernels: the compute time and, within a process, the bits.
 std::string BlasDescription();
 
 // SetParam for every param of every unit with InitialParam (a tied alias is

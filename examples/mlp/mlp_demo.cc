@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "examples/common/cpu_blas.h"
 #include "examples/common/median.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/demo_report.h"
@@ -596,6 +597,12 @@ int main(int argc, char** argv) {
   if (opts->print_spec) {
     std::printf("%s\n", zeroshard::mlp::SpecJson(opts->model).dump(2).c_str());
     return 0;
+  }
+  // The BLAS's kernel path is chosen before any rank's thread runs a
+  // product; a path slower than the CPU allows is said at once, not only in
+  // the final report.
+  if (!zeroshard::examples::SetUpCpuBlas().warning.empty()) {
+    std::fprintf(stderr, "mlp_demo: BLAS: %s\n", zeroshard::examples::CpuBlasDescription().c_str());
   }
   return opts->backend_mpi ? zeroshard::mlp::RunMpi(*opts) : zeroshard::mlp::RunLocal(*opts);
 }

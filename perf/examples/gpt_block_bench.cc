@@ -194,23 +194,36 @@ int main(int argc, char** argv) {
   };
   double med[2][kNumParts];
   for (int i = 0; i < 2 * kNumParts; ++i) med[i / kNumParts][i % kNumParts] = median(samples[i]);
-  // The attention's own products alone: 2 per (b, h) forward, 4 backward.
+  // The attention kernel's own products alone, as it runs them: per (b, h)
+  // and chunk of 64 rows [r0, r1), 2 forward and 4 backward, each m x r1 x D
+  // (m = r1 - r0). (The chunk is the kernel's kRowChunk.)
+  constexpr int64_t kChunk = 64;
+  double att_flop = 0.0;
+  for (int64_t r0 = 0; r0 < T; r0 += kChunk) {
+    att_flop += 2.0 * 2 * (std::min(r0 + kChunk, T) - r0) * std::min(r0 + kChunk, T) * D;
+  }
+  att_flop *= d.batch * d.heads;
   const double att_gemm_f = MedianMs(rounds, [&] {
     for (int64_t bh = 0; bh < d.batch * d.heads; ++bh) {
-      Sgemm(false, true, T, T, D, acts.qkv, 3 * C, acts.qkv + C, 3 * C, tt.data(), T);
-      Sgemm(false, false, T, D, T, tt.data(), T, acts.qkv + 2 * C, 3 * C, wide.data(), C);
+      for (int64_t r0 = 0; r0 < T; r0 += kChunk) {
+        const int64_t r1 = std::min(r0 + kChunk, T), m = r1 - r0;
+        Sgemm(false, true, m, r1, D, acts.qkv, 3 * C, acts.qkv + C, 3 * C, tt.data(), T);
+        Sgemm(false, false, m, D, r1, tt.data(), T, acts.qkv + 2 * C, 3 * C, wide.data(), C);
+      }
     }
   });
   const double att_gemm_b = MedianMs(rounds, [&] {
     for (int64_t bh = 0; bh < d.batch * d.heads; ++bh) {
-      Sgemm(true, false, T, D, T, tt.data(), T, narrow.data(), C, wide.data(), 3 * C);
-      Sgemm(false, true, T, T, D, narrow.data(), C, acts.qkv, 3 * C, tt.data(), T);
-      Sgemm(false, false, T, D, T, tt.data(), T, acts.qkv, 3 * C, wide.data(), 3 * C);
-      Sgemm(true, false, T, D, T, tt.data(), T, acts.qkv, 3 * C, wide.data() + C, 3 * C);
+      for (int64_t r0 = 0; r0 < T; r0 += kChunk) {
+        const int64_t r1 = std::min(r0 + kChunk, T), m = r1 - r0;
+        Sgemm(true, false, r1, D, m, tt.data(), T, narrow.data(), C, wide.data(), 3 * C);
+        Sgemm(false, true, m, r1, D, narrow.data(), C, acts.qkv, 3 * C, tt.data(), r1);
+        Sgemm(false, false, m, D, r1, tt.data(), r1, acts.qkv, 3 * C, wide.data(), 3 * C);
+        Sgemm(true, false, r1, D, m, tt.data(), r1, acts.qkv, 3 * C, wide.data() + C, 3 * C);
+      }
     }
   });
   const double conv_flop = 2.0 * N * C * 12 * C;  // one pass over the four layers
-  const double att_flop = 2.0 * 2 * d.batch * d.heads * T * T * D;
   std::printf("%s, core %s\n", openblas_get_config(), openblas_get_corename());
   std::printf("B %lld T %lld C %lld H %lld (D %lld), medians of %d rounds, ms\n",
               static_cast<long long>(d.batch), static_cast<long long>(T), static_cast<long long>(C),

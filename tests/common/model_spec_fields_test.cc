@@ -86,6 +86,25 @@ ModelSpec TiedModel(int64_t vocab, int64_t hidden) {
   return spec;
 }
 
+TEST(ModelSpecTest, StoredParamsCountATiedParamOnceAndNumParamsCountsEveryUse) {
+  std::mt19937_64 rng(testing::Seed() + 5);
+  const int64_t vocab = 2 + static_cast<int64_t>(rng() % 500);
+  const int64_t hidden = 1 + static_cast<int64_t>(rng() % 500);
+  const ModelSpec spec = TiedModel(vocab, hidden);
+  ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
+  // Hand count: embed.w, embed.b, block.w stored; head.w is embed.w.
+  const int64_t stored = vocab * hidden + hidden + hidden * hidden;
+  EXPECT_EQ(spec.NumStoredParams(), stored) << testing::SeedTrace();
+  EXPECT_EQ(spec.NumParams(), stored + vocab * hidden) << testing::SeedTrace();
+  ModelSpec untied = spec;
+  untied.units[2].params[0].tied_to.reset();
+  EXPECT_EQ(untied.NumStoredParams(), untied.NumParams());
+  // A shape that wraps int64 is -1 here too, tied or not.
+  ModelSpec wraps = spec;
+  wraps.units[1].params[0].shape = {(int64_t{1} << 62) + 1, 4};
+  EXPECT_EQ(wraps.NumStoredParams(), -1);
+}
+
 TEST(ModelSpecTest, TiesNameAnUntiedParamOfAnEarlierUnitWithTheSameShapeAndSettings) {
   std::mt19937_64 rng(testing::Seed() + 1);
   const int64_t vocab = 2 + static_cast<int64_t>(rng() % 50);

@@ -110,10 +110,10 @@ void RefLayerNorm(const double* x, const double* w, const double* b, int64_t row
 void RefConv1D(const double* x, const double* w, const double* b, int64_t rows, int64_t in,
                int64_t out, double* y) {
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < out; ++o) {
-      double s = b[o];
-      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[i * out + o];
-      y[r * out + o] = s;
+    double* yr = y + r * out;
+    for (int64_t o = 0; o < out; ++o) yr[o] = b[o];
+    for (int64_t i = 0; i < in; ++i) {
+      for (int64_t o = 0; o < out; ++o) yr[o] += x[r * in + i] * w[i * out + o];
     }
   }
 }
@@ -466,6 +466,79 @@ TEST(GptModelCausality, LaterTokenLeavesEarlierRowsUnchanged) {
   }
 }
 
+// One block at a larger shape (T = 70: two attention row chunks, the last
+// partial; D = 16), where the BLAS takes its blocked paths on the strided
+// q, k, v columns: the output in full against
+// RefBlock, and dx and every param's gradient at random elements against
+// central differences of sum(y * dy).
+TEST(GptBlock, LargerShapeSpotChecked) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 13);
+  Model m = MakeModel(Shape{1, 70, 48, 3, 5, 70, 1}, rng);
+  const GptDims& d = m.d;
+  const int64_t N = d.rows(), C = d.width;
+  const std::vector<float> x = Normal(rng, N * C, 1.0), dy = Normal(rng, N * C, 1.0);
+  std::vector<const float*> p;
+  std::vector<float*> g;
+  std::vector<std::vector<float>> grads;
+  for (int i = 0; i < kNumBlockParams; ++i) {
+    p.push_back(m.params[m.BlockIndex(0, i)].data());
+    grads.emplace_back(m.params[m.BlockIndex(0, i)].size(), kNaN);
+  }
+  for (auto& v : grads) g.push_back(v.data());
+  Guarded acts(BlockActsFloats(d)), y(N * C), dx(N * C), scratch(BlockScratchFloats(d));
+  BlockForward(p.data(), d, x.data(), BlockActsView(d, acts.get()), y.get(), scratch.get());
+  BlockBackward(p.data(), d, x.data(), BlockActsView(d, acts.get()), dy.data(), dx.get(), g.data(),
+                scratch.get());
+  for (const Guarded* b : {&acts, &y, &dx, &scratch}) b->ExpectGuardIntact("block buffer");
+
+  std::vector<std::vector<double>> p64;
+  for (int i = 0; i < kNumBlockParams; ++i) p64.push_back(ToDouble(m.params[m.BlockIndex(0, i)]));
+  std::vector<double> x64 = ToDouble(x), y64(N * C);
+  RefBlock(p64.data(), d, x64.data(), y64.data());
+  ExpectClose(y.get(), y64, 1e-5, "block output");
+
+  auto objective = [&]() {
+    RefBlock(p64.data(), d, x64.data(), y64.data());
+    double s = 0.0;
+    for (int64_t i = 0; i < N * C; ++i) s += y64[i] * dy[i];
+    return s;
+  };
+  // |error| <= 1e-4 of the largest gradient among the spots, as for the
+  // model. Spots are drawn from [lo, hi) of the array.
+  auto spot_check = [&](std::vector<double>& v, const float* got,
+                        const std::vector<std::array<size_t, 3>>& draws, const std::string& what) {
+    std::vector<double> want;
+    std::vector<float> got_at;
+    for (const auto& [count, lo, hi] : draws) {
+      std::uniform_int_distribution<size_t> pick(lo, hi - 1);
+      for (size_t k = 0; k < count; ++k) {
+        const size_t i = pick(rng);
+        const double saved = v[i], h = 1e-5 * std::max(1.0, std::fabs(saved));
+        v[i] = saved + h;
+        const double up = objective();
+        v[i] = saved - h;
+        const double down = objective();
+        v[i] = saved;
+        want.push_back((up - down) / (2 * h));
+        got_at.push_back(got[i]);
+      }
+    }
+    ExpectClose(got_at.data(), want, 1e-4, what);
+  };
+  spot_check(x64, dx.get(), {{24, 0, x64.size()}}, "block dx");
+  for (int i = 0; i < kNumBlockParams; ++i) {
+    const size_t n = p64[i].size(), c = static_cast<size_t>(C);
+    // c_attn's k bias has no gradient (it shifts a row's scores by one
+    // constant, which the softmax drops): spots there are checked against
+    // the scale of q's and v's, drawn too.
+    const std::vector<std::array<size_t, 3>> draws =
+        i == kAttnBias ? std::vector<std::array<size_t, 3>>{{3, 0, c}, {2, c, 2 * c}, {3, 2 * c, n}}
+                       : std::vector<std::array<size_t, 3>>{{4, 0, n}};
+    spot_check(p64[i], grads[i].data(), draws, "block gradient of param " + std::to_string(i));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The pieces.
 
@@ -473,7 +546,14 @@ TEST(GptAttention, ForwardAndBackwardMatchDoubleReference) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(Seed() + 21);
   for (const auto& [B, T, C, H] : std::vector<std::array<int64_t, 4>>{
-           {2, 5, 8, 2}, {1, 1, 4, 1}, {3, 4, 6, 1}, {2, 7, 12, 3}, {1, 9, 8, 8}}) {
+           {2, 5, 8, 2},
+           {1, 1, 4, 1},
+           {3, 4, 6, 1},
+           {2, 7, 12, 3},
+           {1, 9, 8, 8},
+           // Past one row chunk (64): 2 and 3 chunks, the last partial.
+           {2, 70, 6, 3},
+           {1, 130, 8, 2}}) {
     SCOPED_TRACE("B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) +
                  " H" + std::to_string(H));
     GptDims d;
@@ -508,16 +588,29 @@ TEST(GptAttention, ForwardAndBackwardMatchDoubleReference) {
       for (int64_t i = 0; i < N * C; ++i) s += o[i] * dout[i];
       return s;
     };
-    for (int64_t i = 0; i < N * 3 * C; ++i) {
+    // Every element at the small shapes; 120 random ones (the same bound,
+    // on the spots' own scale) past one row chunk, where each difference
+    // costs a whole attention.
+    std::vector<int64_t> spots;
+    if (N * 3 * C <= 1000) {
+      for (int64_t i = 0; i < N * 3 * C; ++i) spots.push_back(i);
+    } else {
+      std::uniform_int_distribution<int64_t> pick(0, N * 3 * C - 1);
+      for (int k = 0; k < 120; ++k) spots.push_back(pick(rng));
+    }
+    std::vector<float> got_at;
+    want.clear();
+    for (const int64_t i : spots) {
       const double saved = q64[i], h = 1e-5;
       q64[i] = saved + h;
       const double up = objective();
       q64[i] = saved - h;
       const double down = objective();
       q64[i] = saved;
-      want[i] = (up - down) / (2 * h);
+      want.push_back((up - down) / (2 * h));
+      got_at.push_back(dqkv.get()[i]);
     }
-    ExpectClose(dqkv.get(), want, 1e-5, "dqkv");
+    ExpectClose(got_at.data(), want, 1e-5, "dqkv");
   }
 }
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -221,7 +223,8 @@ TEST(MlpBlockMath, FusedGeluLoopsMatchTheScalarFunctionsBitwise) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = r * cols + c;
       const float p = pre0[i] + bias[c];
-      const float d = dact[i] * internal::GeluGrad(p);
+      const float raw = dact[i] * internal::GeluGrad(p);
+      const float d = std::fabs(raw) < std::numeric_limits<float>::min() ? 0.0f : raw;
       EXPECT_EQ(std::memcmp(&pre[i], &p, sizeof(float)), 0) << i;
       const float a = internal::Gelu(p);
       EXPECT_EQ(std::memcmp(&act[i], &a, sizeof(float)), 0) << i;
@@ -229,6 +232,37 @@ TEST(MlpBlockMath, FusedGeluLoopsMatchTheScalarFunctionsBitwise) {
       sum += d;
     }
     EXPECT_EQ(std::memcmp(&db1[c], &sum, sizeof(float)), 0) << c;
+  }
+}
+
+// A GELU gradient below FLT_MIN is written as 0 (and summed as 0 into
+// db1): subnormal sgemm operands stall SSE kernels. Normal ones are kept.
+TEST(MlpBlockMath, SubnormalGeluGradientsAreFlushed) {
+  const int64_t rows = 2, cols = 19;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  std::vector<float> pre(rows * cols), dpre(rows * cols), raw(rows * cols), db1(cols);
+  int subnormal = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    // Every third far in the negative tail (GeluGrad ~1e-37) times a small
+    // upstream gradient: a subnormal product; the others ordinary.
+    pre[i] = i % 3 == 0 ? -12.9f : unit(rng) - 1.25f;
+    dpre[i] = (i % 3 == 0 ? 1e-4f : 1.0f) * unit(rng);
+    raw[i] = dpre[i] * internal::GeluGrad(pre[i]);
+    subnormal += std::fpclassify(raw[i]) == FP_SUBNORMAL;
+  }
+  ASSERT_GT(subnormal, 0) << "the inputs must make subnormal products";
+  const std::vector<float> zero_bias(cols, 0.0f);
+  std::vector<float> act(rows * cols), pre_in = pre;
+  internal::BiasGelu(zero_bias.data(), rows, cols, pre_in.data(), act.data());
+  internal::GeluBackwardBiasGrad(pre_in.data(), rows, cols, dpre.data(), db1.data());
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (std::fpclassify(raw[i]) == FP_SUBNORMAL) {
+      EXPECT_EQ(dpre[i], 0.0f) << i;
+      EXPECT_FALSE(std::signbit(dpre[i])) << i;
+    } else {
+      EXPECT_EQ(dpre[i], raw[i]) << i;
+    }
   }
 }
 

@@ -555,3 +555,70 @@ TEST(CalibrateCliTest, BadArgumentsAreOneLine) {
 }
 
 }  // namespace calibrate
+
+namespace {
+
+// `zeroshard estimate --config` (the GPT example's config.json) is
+// --hf-config, and --activations gpt-example reports the example's own
+// tensors: in the JSON, summed into each candidate's activations and
+// workspace, and in the table in bytes.
+TEST(EstimateCliTest, ConfigIsHfConfigAndGptExampleListsTheTrainersTensors) {
+  const std::string config = TestData("gpt-example-config.json");
+  const std::string run = " --gpus 2 --seq 64 --micro-batch 2 --stage 1 --json";
+  const Result hf = RunCli("estimate --hf-config " + config + run);
+  const Result alias = RunCli("estimate --config " + config + run);
+  ASSERT_EQ(hf.exit_code, 0) << hf.err;
+  EXPECT_EQ(alias.exit_code, 0) << alias.err;
+  EXPECT_EQ(alias.out, hf.out);
+  ExpectOneErrorLine("estimate --config " + config + " --hf-config " + config,
+                     "exactly one of --preset, --hf-config (or --config)");
+
+  const Result gpt = RunCli("estimate --config " + config + run + " --activations gpt-example");
+  ASSERT_EQ(gpt.exit_code, 0) << gpt.err;
+  const nlohmann::json doc = nlohmann::json::parse(gpt.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << gpt.out.substr(0, 400);
+  EXPECT_EQ(doc["training"]["activations"], "gpt-example");
+  EXPECT_EQ(doc["training"]["recompute"], "none");  // gpt_train's defaults
+  EXPECT_EQ(doc["training"]["precision"], "fp32");
+  EXPECT_EQ(doc["cluster"]["reserve_bytes"], 0);  // CPU ranks
+  EXPECT_EQ(doc["cluster"]["workspace_bytes"], 0);
+  ASSERT_TRUE(doc["trainer_tensors"].is_array());
+  int64_t activations = 0, workspace = 0;
+  for (const auto& t : doc["trainer_tensors"]) {
+    (t["category"] == "activations" ? activations : workspace) += t["bytes"].get<int64_t>();
+  }
+  // 4 layers, n_embd 128, N = 128 rows, 4 heads, V 256, fp32, recompute none:
+  // block inputs 5 N C, 4 blocks of N (15 C + 4) + B H T^2, ln_f N C + 2 N,
+  // logits N V, tokens 2 N int32; workspace 2 N C + 6 N C + T^2 + the largest
+  // unit (a block, 12 C^2 + 13 C) in floats.
+  const int64_t n = 128, c = 128;
+  EXPECT_EQ(activations, 4 * (5 * n * c + 4 * (n * (15 * c + 4) + 2 * 4 * 64 * 64) + n * c + 2 * n +
+                              n * 256 + 2 * n));
+  EXPECT_EQ(workspace, 4 * (2 * n * c + 6 * n * c + 64 * 64 + 12 * c * c + 13 * c));
+  const auto& chosen = doc["candidates"][doc["chosen"].get<int>()];
+  EXPECT_EQ(chosen["per_gpu_bytes"]["activations"].get<int64_t>(), activations);
+  // The workspace also holds the engine's own (its norm blocks).
+  int64_t engine_workspace = 0;
+  for (const auto& b : chosen["buffers"]) {
+    if (b["category"] == "workspace") engine_workspace += b["bytes"].get<int64_t>();
+  }
+  EXPECT_EQ(chosen["per_gpu_bytes"]["workspace"].get<int64_t>(), workspace + engine_workspace);
+
+  const Result table = RunCli("estimate --config " + config +
+                              " --gpus 2 --seq 64 --micro-batch 2 --activations gpt-example "
+                              "--recompute full");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(absl::StrContains(table.out, "recompute full, activations gpt-example")) << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "gpt.block_acts")) << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "bytes per rank:")) << table.out;
+
+  ExpectOneErrorLine("estimate --config " + config + " --activations flash", "--activations");
+  ExpectOneErrorLine("estimate --preset llama-2-7b --activations gpt-example",
+                     "not a GPT2LMHeadModel");
+  ExpectOneErrorLine("estimate --config " + config +
+                         " --activations gpt-example --recompute "
+                         "selective",
+                     "--recompute none or full");
+}
+
+}  // namespace

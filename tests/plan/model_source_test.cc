@@ -28,7 +28,7 @@ std::string TestData(const std::string& name) { return std::string(ZS_PLAN_TESTD
 int64_t PresetParams(const std::string& name) {
   auto model = ModelFromPreset(name);
   EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? model->spec.NumParams() : -1;
+  return model.ok() ? model->spec.NumStoredParams() : -1;
 }
 
 const ParamSpec* FindParam(const ModelSpec& spec, const std::string& unit,
@@ -83,7 +83,12 @@ TEST(ModelSourceTest, UnitsAreLayersWithRealNamesAndShapes) {
 
   auto gpt2 = ModelFromPreset("gpt2");
   ASSERT_TRUE(gpt2.ok());
-  EXPECT_EQ(gpt2->spec.units.size(), 14u);  // tied: no lm_head unit
+  EXPECT_EQ(gpt2->spec.units.size(), 15u);  // tied: lm_head holds an alias of wte
+  const ParamSpec* head = FindParam(gpt2->spec, "lm_head", "lm_head.weight");
+  ASSERT_NE(head, nullptr);
+  ASSERT_TRUE(head->tied_to.has_value());
+  EXPECT_EQ(head->tied_to->unit, "embed");
+  EXPECT_EQ(head->tied_to->param, "wte.weight");
   EXPECT_NE(FindParam(gpt2->spec, "embed", "wpe.weight"), nullptr);
   EXPECT_NE(FindParam(gpt2->spec, "h.3", "attn.c_attn.bias"), nullptr);
   EXPECT_NE(FindParam(gpt2->spec, "h.3", "ln_1.bias"), nullptr);
@@ -112,7 +117,7 @@ TEST(ModelSourceTest, HfConfigFilesGiveTheSameCounts) {
     ASSERT_TRUE(text.ok()) << text.status();
     auto model = ModelFromHfConfig(*text, file);
     ASSERT_TRUE(model.ok()) << model.status();
-    EXPECT_EQ(model->spec.NumParams(), expected) << file;
+    EXPECT_EQ(model->spec.NumStoredParams(), expected) << file;
   }
   auto text = ReadTextFile(TestData("gpt2-config.json"));
   ASSERT_TRUE(text.ok());
@@ -133,7 +138,9 @@ TEST(ModelSourceTest, TieWordEmbeddingsIsHonoured) {
   auto a = ModelFromHfConfig(tied, "tied");
   auto b = ModelFromHfConfig(untied, "untied");
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(b->spec.NumParams() - a->spec.NumParams(), 1000 * 64);
+  EXPECT_EQ(b->spec.NumStoredParams() - a->spec.NumStoredParams(), 1000 * 64);
+  // Tied, the head is an alias: NumParams (every use) is the untied count.
+  EXPECT_EQ(a->spec.NumParams(), b->spec.NumParams());
 }
 
 void ExpectError(const absl::Status& status, const std::string& needle) {

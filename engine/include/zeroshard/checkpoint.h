@@ -88,6 +88,13 @@ absl::StatusOr<CheckpointInfo> InspectCheckpoint(const std::string& path,
                                                  std::vector<std::string>* problems,
                                                  const CheckpointProgress& progress = {});
 
+// What a checkpoint's manifest says of it (path, step, world size, model
+// size, trainer_state), read without verifying the rank files: cheap, for a
+// caller that needs the trainer state before reading the weights (an export
+// that verifies what it reads anyway). Errors as ResolveCheckpoint's, and
+// DataLoss or InvalidArgument naming manifest.json when it is damaged.
+absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path);
+
 struct ExportStats {
   int64_t tensors = 0;
   int64_t bytes_written = 0;
@@ -108,6 +115,26 @@ struct ExportStats {
 // is called after each unit with the tensor bytes written so far.
 absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,
                                ExportStats* stats, const CheckpointProgress& progress = {});
+
+// How ExportSafetensors names what it writes.
+struct ExportOptions {
+  DType dtype = DType::kFloat32;  // kFloat32 or kBFloat16
+  // The tensor name of param `param` of unit `unit` (e.g. Hugging Face's
+  // names for a model whose ModelSpec follows them); unset: "<unit>.<param>".
+  // Called for every param before anything is written, tied aliases
+  // included (their names go into the "zeroshard_tied" metadata only: an
+  // alias is never written, its owner is). An error it returns (a unit the
+  // rule does not know) is returned as is; the names must be distinct,
+  // non-empty and not "__metadata__" (InvalidArgument otherwise).
+  std::function<absl::StatusOr<std::string>(const std::string& unit, const std::string& param)>
+      tensor_name;
+};
+
+// The same with the options above; the overload without them is
+// ExportOptions{dtype} with the default names.
+absl::Status ExportSafetensors(const std::string& path, const std::string& out,
+                               const ExportOptions& options, ExportStats* stats,
+                               const CheckpointProgress& progress = {});
 
 }  // namespace zeroshard
 

@@ -93,9 +93,15 @@ struct UnitSpec {
 struct ModelSpec {
   std::vector<UnitSpec> units;
 
-  // Sum of the units' elements; -1 when a count does not fit in int64_t.
-  // Exact and at most kMaxModelElements for a spec that passes Validate().
+  // Sum of the units' elements, a tied param (tied_to) counted in every
+  // unit that names it; -1 when a count does not fit in int64_t. Exact and
+  // at most kMaxModelElements for a spec that passes Validate(). The
+  // checkpoint manifest records this count.
   int64_t NumParams() const;
+  // The elements stored: NumParams() less every tied param (an alias is its
+  // owner's tensor, stored, trained and counted once). What a parameter
+  // count or a FLOP count means (the planner's). -1 as NumParams().
+  int64_t NumStoredParams() const;
   // Non-empty units with unique names, params with unique names within a
   // unit, every dimension positive, tp_split_dim -1 or a dimension of the
   // param's shape, lr_scale finite and >= 0, weight_decay finite and >= 0

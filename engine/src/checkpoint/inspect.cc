@@ -106,8 +106,29 @@ absl::StatusOr<CheckpointInfo> InspectCheckpoint(const std::string& path,
   return internal::DescribeCheckpoint(step_dir, manifest, note);
 }
 
+absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
+  std::string note;
+  ZS_ASSIGN_OR_RETURN(std::string step_dir, internal::ResolveCheckpointWithNote(path, &note));
+  ZS_ASSIGN_OR_RETURN(internal::Manifest manifest, internal::ReadManifest(step_dir));
+  return internal::DescribeCheckpoint(step_dir, manifest, note);
+}
+
 absl::Status ExportSafetensors(const std::string& path, const std::string& out, DType dtype,
                                ExportStats* stats, const CheckpointProgress& progress) {
+  ExportOptions options;
+  options.dtype = dtype;
+  return ExportSafetensors(path, out, options, stats, progress);
+}
+
+absl::Status ExportSafetensors(const std::string& path, const std::string& out,
+                               const ExportOptions& options, ExportStats* stats,
+                               const CheckpointProgress& progress) {
+  const DType dtype = options.dtype;
+  auto name_of = [&options](const std::string& unit,
+                            const std::string& param) -> absl::StatusOr<std::string> {
+    if (!options.tensor_name) return absl::StrCat(unit, ".", param);
+    return options.tensor_name(unit, param);
+  };
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
     return absl::InvalidArgumentError(
         absl::StrFormat("export: dtype %s is not supported; use fp32 or bf16", DTypeName(dtype)));
@@ -130,8 +151,8 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
     for (const internal::ParamSlot& slot : layout.unit(u).params) {
       const UnitSpec& unit = m.model.units[slot.spec_unit];
       const ParamSpec& p = unit.params[slot.spec_param];
-      tensors.push_back({absl::StrCat(unit.name, ".", p.name),
-                         dtype == DType::kFloat32 ? "F32" : "BF16", p.shape});
+      ZS_ASSIGN_OR_RETURN(std::string name, name_of(unit.name, p.name));
+      tensors.push_back({std::move(name), dtype == DType::kFloat32 ? "F32" : "BF16", p.shape});
     }
   }
   std::map<std::string, std::string> metadata = {{"format", "pt"},
@@ -142,8 +163,9 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out, 
   for (const UnitSpec& unit : m.model.units) {
     for (const ParamSpec& p : unit.params) {
       if (!p.tied_to.has_value()) continue;
-      ties.push_back(
-          absl::StrCat(unit.name, ".", p.name, "=", p.tied_to->unit, ".", p.tied_to->param));
+      ZS_ASSIGN_OR_RETURN(std::string alias, name_of(unit.name, p.name));
+      ZS_ASSIGN_OR_RETURN(std::string owner, name_of(p.tied_to->unit, p.tied_to->param));
+      ties.push_back(absl::StrCat(alias, "=", owner));
       tied_numel += p.NumElements();
     }
   }

@@ -176,6 +176,19 @@ int64_t ModelSpec::NumParams() const {
   return n.value().value_or(-1);
 }
 
+int64_t ModelSpec::NumStoredParams() const {
+  CheckedInt64 n = 0;
+  for (const UnitSpec& u : units) {
+    for (const ParamSpec& p : u.params) {
+      if (p.tied_to.has_value()) continue;
+      const int64_t count = p.NumElements();
+      if (count < 0) return -1;
+      n += count;
+    }
+  }
+  return n.value().value_or(-1);
+}
+
 absl::Status ModelSpec::Validate() const {
   if (units.empty()) return absl::InvalidArgumentError("model spec has no units");
   // The counts first: the name sets below grow with them.

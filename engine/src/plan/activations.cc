@@ -29,6 +29,25 @@ absl::StatusOr<Recompute> ParseRecompute(absl::string_view name) {
       absl::StrFormat("--recompute: '%s' is not one of none, selective, full", name));
 }
 
+const char* ActivationModelName(ActivationModel m) {
+  switch (m) {
+    case ActivationModel::kKorthikanti:
+      return "korthikanti";
+    case ActivationModel::kGptExample:
+      return "gpt-example";
+  }
+  return "?";
+}
+
+absl::StatusOr<ActivationModel> ParseActivationModel(absl::string_view name) {
+  if (name == "korthikanti") return ActivationModel::kKorthikanti;
+  if (name == "gpt-example") return ActivationModel::kGptExample;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--activations: '%s' is not one of korthikanti (a Megatron-style layer), gpt-example "
+      "(the GPT example's tensors)",
+      name));
+}
+
 namespace internal {
 namespace {
 

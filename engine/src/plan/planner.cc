@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/src/common/checked_math.h"
+#include "engine/src/plan/gpt_example_tensors.h"
 #include "engine/src/plan/internal/plan_inputs.h"
 #include "engine/src/plan/internal/rank_memory.h"
 #include "engine/src/plan/internal/step_time.h"
@@ -190,6 +191,9 @@ absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const Cl
   plan.trainable_params = counts.trainable;
   plan.frozen_params = counts.frozen;
   plan.num_units = static_cast<int>(model.spec.units.size());
+  if (o.activations == ActivationModel::kGptExample) {
+    ZS_ASSIGN_OR_RETURN(plan.trainer_tensors, internal::GptExampleTensors(model, o));
+  }
   plan.cluster = cluster;
   plan.options = o;
   ZS_ASSIGN_OR_RETURN(plan.global_batch, internal::GlobalBatch(cluster, o));

@@ -120,9 +120,13 @@ std::string FormatTable(const Plan& plan, bool all) {
                         FormatGiB(cl.host_mem_bytes));
   absl::StrAppendFormat(&out,
                         "training  %s, AdamW; seq %d, micro-batch %d, grad accum %d, recompute "
-                        "%s; global batch %d sequences\n",
+                        "%s%s; global batch %d sequences\n",
                         PrecisionText(o.precision), o.seq, o.micro_batch, o.grad_accum_steps,
-                        RecomputeName(o.recompute), plan.global_batch);
+                        RecomputeName(o.recompute),
+                        o.activations == ActivationModel::kKorthikanti
+                            ? ""
+                            : absl::StrCat(", activations ", ActivationModelName(o.activations)),
+                        plan.global_batch);
   absl::StrAppend(&out,
                   "memory    GiB (2^30 bytes) per GPU; other = workspace + per-process reserve; "
                   "host = host memory per node\n\n");
@@ -169,6 +173,32 @@ std::string FormatTable(const Plan& plan, bool all) {
           &out,
           "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) without offload or "
           "tp/pp; this plan's buffers are computed analytically\n");
+    }
+  }
+  if (!plan.trainer_tensors.empty()) {
+    // The trainer's tensors and each shown candidate in bytes: what its
+    // ledger prints, category by category (the GiB columns round small
+    // models to 0.0).
+    absl::StrAppend(&out,
+                    "\ntrainer:  the GPT example's own tensors (--activations gpt-example), "
+                    "bytes per rank, the same at every stage:\n");
+    for (const TrainerTensor& t : plan.trainer_tensors) {
+      absl::StrAppendFormat(&out, "  %-20s %-12s %14s\n", t.name, MemoryCategoryName(t.category),
+                            WithCommas(t.bytes));
+    }
+    absl::StrAppend(&out, "bytes per rank:\n");
+    absl::StrAppendFormat(&out, "  %-38s %14s %14s %14s %14s %14s %14s %14s %14s %14s\n",
+                          "candidate", "params", "grads", "master", "optimizer", "buffers",
+                          "activations", "workspace", "reserve", "total");
+    for (int i : shown) {
+      const Candidate& c = plan.candidates[i];
+      const MemoryBreakdown& m = c.per_gpu;
+      std::string row = absl::StrFormat("%s %-38s", i == plan.chosen ? "*" : " ", c.Label());
+      for (int64_t bytes : {m.params, m.grads, m.master, m.optimizer, m.buffers, m.activations,
+                            m.workspace, m.reserve, m.total()}) {
+        absl::StrAppendFormat(&row, " %14s", WithCommas(bytes));
+      }
+      absl::StrAppend(&out, row, "\n");
     }
   }
   if (costs) {
@@ -223,8 +253,17 @@ std::string FormatJson(const Plan& plan, bool all) {
                      {"micro_batch", o.micro_batch},
                      {"grad_accum_steps", o.grad_accum_steps},
                      {"recompute", RecomputeName(o.recompute)},
+                     {"activations", ActivationModelName(o.activations)},
                      {"sequence_parallel", o.sequence_parallel},
                      {"global_batch", plan.global_batch}};
+  if (!plan.trainer_tensors.empty()) {
+    json tensors = json::array();
+    for (const TrainerTensor& t : plan.trainer_tensors) {
+      tensors.push_back(
+          {{"name", t.name}, {"category", MemoryCategoryName(t.category)}, {"bytes", t.bytes}});
+    }
+    doc["trainer_tensors"] = std::move(tensors);
+  }
   doc["chosen"] = plan.chosen >= 0 ? json(plan.chosen) : json(nullptr);
   doc["why"] = plan.why;
   doc["rejected"] = plan.rejected;

@@ -29,6 +29,10 @@ class UnitBuilder {
     unit_.params.push_back(std::move(p));
   }
 
+  // Makes the last param added an alias of `owner` (its settings are the
+  // owner's: Add's defaults for a weight).
+  void TieLast(ParamRef owner) { unit_.params.back().tied_to = std::move(owner); }
+
   void AppendTo(ModelDescription& model) { model.spec.units.push_back(std::move(unit_)); }
 
  private:
@@ -218,13 +222,19 @@ absl::StatusOr<ModelDescription> BuildTransformerModel(const TransformerShape& s
   UnitBuilder final_norm("final_norm");
   AddNorm(final_norm, gpt2_names ? "ln_f" : "norm", s);
   final_norm.AppendTo(model);
-  if (!s.tied_embeddings) {
-    UnitBuilder head("lm_head");
-    head.Add("lm_head.weight", {s.vocab, s.hidden}, 0);
-    head.AppendTo(model);
+  // The head is vocabulary-parallel, as the token embedding. Tied: the
+  // same unit holds an alias of the token embedding (ParamSpec::tied_to),
+  // stored once as the embedding's, which is how a trainer on the engine
+  // runs a tied head after the final norm (the GPT example does).
+  UnitBuilder head("lm_head");
+  head.Add("lm_head.weight", {s.vocab, s.hidden}, 0);
+  if (s.tied_embeddings) {
+    head.TieLast(ParamRef{"embed", model.spec.units.front().params.front().name});
   }
+  head.AppendTo(model);
   ZS_RETURN_IF_ERROR(ValidateWithSizes(model.spec, s, name));
-  model.active_params = model.spec.NumParams();
+  // Stored elements: the tied head is the embedding's, counted once.
+  model.active_params = model.spec.NumStoredParams();
   if (moe) {
     // Each token passes through experts_per_token of the experts; the
     // others' params do no work for it. Below NumParams(), so exact.

@@ -1,7 +1,10 @@
 // Builds the ModelSpec of a decoder-only transformer: one unit for the
-// embeddings, one per layer, one for the final norm and one for the LM head
-// (absent when the embeddings are tied), with the Hugging Face param names
-// and shapes, so the count is exact.
+// embeddings, one per layer, one for the final norm and one for the LM head,
+// with the Hugging Face param names and shapes, so the count is exact. With
+// tied embeddings (tie_word_embeddings; GPT-2 always) the head's
+// "lm_head.weight" is an alias of the token embedding (ParamSpec::tied_to):
+// stored once, as the engine stores a tied param, so the spec is the one a
+// trainer on the engine declares (the GPT example's, examples/gpt/).
 #ifndef ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_
 #define ZEROSHARD_PLAN_TRANSFORMER_SPEC_H_
 
@@ -13,7 +16,10 @@
 
 namespace zeroshard::internal {
 
-// Units: "embed", "layers.<i>" (GPT-2: "h.<i>"), "final_norm", "lm_head".
+// Units: "embed", "layers.<i>" (GPT-2: "h.<i>"), "final_norm", "lm_head"
+// (tied: lm_head.weight tied_to embed.wte.weight / embed.embed_tokens.weight;
+// ModelSpec::NumParams counts it twice, active_params and the planner's
+// counts once: NumStoredParams).
 // Llama family (RMSNorm, SwiGLU, grouped-query k/v): q_proj [a*d, h],
 // k_proj and v_proj [kv*d, h], o_proj [h, a*d], gate_proj and up_proj [f, h],
 // down_proj [h, f]. Mixtral (experts > 0): the attention of Mistral, then

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <mutex>
+#include <limits>
 
-extern "C" void openblas_set_num_threads(int);
+#include "examples/common/cpu_blas.h"
 
 namespace zeroshard {
 namespace mlp {
@@ -97,7 +97,10 @@ void GeluBackwardBiasGrad(const float* pre, int64_t rows, int64_t cols, float* d
     const float* pre_row = pre + r * cols;
     float* dpre_row = dpre + r * cols;
     for (int64_t c = 0; c < cols; ++c) {
-      const float d = dpre_row[c] * GeluGradInline(pre_row[c]);
+      const float raw = dpre_row[c] * GeluGradInline(pre_row[c]);
+      // Flushed below FLT_MIN: see block_math.h (subnormal operands stall
+      // SSE sgemm kernels). A select between values, so it vectorizes.
+      const float d = std::fabs(raw) < std::numeric_limits<float>::min() ? 0.0f : raw;
       dpre_row[c] = d;
       db1[c] += d;
     }
@@ -132,10 +135,7 @@ void ForwardState::Resize(int blocks, int64_t batch, int64_t hidden, int64_t inn
   act.assign(blocks, std::vector<float>(wide));
 }
 
-void UseSingleThreadedBlas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
+void UseSingleThreadedBlas() { examples::SetUpCpuBlas(); }
 
 void BlockForwardPartial(const BlockWeights& w, int64_t batch, int64_t hidden, int64_t inner,
                          const float* x, float* pre, float* act, float* partial) {

@@ -50,7 +50,8 @@ struct ModelDescription {
   std::optional<TransformerShape> transformer;
   // Params one token passes through, for the FLOP count: a mixture of
   // experts uses only its top-k experts. 0 means all of them
-  // (spec.NumParams()), as for dense models and custom specs.
+  // (spec.NumStoredParams(): a tied param once), as for dense models and
+  // custom specs.
   int64_t active_params = 0;
   // The units that are transformer layers: [first_layer_unit,
   // first_layer_unit + num_layer_units). Pipeline stages split these; units

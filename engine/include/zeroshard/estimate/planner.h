@@ -34,6 +34,34 @@ enum class Recompute {
 const char* RecomputeName(Recompute r);  // "none", "selective", "full"
 absl::StatusOr<Recompute> ParseRecompute(absl::string_view name);
 
+// Which tensors the activation (and trainer workspace) terms count.
+enum class ActivationModel {
+  // A Megatron-style layer (Korthikanti et al. 2022): 16-bit activations
+  // (fp32 with --precision fp32), dropout masks where the config has
+  // dropout, flash attention for selective recomputation; any transformer.
+  kKorthikanti,
+  // The GPT example's own allocations (examples/gpt; the list is in
+  // plan/gpt_example_tensors.h): its fp32 activations and its workspace, by
+  // the names and categories its ledger records, so that the estimate is
+  // held to its measured peak. A GPT2LMHeadModel with tied embeddings,
+  // recompute none or full, tp = pp = 1 and no offload only. The planner
+  // adds ClusterSpec::workspace_bytes and reserve_bytes as always (the CLI
+  // makes both 0 in this mode unless given: the example's ranks are CPU
+  // processes).
+  kGptExample,
+};
+const char* ActivationModelName(ActivationModel m);  // "korthikanti", "gpt-example"
+absl::StatusOr<ActivationModel> ParseActivationModel(absl::string_view name);
+
+// One allocation a trainer makes through the engine's Device beside the
+// engine's buffers (ActivationModel::kGptExample): the name and category
+// its ledger records, and its bytes on one rank.
+struct TrainerTensor {
+  std::string name;
+  MemoryCategory category = MemoryCategory::kActivations;
+  int64_t bytes = 0;
+};
+
 // Where the optimizer step and the fp32 states live.
 enum class Offload {
   kNone,
@@ -102,6 +130,7 @@ struct PlanOptions {
   int num_grad_buffers = 2;  // TrainSpec::num_grad_buffers
   int prefetch_depth = 2;    // stage 3: units gathered ahead (gather buffers)
   Recompute recompute = Recompute::kSelective;
+  ActivationModel activations = ActivationModel::kKorthikanti;
   bool sequence_parallel = true;  // with tp > 1
   // Forced choices; -1 / nullopt / 0 mean "automatic".
   int stage = -1;
@@ -203,6 +232,10 @@ struct Plan {
   int64_t trainable_params = 0;
   int64_t frozen_params = 0;
   int num_units = 0;
+  // ActivationModel::kGptExample: the trainer's own allocations on every
+  // rank (the same for every candidate); their bytes are in each
+  // candidate's per_gpu activations and workspace. Empty otherwise.
+  std::vector<TrainerTensor> trainer_tensors;
   ClusterSpec cluster;
   PlanOptions options;                // with seq resolved
   int64_t global_batch = 0;           // sequences per optimizer step

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/layout/flat_layout.h"
+#include "engine/src/plan/gpt_example_tensors.h"
 #include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/status.h"
 
@@ -168,6 +169,21 @@ absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
   ZS_RETURN_IF_ERROR(
       CheckRanges({{"--price", o.price_per_gpu_hour, kPricePerGpuHourRange},
                    {"--tokens", o.dataset_tokens, NumberRange{0, kMaxDatasetTokens}}}));
+  if (o.activations == ActivationModel::kGptExample) {
+    // The GPT example runs ZeRO data parallelism on the engine alone.
+    if (o.tp > 1 || o.pp > 1) {
+      return InvalidArgument(
+          "--activations gpt-example: the GPT example runs without tensor or pipeline "
+          "parallelism; drop --tp and --pp");
+    }
+    if (o.offload.has_value() && *o.offload != Offload::kNone) {
+      return InvalidArgument(
+          "--activations gpt-example: the GPT example runs without offload; drop --offload");
+    }
+    o.tp = o.pp = 1;
+    o.offload = Offload::kNone;
+    ZS_RETURN_IF_ERROR(GptExampleTensors(model, o).status());
+  }
   return o;
 }
 

@@ -21,7 +21,9 @@ absl::Status ValidateCluster(const ClusterSpec& cluster);
 
 // The options with seq resolved (0: the model's max positions up to 4096,
 // else 2048), checked against the model (learned positions, heads and
-// layers that tp and pp divide) and the cluster.
+// layers that tp and pp divide) and the cluster. ActivationModel
+// kGptExample: also the model and recompute against the GPT example
+// (GptExampleTensors), and tp = pp = 1, offload none forced.
 absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
                                            const ClusterSpec& cluster, PlanOptions options);
 

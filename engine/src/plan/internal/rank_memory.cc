@@ -11,6 +11,7 @@
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/activations.h"
 #include "engine/src/plan/buffer_plan.h"
+#include "engine/src/plan/gpt_example_tensors.h"
 #include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/status.h"
 
@@ -191,11 +192,19 @@ StageUnits UnitsOfStage(const ModelDescription& model, int pp, int pp_stage) {
   }
   for (int u = first + lo; u < first + hi; ++u) out.units.push_back(u);
   if (pp_stage == pp - 1) {
-    for (int u = end_layers; u < num_units; ++u) out.units.push_back(u);
     // The last stage keeps its own copy of the tied token embedding for the
-    // LM head (Megatron's word-embedding copy).
+    // LM head (Megatron's word-embedding copy). The copy takes the place of
+    // the head unit that aliases the embedding (tied_to a unit of the first
+    // stage, which a stage cannot read).
     out.tied_embedding_copy =
         model.transformer.has_value() && model.transformer->tied_embeddings && first > 0;
+    for (int u = end_layers; u < num_units; ++u) {
+      const std::vector<ParamSpec>& params = model.spec.units[u].params;
+      const bool aliases_only = std::all_of(
+          params.begin(), params.end(), [](const ParamSpec& p) { return p.tied_to.has_value(); });
+      if (out.tied_embedding_copy && aliases_only) continue;
+      out.units.push_back(u);
+    }
   }
   out.layers = hi - lo;
   return out;
@@ -335,8 +344,15 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
       ok = ok && AddTo(p.placement == Placement::kDevice ? gpu : host, p.buffer.category,
                        p.buffer.bytes());
     }
-    ZS_ASSIGN_OR_RETURN(gpu.activations,
-                        StageActivationBytes(model, options, c, stage.index, stage.layers));
+    if (options.activations == ActivationModel::kGptExample) {
+      // The trainer's own tensors, each in the category its ledger records.
+      ZS_ASSIGN_OR_RETURN(const std::vector<TrainerTensor> tensors,
+                          GptExampleTensors(model, options));
+      for (const TrainerTensor& t : tensors) ok = ok && AddTo(gpu, t.category, t.bytes);
+    } else {
+      ZS_ASSIGN_OR_RETURN(gpu.activations,
+                          StageActivationBytes(model, options, c, stage.index, stage.layers));
+    }
     ok = ok && AddTo(gpu, MemoryCategory::kWorkspace, cluster.workspace_bytes);
     gpu.reserve = cluster.reserve_bytes;
     const std::optional<int64_t> gpu_total = gpu.CheckedTotal();

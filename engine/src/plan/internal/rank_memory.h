@@ -44,7 +44,8 @@ inline constexpr char kTiedEmbeddingCopyUnit[] = "lm_head_tied_copy";
 
 // The units of pipeline stage `pp_stage` (of `pp`), as indices into the
 // model's units: units before the layers go to the first stage, after them
-// to the last, which also keeps a copy of a tied token embedding.
+// to the last, which also keeps a copy of a tied token embedding (pp > 1):
+// the copy replaces the LM head unit that aliases the embedding there.
 struct StageUnits {
   std::vector<int> units;
   bool tied_embedding_copy = false;

@@ -18,10 +18,10 @@ double AttentionFlopsPerToken(const ModelDescription& model, const PlanOptions& 
 }
 
 // Params one token computes with: a mixture of experts runs only its top-k
-// experts.
+// experts; a tied param is one tensor, counted once (as CountParams does).
 double ActiveParams(const ModelDescription& model) {
   return static_cast<double>(model.active_params > 0 ? model.active_params
-                                                     : model.spec.NumParams());
+                                                     : model.spec.NumStoredParams());
 }
 
 // The active params that get a weight gradient: ActiveParams scaled by the
