@@ -5,7 +5,7 @@ of its peers, the ratios, the step-time split and MFU.
 
 RAW_DIR holds (k = repeat):
   meta.json, gemm_peak.json, lscpu.txt, config.json
-  zs_s{stage}_{prec}_r{n}_{k}.txt / .json   gpt_train's stdout and --json
+  zs_s{stage}_{prec}_r{n}_{k}.txt / .err    gpt_train's stdout and stderr
   {fw}_{prec}_r{n}_{k}.json                 torch_gpt.py (fw: ddp fsdp2 ds1 ds3)
   split_{fw}_{prec}_r{n}.json               torch_gpt.py --split
   *.fail                                    the stderr tail of a failed run
@@ -56,23 +56,9 @@ def first_line(path):
 
 
 def zs_run(base):
-    """One gpt_train run: {median_ms, tokens_per_s, split{...}, blas} from its
-    --json where there is one, else from its stdout."""
+    """One gpt_train run: {median_ms, split{...}, last_loss, blas} from its
+    printed summary."""
     r = {}
-    if os.path.exists(base + ".json"):
-        j = load(base + ".json")
-        r["json"] = j
-        for key in ("median_step_ms", "median_ms", "step_ms_median"):
-            if key in j:
-                r["median_ms"] = float(j[key])
-        for key in ("tokens_per_s", "tokens_per_second"):
-            if key in j:
-                r["tokens_per_s"] = float(j[key])
-        split = j.get("split") or j.get("time_split") or j.get("step_split")
-        if isinstance(split, dict):
-            r["split"] = {k: float(v) for k, v in split.items() if isinstance(v, (int, float))}
-        if "blas" in j:
-            r["blas"] = j["blas"]
     if os.path.exists(base + ".txt"):
         with open(base + ".txt") as f:
             text = f.read()
@@ -99,8 +85,10 @@ def zs_run(base):
         m = re.search(r"final loss ([0-9.]+)", text)
         if m:
             r["last_loss"] = float(m.group(1))
-        if "blas" not in r:
-            m = re.search(r"BLAS[^:\n]*: ([^\n]*)", text)
+    for ext in (".txt", ".err"):  # gpt_train's own BLAS line (stderr in newer trainers)
+        if "blas" not in r and os.path.exists(base + ext):
+            with open(base + ext) as f:
+                m = re.search(r"BLAS: ([^\n]*)", f.read())
             if m:
                 r["blas"] = m.group(1).strip()
     return r
@@ -303,11 +291,12 @@ def main(argv):
                 print("  %-5d %-5s %-20s %8s %8s %8s %9s %9s %8s %8s  %s" % (
                     (n, prec, names[fw]) + tuple(fmt(c) for c in cols) + (note,)))
 
-    extras = sorted({(r.get("json") or {}).get("blas") or r.get("blas")
+    extras = sorted({r.get("blas")
                      for k, rs in runs.items() if k[0].startswith("zs") for r in rs} - {None},
                     key=str)
-    if meta.get("zeroshard_blas") and meta["zeroshard_blas"] != "-":
-        extras = [meta["zeroshard_blas"]] + extras
+    if not extras and meta.get("zeroshard_blas") and meta["zeroshard_blas"] != "-":
+        # A gpt_train that does not print its BLAS: what the library it links picks.
+        extras = ["%s (from the library gpt_train links)" % meta["zeroshard_blas"]]
     if extras:
         print("\nzeroshard: gpt_train launched by %s; its BLAS: %s" % (
             "mpirun, one process per rank (--backend mpi)" if meta.get("zs_launch") == "mpi"
