@@ -283,10 +283,16 @@ def main(argv):
                             print("  %-5d %-5s %-20s failed: %s" % (n, prec, names[fw], why))
                         continue
                     row = j["split"]
-                    note = notes[fw] if n > 1 else "one process: no communication"
+                    note = notes[fw]
+                    exposed = row.get("exposed_comm")
+                    if n == 1:
+                        note = "one process: no communication"
+                        if exposed is not None:  # with and without no_sync: the method's noise
+                            note += " (backward with - without no_sync: %.1f ms, noise)" % exposed
+                        exposed = None
                     total = row["forward"] + row["backward"] + row["optimizer"]
                     cols = (row["forward"], row["backward"], row["forward"] + row["backward"],
-                            row["optimizer"], row.get("exposed_comm"), None, total)
+                            row["optimizer"], exposed, None, total)
                 split_rows.append({"ranks": n, "precision": prec, "framework": fw, "split": row})
                 print("  %-5d %-5s %-20s %8s %8s %8s %9s %9s %8s %8s  %s" % (
                     (n, prec, names[fw]) + tuple(fmt(c) for c in cols) + (note,)))
