@@ -545,7 +545,7 @@ TEST(GptBlock, LargerShapeSpotChecked) {
 TEST(GptAttention, ForwardAndBackwardMatchDoubleReference) {
   SCOPED_TRACE(SeedTrace());
   std::mt19937_64 rng(Seed() + 21);
-  for (const auto& [B, T, C, H] : std::vector<std::array<int64_t, 4>>{
+  for (const std::array<int64_t, 4>& shape : std::vector<std::array<int64_t, 4>>{
            {2, 5, 8, 2},
            {1, 1, 4, 1},
            {3, 4, 6, 1},
@@ -554,6 +554,8 @@ TEST(GptAttention, ForwardAndBackwardMatchDoubleReference) {
            // Past one row chunk (64): 2 and 3 chunks, the last partial.
            {2, 70, 6, 3},
            {1, 130, 8, 2}}) {
+    // Plain locals, not structured bindings: lambdas below capture them.
+    const int64_t B = shape[0], T = shape[1], C = shape[2], H = shape[3];
     SCOPED_TRACE("B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) +
                  " H" + std::to_string(H));
     GptDims d;
