@@ -6,39 +6,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "examples/common/exp_non_positive.h"
+
 namespace zeroshard {
 namespace gpt {
 namespace internal {
 namespace {
 
-// exp(t) for t <= 0, branch-free so that the softmax and GELU loops
-// vectorize: t = k ln2 + r with |r| <= ln2 / 2 (ln2 split in two, Cody-Waite,
-// so that r is exact), exp(r) by Cephes' degree-6 polynomial for expf
-// (relative error ~1 ulp), times 2^k put in the exponent bits. t is clamped
-// at -87 (exp(-87) ~ 1.6e-38 stays a normal float); every caller adds the
-// result to a value >= 1 or multiplies it by a probability, so the clamp
-// changes nothing they return.
-inline float ExpNonPositive(float t) {
-  // A select between values: with -fno-trapping-math (CMakeLists.txt) GCC
-  // if-converts it and the loops stay vectorized.
-  t = t < -87.0f ? -87.0f : t;
-  // Adding and subtracting 1.5 * 2^23 rounds t / ln2 to the nearest integer.
-  constexpr float kRoundMagic = 12582912.0f;
-  const float k = (t * 1.44269504088896341f + kRoundMagic) - kRoundMagic;
-  float r = t - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
+using examples::ExpNonPositive;
 
 // tanh(z) = sign(z) (1 - e) / (1 + e), e = exp(-2 |z|) in (0, 1]: no
 // overflow for any z. Near 0, 1 - e loses relative accuracy, but its
