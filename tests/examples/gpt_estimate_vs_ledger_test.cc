@@ -20,6 +20,7 @@
 #include "examples/gpt/gpt_trainer.h"
 #include "examples/gpt/text_data.h"
 #include "gtest/gtest.h"
+#include "tests/common/memory_breakdown_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -109,28 +110,6 @@ absl::StatusOr<std::vector<Measured>> Measure(const GptConfig& cfg, const Config
   return out;
 }
 
-int64_t Planned(const MemoryBreakdown& m, MemoryCategory c) {
-  switch (c) {
-    case MemoryCategory::kParams:
-      return m.params;
-    case MemoryCategory::kGradients:
-      return m.grads;
-    case MemoryCategory::kMasterParams:
-      return m.master;
-    case MemoryCategory::kOptimizerState:
-      return m.optimizer;
-    case MemoryCategory::kCommBuffers:
-      return m.buffers;
-    case MemoryCategory::kActivations:
-      return m.activations;
-    case MemoryCategory::kWorkspace:
-      return m.workspace;
-    case MemoryCategory::kCount:
-      break;
-  }
-  return -1;
-}
-
 // The estimator builds the trainer's spec from the same config.json: the
 // same units and params, shapes, ties and trainable flags (what the engine's
 // buffers depend on). They differ, harmlessly for memory, in what only the
@@ -218,7 +197,8 @@ TEST(GptEstimateVsLedgerTest, EstimateEqualsTheTrainersLedgerAtThreeConfiguratio
         const auto cat = static_cast<MemoryCategory>(k);
         if (IsModelState(cat)) {
           model_states += m.current[k];
-          EXPECT_EQ(m.current[k], Planned(est, cat)) << MemoryCategoryName(cat) << ", " << where;
+          EXPECT_EQ(m.current[k], testing::PlannedBytes(est, cat))
+              << MemoryCategoryName(cat) << ", " << where;
         }
       }
       EXPECT_EQ(model_states, est.model_states()) << where;

@@ -94,7 +94,7 @@ TrainSpec MakeTrain(const RunSpec& r) {
 }
 
 RunOut RunGpt(const GptConfig& cfg, const std::vector<uint8_t>& text, const RunSpec& r,
-           uint64_t seed) {
+              uint64_t seed) {
   RunOut out;
   const std::vector<uint8_t> val(text.begin(), text.begin() + 200);
   absl::Status status = RunLocalRanks(r.world, [&](int rank, Communicator& comm) -> absl::Status {

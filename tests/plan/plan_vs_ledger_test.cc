@@ -8,6 +8,7 @@
 
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/common/memory_breakdown_test_util.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
@@ -52,28 +53,6 @@ absl::StatusOr<std::vector<RankMemory>> MeasureRanks(const mlp::MlpConfig& cfg,
     return absl::OkStatus();
   }));
   return out;
-}
-
-int64_t PlannedBytes(const MemoryBreakdown& m, MemoryCategory c) {
-  switch (c) {
-    case MemoryCategory::kParams:
-      return m.params;
-    case MemoryCategory::kGradients:
-      return m.grads;
-    case MemoryCategory::kMasterParams:
-      return m.master;
-    case MemoryCategory::kOptimizerState:
-      return m.optimizer;
-    case MemoryCategory::kCommBuffers:
-      return m.buffers;
-    case MemoryCategory::kActivations:
-      return m.activations;
-    case MemoryCategory::kWorkspace:
-      return m.workspace;
-    case MemoryCategory::kCount:
-      break;
-  }
-  return -1;
 }
 
 TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
@@ -122,7 +101,7 @@ TEST(PlanVsLedgerTest, LedgerEqualsPlanOnEveryRankForEveryEngineStage) {
             const RankMemory& m = (*ranks)[r];
             for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
               EXPECT_EQ(m.by_category[cat],
-                        PlannedBytes(c.per_gpu, static_cast<MemoryCategory>(cat)))
+                        testing::PlannedBytes(c.per_gpu, static_cast<MemoryCategory>(cat)))
                   << where << " rank " << r << " "
                   << MemoryCategoryName(static_cast<MemoryCategory>(cat));
             }
