@@ -5,18 +5,26 @@
 #include "engine/src/offload/swap_files.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -484,6 +492,114 @@ TEST(SwapFilesTest, DeadPidFileReplaced) {
   ASSERT_TRUE(replaced.ok()) << replaced.status();
   EXPECT_THAT(err, HasSubstr("replaced stale swap file " + path + " (written by pid " +
                              std::to_string(dead)));
+}
+
+// The header of a swap file by hand, as another process would have written
+// it (the format of swap_files.h).
+void WriteHeader(const std::string& path, const std::string& pid, const std::string& start_time) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  std::ofstream out(path);
+  out << "zeroshard swap file v1\npid " << pid << "\nhost " << host << "\nboot_id " << boot_id
+      << "\nstart_time " << start_time << "\nrank 3\ntensor master\nbytes 4096\n";
+  out << std::string(4096, '\0');
+}
+
+std::string StartTimeOf(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(all.substr(all.rfind(')') + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) fields >> field;
+  return field;
+}
+
+// Each piece of evidence of a live owner suffices alone: the lock (an owner
+// whose pid this machine cannot check, e.g. in another pid namespace), and
+// the pid with its start time (a file system that ignores flock); a reused
+// pid (other start time) is no evidence.
+TEST(SwapFilesTest, LockOrRunningPidEachMarkAnOwnerLive) {
+  TempDir dir;
+  const std::string path = dir.path() + "/zeroshard-swap.rank3.master.bin";
+  const pid_t dead = Fork([] { return 0; });
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(dead, &wstatus, 0), dead);
+
+  // A dead pid in the header, but the file is locked.
+  WriteHeader(path, std::to_string(dead), "1");
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX), 0);
+  auto refused = SwapFiles::Create(Options(dir.path(), true), {{"master", 4096}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr(absl::StrCat("pid ", dead)));
+  close(fd);
+
+  // Unlocked, but this very process with its start time.
+  const std::string self = std::to_string(getpid());
+  WriteHeader(path, self, StartTimeOf(self));
+  refused = SwapFiles::Create(Options(dir.path(), true), {{"master", 4096}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("pid " + self));
+
+  // Unlocked, this pid but another start time: the pid was reused, stale.
+  WriteHeader(path, self, StartTimeOf(self) + "0");
+  ::testing::internal::CaptureStderr();
+  auto replaced = SwapFiles::Create(Options(dir.path(), true), {{"master", 4096}});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_THAT(err, HasSubstr("replaced stale swap file " + path));
+}
+
+// Where the kernel refuses io_uring (a seccomp filter, as containers set,
+// here in a child), the pool runs and describe() gives the reason.
+TEST(SwapFilesTest, IoUringRefusedFallsBackToThePoolWithTheReason) {
+  TempDir dir;
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = Fork([&] {
+    close(out[0]);
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program = {static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+    std::string report;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+      report = std::string("seccomp: ") + std::strerror(errno);
+    } else {
+      auto files = SwapFiles::Create(Options(dir.path(), true), {{"master", 3 * kSwapAlignment}});
+      if (!files.ok()) {
+        report = std::string(files.status().message());
+      } else {
+        AlignedBuffer a = MustAllocate(3 * kSwapAlignment), b = MustAllocate(3 * kSwapAlignment);
+        std::memset(a.data(), 0x5a, 3 * kSwapAlignment);
+        const bool round_trip = (*files)->Write(0, 0, a.data(), a.size()).ok() &&
+                                (*files)->Read(0, 0, b.data(), b.size()).ok() &&
+                                std::memcmp(a.data(), b.data(), a.size()) == 0;
+        report = (*files)->describe() + (round_trip ? " | round trip ok" : " | round trip FAILED");
+      }
+    }
+    return write(out[1], report.data(), report.size()) == static_cast<ssize_t>(report.size()) ? 0
+                                                                                              : 1;
+  });
+  close(out[1]);
+  std::string report;
+  char chunk[256];
+  for (ssize_t n; (n = read(out[0], chunk, sizeof(chunk))) > 0;)
+    report.append(chunk, static_cast<size_t>(n));
+  close(out[0]);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  std::printf("describe() under a seccomp filter on io_uring_setup: %s\n", report.c_str());
+  EXPECT_THAT(report, HasSubstr("thread pool of 2 (io_uring_queue_init: Operation not permitted)"));
+  EXPECT_THAT(report, HasSubstr("round trip ok"));
 }
 
 // A small tmpfs, unmounted (and its mount point removed) even on failure.
