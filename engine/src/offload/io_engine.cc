@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -297,9 +298,9 @@ class UringEngine final : public IoEngine {
       const int ret = io_uring_wait_cqe(&ring_, &cqe);
       if (ret == -EINTR || ret == -EAGAIN) continue;
       if (ret < 0) {
-        // The ring itself failed: nothing will complete. Should not happen;
-        // keep trying rather than leave Wait blocked with no report.
-        std::this_thread::yield();
+        // The ring itself failed (not seen in practice): try again rather
+        // than leave Wait blocked for ever, without spinning.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
       std::unique_ptr<IoPiece> piece(static_cast<IoPiece*>(io_uring_cqe_get_data(cqe)));
@@ -309,25 +310,28 @@ class UringEngine final : public IoEngine {
 
       absl::Status status;
       bool finished = true;
-      if (res == -EINTR || res == -EAGAIN) {
-        finished = false;
-      } else if (res < 0) {
-        status =
-            IoPieceError(*piece, piece->request.write ? "io_uring write" : "io_uring read", -res);
-      } else {
-        const int64_t want = piece->request.bytes - piece->done;
-        if (res < want) {
-          status = CheckShortTransfer(*piece, res);
-          if (status.ok() && res == 0)
-            status = IoPieceError(*piece, "io_uring read (0 bytes)", EIO);
-        }
-        piece->done += res;
-        finished = !status.ok() || piece->done == piece->request.bytes;
-      }
-      const int64_t ticket = piece->ticket;
+      int64_t ticket;
       {
+        // The piece was written under submit_mu_ by whichever thread
+        // submitted it; reading it under the lock orders the two for the
+        // language (the ring orders them only in the kernel's eyes).
         std::lock_guard<std::mutex> lock(submit_mu_);
         --in_flight_;
+        if (res == -EINTR || res == -EAGAIN) {
+          finished = false;
+        } else if (res < 0) {
+          status =
+              IoPieceError(*piece, piece->request.write ? "io_uring write" : "io_uring read", -res);
+        } else {
+          if (res < piece->request.bytes - piece->done) {
+            status = CheckShortTransfer(*piece, res);
+            if (status.ok() && res == 0)
+              status = IoPieceError(*piece, "io_uring read (0 bytes)", EIO);
+          }
+          piece->done += res;
+          finished = !status.ok() || piece->done == piece->request.bytes;
+        }
+        ticket = piece->ticket;
         if (!finished) pending_.push_front(std::move(piece));
         SubmitLocked();
       }
