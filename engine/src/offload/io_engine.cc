@@ -325,8 +325,9 @@ class UringEngine final : public IoEngine {
         } else {
           if (res < piece->request.bytes - piece->done) {
             status = CheckShortTransfer(*piece, res);
-            if (status.ok() && res == 0)
+            if (status.ok() && res == 0) {
               status = IoPieceError(*piece, "io_uring read (0 bytes)", EIO);
+            }
           }
           piece->done += res;
           finished = !status.ok() || piece->done == piece->request.bytes;

@@ -138,8 +138,9 @@ absl::Status InspectExisting(const std::string& path, const Owner& self,
         "swap file path ", path, " is taken by something that is not a regular file; ", remedy));
   }
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0)
+  if (fd < 0) {
     return absl::InternalError(SystemError("cannot open existing swap file", path, errno));
+  }
   std::string page(static_cast<size_t>(kSwapAlignment), '\0');
   ssize_t got = 0;
   while (got < kSwapAlignment) {
@@ -205,8 +206,9 @@ absl::Status WriteAll(int fd, const std::string& path, const char* bytes, int64_
   while (done < size) {
     const ssize_t n = pwrite(fd, bytes + done, static_cast<size_t>(size - done), offset + done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
+    if (n <= 0) {
       return absl::InternalError(SystemError("cannot write the header of swap file", path, errno));
+    }
     done += n;
   }
   return absl::OkStatus();
@@ -230,8 +232,9 @@ int64_t SwapFiles::DiskBytes(const std::vector<SwapTensor>& tensors) {
 
 absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
     const SwapOptions& options, const std::vector<SwapTensor>& tensors) {
-  if (options.dir.empty())
+  if (options.dir.empty()) {
     return absl::InvalidArgumentError("--offload-dir is empty: name a directory");
+  }
   if (options.rank < 0 || options.io_threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("swap files: rank ", options.rank,
                                                    " and io_threads ", options.io_threads,
@@ -297,11 +300,18 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
     File& file = files->files_[i];
     // The destructor removes what this loop created, should a later step fail.
     file.fd = open(file.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (file.fd < 0)
+    if (file.fd < 0 && errno == EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "swap file ", file.path, " appeared while this run created its files: another run ",
+          "uses this --offload-dir with the same rank; stop it or choose another --offload-dir"));
+    }
+    if (file.fd < 0) {
       return absl::InternalError(SystemError("cannot create swap file", file.path, errno));
+    }
     struct stat st;
-    if (fstat(file.fd, &st) != 0)
+    if (fstat(file.fd, &st) != 0) {
       return absl::InternalError(SystemError("fstat of swap file", file.path, errno));
+    }
     file.dev = st.st_dev;
     file.ino = st.st_ino;
     if (flock(file.fd, LOCK_EX | LOCK_NB) != 0) {
@@ -466,8 +476,9 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }
 
 absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(int64_t bytes) {
-  if (bytes < 0)
+  if (bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("aligned buffer of ", bytes, " bytes"));
+  }
   AlignedBuffer buffer;
   buffer.size_ = RoundUpToSwapAlignment(bytes);
   if (buffer.size_ == 0) return buffer;
