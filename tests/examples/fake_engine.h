@@ -54,6 +54,9 @@ class FakeEngineBase : public Engine {
   int64_t steps() const override { return steps_; }
   EngineStats Stats() const override { return EngineStats{}; }
   const MemoryLedger& ledger() const override { return ledger_; }
+  const MemoryLedger& tier_ledger(MemoryTier tier) const override {
+    return tier == MemoryTier::kDevice ? ledger_ : other_tiers_;
+  }
 
   // The calls so far, space-separated ("G0 R0 ... S").
   std::string calls() const { return absl::StrJoin(calls_, " "); }
@@ -78,6 +81,7 @@ class FakeEngineBase : public Engine {
   ModelSpec model_;
   TrainSpec train_;  // grad_accum_steps 1
   MemoryLedger ledger_;
+  MemoryLedger other_tiers_;  // always empty: the fake offloads nothing
   std::vector<std::string> calls_;
   int gathered_ = -1;
   int violations_ = 0;

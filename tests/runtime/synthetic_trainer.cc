@@ -15,6 +15,7 @@
 #include "examples/common/rng.h"
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
+#include "zeroshard/buffer_plan.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/status.h"
 
@@ -208,8 +209,31 @@ absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& run
         }
         std::vector<StepResult> steps;
         for (int s = 0; s < run.steps; ++s) {
-          ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, {}, device.get()));
+          ZS_ASSIGN_OR_RETURN(StepResult r, SyntheticStep(*engine, spec, run.hooks, device.get()));
           steps.push_back(r);
+          if (run.after_step) run.after_step(r.step, rank, *engine);
+        }
+        // The ledgers of every tier against the plan.
+        ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(spec, run.train, run.world));
+        std::vector<std::string> mismatches;
+        for (int t = 0; t < kNumMemoryTiers; ++t) {
+          const MemoryTier tier = static_cast<MemoryTier>(t);
+          for (int c = 0; c < kNumMemoryCategories; ++c) {
+            const MemoryCategory category = static_cast<MemoryCategory>(c);
+            // The device also holds the engine's small record exchange
+            // (workspace, outside the plan) and the trainer's views.
+            if (tier == MemoryTier::kDevice && !IsModelState(category) &&
+                category != MemoryCategory::kCommBuffers) {
+              continue;
+            }
+            const int64_t have = engine->tier_ledger(tier).current(category);
+            const int64_t want = plan.BytesIn(category, tier);
+            if (have != want) {
+              mismatches.push_back(absl::StrFormat("rank %d, %s tier, %s: ledger %d, plan %d", rank,
+                                                   MemoryTierName(tier),
+                                                   MemoryCategoryName(category), have, want));
+            }
+          }
         }
         if (!run.save_dir.empty()) {
           ZS_RETURN_IF_ERROR(engine->Save(run.save_dir, "{}", CheckpointOptions{}));
@@ -221,6 +245,13 @@ absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& run
           result.params = std::move(params);
           result.steps = std::move(steps);
           result.model_state_bytes = device->ledger().current_model_states();
+          for (int t = 0; t < kNumMemoryTiers; ++t) {
+            result.tier_bytes[t] = engine->tier_ledger(static_cast<MemoryTier>(t)).current_total();
+          }
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          for (std::string& m : mismatches) result.ledger_vs_plan.push_back(std::move(m));
         }
         return absl::OkStatus();
       },

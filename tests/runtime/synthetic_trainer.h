@@ -60,12 +60,21 @@ struct SyntheticRunSpec {
   std::string load_dir;
   std::string save_dir;
   std::function<absl::StatusOr<std::unique_ptr<Device>>(int rank)> make_device;
-  CommOptions comm;  // comm.device: the group's memory (null: host)
+  CommOptions comm;      // comm.device: the group's memory (null: host)
+  SyntheticHooks hooks;  // they need a host-accessible device
+  // Called once per step, after it, on every rank (e.g. to damage a swap file).
+  std::function<void(int64_t step, int rank, Engine& engine)> after_step;
 };
 struct SyntheticRunResult {
   std::vector<std::vector<float>> params;  // GetParam of every param, at the end
   std::vector<StepResult> steps;
   int64_t model_state_bytes = 0;  // rank 0's ledger
+  // Every rank's ledgers against PlanEngineBuffers, per memory tier and
+  // category, after the run: the host and NVMe tiers' every category, the
+  // device's model states and communication buffers. Empty when they agree.
+  std::vector<std::string> ledger_vs_plan;
+  // Rank 0's bytes per tier (Engine::tier_ledger(t).current_total()).
+  int64_t tier_bytes[kNumMemoryTiers] = {};
 };
 absl::StatusOr<SyntheticRunResult> RunSyntheticRanks(const SyntheticRunSpec& spec);
 

@@ -44,6 +44,10 @@ struct PlannedBuffer {
   MemoryCategory category = MemoryCategory::kWorkspace;
   DType dtype = DType::kFloat32;
   int64_t numel = 0;
+  // Where it lives (TrainSpec::offload): the device's ledger records the
+  // kDevice buffers, the engine's host and NVMe ledgers the others
+  // (Engine::tier_ledger).
+  MemoryTier tier = MemoryTier::kDevice;
 
   int64_t bytes() const { return numel * static_cast<int64_t>(DTypeSize(dtype)); }
 };
@@ -62,6 +66,16 @@ inline constexpr char kTiedGradBuffer[] = "tied_grad_accum";
 // Stage 3 only: the pool units are all-gathered into, gather_slots buffers
 // of the largest sharded unit.
 inline constexpr char kParamGatherBuffer[] = "param_gather";
+// Optimizer offload (host or NVMe tier), host memory: two chunks
+// (OffloadSpec::chunk_numel, fewer elements when the rank's optimizer state
+// is smaller) of the reduced gradient streamed from the device, and two of
+// the params streamed back (the updated fp32 params themselves with fp32).
+inline constexpr char kOffloadGradsBuffer[] = "offload_grads";
+inline constexpr char kOffloadParamsBuffer[] = "offload_params";
+// NVMe tier only, host memory: three chunks of each swapped state tensor
+// (master with mixed precision, m, v): the one being updated, the next one
+// being read and the previous one being written.
+inline constexpr char kOffloadStateBuffer[] = "offload_state";
 
 struct BufferPlan {
   int zero_stage = 0;
@@ -79,6 +93,10 @@ struct BufferPlan {
   int held_slots = 0;
   int max_gathered_units = 1;  // TrainSpec::max_gathered_units
   int64_t gather_slot_numel = 0;
+  // Optimizer offload: elements per streamed chunk (0 without offload), and
+  // the state tensors swapped to NVMe per chunk (0, 2 or 3).
+  int64_t offload_chunk_numel = 0;
+  int offload_state_tensors = 0;
   // Per storage segment (a unit's trainable params, its frozen ones, a tied
   // param; one per unit for a model without frozen or tied params): its
   // params are fully resident (stages 0-2 always; stage 3 only segments of
@@ -89,9 +107,11 @@ struct BufferPlan {
 
   // nullptr when the plan has no buffer of that name.
   const PlannedBuffer* Find(const std::string& name) const;
-  int64_t BytesIn(MemoryCategory category) const;
-  int64_t model_state_bytes() const;
-  int64_t total_bytes() const;
+  // Sums over the buffers of one tier (the device by default: what the
+  // device's ledger records).
+  int64_t BytesIn(MemoryCategory category, MemoryTier tier = MemoryTier::kDevice) const;
+  int64_t model_state_bytes(MemoryTier tier = MemoryTier::kDevice) const;
+  int64_t total_bytes(MemoryTier tier = MemoryTier::kDevice) const;
 };
 
 // What each rank of `world_size` ranks allocates when Engine::Create runs

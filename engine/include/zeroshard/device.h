@@ -154,6 +154,12 @@ class Device {
 // Host memory device.
 std::unique_ptr<Device> CreateCpuDevice();
 
+// The engine's host tier (TrainSpec::offload): host memory aligned to 4096
+// bytes (direct I/O), with CPU streams, events and ops. Its memory is
+// pageable: beside a CUDA device the copies to and from the GPU are then
+// staged by the driver (docs/offload.md).
+std::unique_ptr<Device> CreateHostTierDevice();
+
 // GPU `ordinal`'s memory through the CUDA runtime (cudaMalloc, never managed
 // memory). NotFound when there is no such GPU, Unimplemented when zeroshard
 // was built without CUDA.

@@ -382,6 +382,12 @@ class Engine {
   virtual EngineStats Stats() const = 0;
   // The device's ledger: what the engine allocated, by category.
   virtual const MemoryLedger& ledger() const = 0;
+  // The ledger of one memory tier (TrainSpec::offload): kDevice is ledger();
+  // kHost the engine's host-tier buffers (offloaded optimizer state and its
+  // streaming chunks); kNvme the bytes of this rank's swap files (the
+  // tensors' sizes, before rounding to the direct-I/O alignment). Each
+  // equals the plan's buffers of that tier (BufferPlan::BytesIn).
+  virtual const MemoryLedger& tier_ledger(MemoryTier tier) const = 0;
 };
 
 }  // namespace zeroshard

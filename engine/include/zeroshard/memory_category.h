@@ -18,6 +18,16 @@ enum class MemoryCategory : int {
 };
 inline constexpr int kNumMemoryCategories = static_cast<int>(MemoryCategory::kCount);
 
+// Where a buffer lives (TrainSpec::offload, docs/offload.md): the device
+// (GPU memory, or the CPU rank's own memory), the host tier (pinned host
+// memory beside a GPU; plain host memory beside a CPU device), or NVMe swap
+// files under OffloadSpec::dir. Each tier has its own MemoryLedger
+// (Engine::tier_ledger) and the plan lists each buffer's tier.
+enum class MemoryTier : int { kDevice = 0, kHost, kNvme, kCount };
+inline constexpr int kNumMemoryTiers = static_cast<int>(MemoryTier::kCount);
+// "device", "host", "nvme"; "?" for a value outside the enum.
+const char* MemoryTierName(MemoryTier tier);
+
 // "params", "grads", "master", "optimizer", "buffers", "activations",
 // "workspace"; "?" for a value outside the enum.
 const char* MemoryCategoryName(MemoryCategory category);

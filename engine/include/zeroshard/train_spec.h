@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "zeroshard/dtype.h"
+#include "zeroshard/memory_category.h"
 
 namespace zeroshard {
 
@@ -69,6 +70,28 @@ struct LossScaleSpec {
   int max_skips_at_min_scale = 20;
 };
 
+// Where the optimizer state lives (docs/offload.md). kDevice: beside the
+// params, updated by the device's fused AdamW. kHost (ZeRO-Offload): the fp32
+// master and the Adam moments in host memory, updated by the SIMD CPU AdamW;
+// at each Step the reduced gradient shard is streamed to the host and the
+// updated params back, chunk by chunk, the copies of one chunk overlapping
+// the update of the next. kNvme (ZeRO-Infinity): the same, with the master
+// and the moments in swap files under `dir`, read and written in aligned
+// chunks while the host updates the chunk before. The results are the same
+// bits in every tier.
+struct OffloadSpec {
+  MemoryTier optimizer = MemoryTier::kDevice;
+  // The swap directory of MemoryTier::kNvme (one set of files per rank,
+  // created at Engine::Create and removed when the engine is destroyed).
+  std::string dir;
+  // Elements per streamed chunk: a multiple of 1024 (4 KiB of fp32, the
+  // direct-I/O alignment) in [1024, 2^30]. The host holds two chunks of
+  // gradients and params (and, on NVMe, three of each state tensor).
+  int64_t chunk_numel = int64_t{1} << 20;
+
+  bool enabled() const { return optimizer != MemoryTier::kDevice; }
+};
+
 struct TrainSpec {
   // 0: everything replicated, grads all-reduced.
   // 1: fp32 master and optimizer state sharded, updated params all-gathered.
@@ -114,6 +137,10 @@ struct TrainSpec {
   int64_t persistent_unit_numel = 0;
 
   LossScaleSpec loss_scale;
+
+  // Where the optimizer state lives (OffloadSpec). Stages 0-3, every
+  // precision; a checkpoint moves between tiers.
+  OffloadSpec offload;
 
   // Compare a hash of every rank's collectives at each Step() and fail with
   // an error naming the ranks that diverged (it rides on the norm's

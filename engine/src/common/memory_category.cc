@@ -24,6 +24,20 @@ const char* MemoryCategoryName(MemoryCategory category) {
   return "?";
 }
 
+const char* MemoryTierName(MemoryTier tier) {
+  switch (tier) {
+    case MemoryTier::kDevice:
+      return "device";
+    case MemoryTier::kHost:
+      return "host";
+    case MemoryTier::kNvme:
+      return "nvme";
+    case MemoryTier::kCount:
+      break;
+  }
+  return "?";
+}
+
 bool IsModelState(MemoryCategory category) {
   return category == MemoryCategory::kParams || category == MemoryCategory::kGradients ||
          category == MemoryCategory::kMasterParams || category == MemoryCategory::kOptimizerState;

@@ -164,6 +164,16 @@ absl::Status TrainSpec::Validate() const {
   if (persistent_unit_numel < 0) {
     return bad(absl::StrFormat("persistent_unit_numel %d must be >= 0", persistent_unit_numel));
   }
+  const MemoryTier tier = offload.optimizer;
+  if (tier != MemoryTier::kDevice && tier != MemoryTier::kHost && tier != MemoryTier::kNvme) {
+    return bad(absl::StrFormat("offload.optimizer %d is not a MemoryTier; use device, host or nvme",
+                               static_cast<int>(tier)));
+  }
+  if (offload.chunk_numel < 1024 || offload.chunk_numel > (int64_t{1} << 30) ||
+      offload.chunk_numel % 1024 != 0) {
+    return bad(absl::StrFormat("offload.chunk_numel %d must be a multiple of 1024 in [1024, 2^30]",
+                               offload.chunk_numel));
+  }
   const LossScaleSpec& ls = loss_scale;
   if (!(ls.initial_scale > 0) || !IsFinite(ls.initial_scale)) {
     return bad(absl::StrFormat("loss_scale.initial_scale %g must be a finite number > 0",

@@ -75,6 +75,10 @@ const TrainSpecField kFields[] = {
     {"loss_scale.max_skips_at_min_scale", Kind::kInt, ZS_MEMBER(loss_scale.max_skips_at_min_scale),
      0, INT_MAX},
     {"check_collective_sequence", Kind::kBool, ZS_MEMBER(check_collective_sequence)},
+    // Where the optimizer state lives changes no number: a checkpoint moves
+    // between tiers (the swap directory is per node and not compared).
+    {"offload.optimizer", Kind::kTier, ZS_MEMBER(offload.optimizer)},
+    {"offload.chunk_numel", Kind::kInt, ZS_MEMBER(offload.chunk_numel), 1024, int64_t{1} << 30},
 };
 
 #undef ZS_MEMBER
@@ -100,6 +104,10 @@ EnumNames NamesOf(SpecValueKind kind) {
       static_assert(static_cast<int>(LrSchedule::Kind::kConstant) == 0 &&
                     static_cast<int>(LrSchedule::Kind::kWarmupCosine) == 1);
       return {{"constant", "warmup-cosine"}, 2};
+    case Kind::kTier:
+      return {{MemoryTierName(MemoryTier::kDevice), MemoryTierName(MemoryTier::kHost),
+               MemoryTierName(MemoryTier::kNvme)},
+              3};
     default:
       return {{}, 0};
   }
@@ -138,7 +146,8 @@ std::string FormatSpecValue(SpecValueKind kind, int64_t bits) {
       break;
     case Kind::kPrecision:
     case Kind::kOptimizer:
-    case Kind::kSchedule: {
+    case Kind::kSchedule:
+    case Kind::kTier: {
       const EnumNames names = NamesOf(kind);
       if (bits >= 0 && bits < names.count) return names.names[bits];
       break;

@@ -32,6 +32,7 @@ enum class SpecValueKind : uint8_t {
   kDType,      // by name: "fp32", "bf16", ...
   kOptimizer,  // "AdamW", "AdamL2"
   kSchedule,   // "constant", "warmup-cosine"
+  kTier,       // MemoryTier: "device", "host", "nvme"
   kHash,       // a fingerprint (not a TrainSpec field): only "differs" can be said
 };
 

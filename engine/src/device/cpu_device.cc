@@ -1,5 +1,7 @@
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "engine/src/device/cpu_stream.h"
@@ -21,7 +23,9 @@ constexpr size_t kCpuAlignment = 64;
 
 class CpuDevice final : public Device {
  public:
-  std::string name() const override { return "cpu"; }
+  // `alignment`: a power of two, at least kCpuAlignment.
+  CpuDevice(std::string name, size_t alignment) : name_(std::move(name)), alignment_(alignment) {}
+  std::string name() const override { return name_; }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool host_accessible() const override { return true; }
 
@@ -62,18 +66,28 @@ class CpuDevice final : public Device {
 
  protected:
   absl::StatusOr<void*> RawAllocate(int64_t bytes) override {
-    const size_t rounded =
-        (static_cast<size_t>(bytes) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
+    const size_t rounded = (static_cast<size_t>(bytes) + alignment_ - 1) / alignment_ * alignment_;
+    void* ptr = std::aligned_alloc(alignment_, rounded);
     if (ptr == nullptr) return absl::ResourceExhaustedError("out of host memory");
     std::memset(ptr, 0, rounded);
     return ptr;
   }
   void RawFree(void* ptr) override { std::free(ptr); }
+
+ private:
+  std::string name_;
+  size_t alignment_;
 };
 
 }  // namespace
 
-std::unique_ptr<Device> CreateCpuDevice() { return std::make_unique<CpuDevice>(); }
+std::unique_ptr<Device> CreateCpuDevice() {
+  return std::make_unique<CpuDevice>("cpu", kCpuAlignment);
+}
+
+std::unique_ptr<Device> CreateHostTierDevice() {
+  // 4096 bytes: the direct-I/O alignment of the NVMe tier's chunks.
+  return std::make_unique<CpuDevice>("host", 4096);
+}
 
 }  // namespace zeroshard

@@ -33,25 +33,27 @@ const PlannedBuffer* BufferPlan::Find(const std::string& name) const {
   return nullptr;
 }
 
-int64_t BufferPlan::BytesIn(MemoryCategory category) const {
+int64_t BufferPlan::BytesIn(MemoryCategory category, MemoryTier tier) const {
   int64_t total = 0;
   for (const PlannedBuffer& b : buffers) {
-    if (b.category == category) total += b.bytes();
+    if (b.category == category && b.tier == tier) total += b.bytes();
   }
   return total;
 }
 
-int64_t BufferPlan::model_state_bytes() const {
+int64_t BufferPlan::model_state_bytes(MemoryTier tier) const {
   int64_t total = 0;
   for (const PlannedBuffer& b : buffers) {
-    if (IsModelState(b.category)) total += b.bytes();
+    if (IsModelState(b.category) && b.tier == tier) total += b.bytes();
   }
   return total;
 }
 
-int64_t BufferPlan::total_bytes() const {
+int64_t BufferPlan::total_bytes(MemoryTier tier) const {
   int64_t total = 0;
-  for (const PlannedBuffer& b : buffers) total += b.bytes();
+  for (const PlannedBuffer& b : buffers) {
+    if (b.tier == tier) total += b.bytes();
+  }
   return total;
 }
 
@@ -99,14 +101,33 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), params_numel});
   plan.buffers.push_back(
       {kGradsBuffer, MemoryCategory::kGradients, grad_dtype, stage.grads_sharded ? shard : full});
+  // The optimizer state lives on its tier (TrainSpec::offload).
+  const MemoryTier state_tier = train.offload.optimizer;
   if (mixed) {
-    plan.buffers.push_back(
-        {kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, optimizer_numel});
+    plan.buffers.push_back({kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32,
+                            optimizer_numel, state_tier});
   }
-  plan.buffers.push_back(
-      {kAdamMBuffer, MemoryCategory::kOptimizerState, DType::kFloat32, optimizer_numel});
-  plan.buffers.push_back(
-      {kAdamVBuffer, MemoryCategory::kOptimizerState, DType::kFloat32, optimizer_numel});
+  plan.buffers.push_back({kAdamMBuffer, MemoryCategory::kOptimizerState, DType::kFloat32,
+                          optimizer_numel, state_tier});
+  plan.buffers.push_back({kAdamVBuffer, MemoryCategory::kOptimizerState, DType::kFloat32,
+                          optimizer_numel, state_tier});
+  if (train.offload.enabled() && optimizer_numel > 0) {
+    // Streamed in chunks of at most chunk_numel (a multiple of 1024, the
+    // 4 KiB direct-I/O alignment of fp32), fewer for a small shard.
+    const int64_t rounded = (optimizer_numel + 1023) / 1024 * 1024;
+    plan.offload_chunk_numel = std::min(train.offload.chunk_numel, rounded);
+    const int64_t two = 2 * plan.offload_chunk_numel;  // below 2^31
+    plan.buffers.push_back(
+        {kOffloadGradsBuffer, MemoryCategory::kCommBuffers, grad_dtype, two, MemoryTier::kHost});
+    plan.buffers.push_back({kOffloadParamsBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
+                            two, MemoryTier::kHost});
+    if (state_tier == MemoryTier::kNvme) {
+      plan.offload_state_tensors = mixed ? 3 : 2;
+      plan.buffers.push_back({kOffloadStateBuffer, MemoryCategory::kCommBuffers, DType::kFloat32,
+                              3 * plan.offload_state_tensors * plan.offload_chunk_numel,
+                              MemoryTier::kHost});
+    }
+  }
 
   // Stages 0-1 write the first micro-batch's gradient straight into the full
   // gradient buffer, so they stage only when accumulating. Stage 2 stages

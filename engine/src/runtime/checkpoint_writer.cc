@@ -230,6 +230,22 @@ absl::Status CheckpointWriter::TakeSnapshot() {
     }
     const float* master = mixed_ ? buffers_.MasterAt(u, shard.begin)
                                  : static_cast<const float*>(buffers_.ParamsAt(u, shard.begin));
+    if (offload_ != nullptr) {
+      // The state's tier is read now (host memory or the swap files); the
+      // fp32 params, the master of fp32 runs, stay on the device.
+      const int64_t index = buffers_.OptimizerIndex(u, shard.begin);
+      const int64_t count = static_cast<int64_t>(n);
+      if (mixed_) {
+        ZS_RETURN_IF_ERROR(offload_->Read(StateTensor::kMaster, index, count, out));
+      } else {
+        ZS_RETURN_IF_ERROR(
+            services_.CopyOnCompute(out, master, static_cast<int64_t>(n * sizeof(float))));
+      }
+      ZS_RETURN_IF_ERROR(offload_->Read(StateTensor::kAdamM, index, count, out + n));
+      ZS_RETURN_IF_ERROR(offload_->Read(StateTensor::kAdamV, index, count, out + 2 * n));
+      out += 3 * n;
+      continue;
+    }
     const float* const tensors[kTensorsPerUnit] = {master, buffers_.AdamMAt(u, shard.begin),
                                                    buffers_.AdamVAt(u, shard.begin)};
     for (const float* tensor : tensors) {

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/layout/flat_layout.h"
+#include "engine/src/runtime/offload_optimizer.h"
 #include "engine/src/runtime/runtime_services.h"
 #include "engine/src/runtime/shard_buffers.h"
 #include "zeroshard/engine.h"
@@ -38,6 +39,9 @@ class CheckpointWriter {
   // A background write owns its snapshot: lets it finish (the checkpoint
   // stays incomplete without Commit).
   ~CheckpointWriter();
+
+  // The optimizer state lives on `offload`'s tier (null: on the device).
+  void set_offload(OffloadOptimizer* offload) { offload_ = offload; }
 
   // Collective, the directory check of Save and PrepareCheckpointDirectory:
   // rank 0 creates `root` and `check_dir` (first removing `check_dir` when
@@ -93,6 +97,7 @@ class CheckpointWriter {
   // The size of this engine's widest manifest with an empty trainer state
   // ("{}"), measured at the first Begin (-1 before).
   int64_t widest_manifest_bytes_ = -1;
+  OffloadOptimizer* offload_ = nullptr;
 };
 
 }  // namespace zeroshard::internal

@@ -83,6 +83,7 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
       param_dtype_(train.param_dtype()),
       grad_dtype_(train.effective_grad_dtype()),
       mixed_(train.precision != Precision::kFp32),
+      host_tier_(train.offload.enabled() ? CreateHostTierDevice() : nullptr),
       buffers_(layout_, plan_, rank_, param_dtype_, grad_dtype_),
       log_(train.check_collective_sequence),
       loss_scaler_(train.precision, train.loss_scale),
@@ -129,10 +130,78 @@ EngineImpl::~EngineImpl() {
 
 absl::Status EngineImpl::Allocate() {
   // Exactly the plan's buffers, nothing else.
-  ZS_RETURN_IF_ERROR(buffers_.Allocate(device_));
+  ZS_RETURN_IF_ERROR(buffers_.Allocate(device_, host_tier_.get()));
   ZS_ASSIGN_OR_RETURN(compute_, device_.CreateStream());
   ZS_ASSIGN_OR_RETURN(ops_, CreateDeviceOps(device_, *compute_));
+  if (!train_.offload.enabled()) return absl::OkStatus();
+  // The NVMe tier's files: the plan's NVMe buffers, each a swap file, made
+  // (and the disk's room checked) before the first step.
+  std::unique_ptr<SwapFiles> swap;
+  if (train_.offload.optimizer == MemoryTier::kNvme) {
+    std::vector<SwapTensor> tensors;
+    std::vector<const PlannedBuffer*> planned;
+    for (const PlannedBuffer& b : plan_.buffers) {
+      if (b.tier != MemoryTier::kNvme) continue;
+      tensors.push_back({b.name, b.bytes()});
+      planned.push_back(&b);
+    }
+    if (train_.offload.dir.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Engine::Create (rank %d): offload.optimizer nvme needs offload.dir, the directory of "
+          "the swap files (a local NVMe drive's file system; --offload-dir)",
+          rank_));
+    }
+    SwapOptions options;
+    options.dir = train_.offload.dir;
+    options.rank = rank_;
+    absl::StatusOr<std::unique_ptr<SwapFiles>> created = SwapFiles::Create(options, tensors);
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrFormat("Engine::Create (rank %d): the NVMe tier's swap files "
+                                          "(offload.dir %s): %s",
+                                          rank_, options.dir, created.status().message()));
+    }
+    swap = *std::move(created);
+    for (const PlannedBuffer* b : planned) nvme_ledger_.Add(b->category, b->bytes());
+  }
+  offload_ = std::make_unique<OffloadOptimizer>(layout_, plan_, buffers_, mixed_, param_dtype_,
+                                                grad_dtype_, device_, *host_tier_, std::move(swap));
+  ZS_RETURN_IF_ERROR(offload_->Init());
+  checkpoint_->set_offload(offload_.get());
   return absl::OkStatus();
+}
+
+const MemoryLedger& EngineImpl::tier_ledger(MemoryTier tier) const {
+  switch (tier) {
+    case MemoryTier::kHost:
+      return host_tier_ != nullptr ? host_tier_->ledger() : host_ledger_unused_;
+    case MemoryTier::kNvme:
+      return nvme_ledger_;
+    default:
+      return device_.ledger();
+  }
+}
+
+absl::Status EngineImpl::ReadState(StateTensor tensor, int unit, int64_t seg_index, int64_t n,
+                                   float* host) const {
+  if (offload_ != nullptr) {
+    return offload_->Read(tensor, buffers_.OptimizerIndex(unit, seg_index), n, host);
+  }
+  const float* src = tensor == StateTensor::kMaster  ? buffers_.MasterAt(unit, seg_index)
+                     : tensor == StateTensor::kAdamM ? buffers_.AdamMAt(unit, seg_index)
+                                                     : buffers_.AdamVAt(unit, seg_index);
+  return CopyOnCompute(host, src, n * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::Status EngineImpl::WriteState(StateTensor tensor, int unit, int64_t seg_index, int64_t n,
+                                    const float* host) {
+  if (offload_ != nullptr) {
+    return offload_->Write(tensor, buffers_.OptimizerIndex(unit, seg_index), n, host);
+  }
+  float* dst = tensor == StateTensor::kMaster  ? buffers_.MasterAt(unit, seg_index)
+               : tensor == StateTensor::kAdamM ? buffers_.AdamMAt(unit, seg_index)
+                                               : buffers_.AdamVAt(unit, seg_index);
+  return CopyOnCompute(dst, host, n * static_cast<int64_t>(sizeof(float)));
 }
 
 absl::Status EngineImpl::ZeroOnCompute(void* dst, int64_t bytes) {
@@ -353,8 +422,8 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
     const int64_t mb = std::max(owned.begin, slot.offset);
     const int64_t me = std::min(owned.end, slot.offset + slot.numel);
     if (mb < me) {
-      ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(s, mb), values.data() + (mb - slot.offset),
-                                       (me - mb) * static_cast<int64_t>(sizeof(float))));
+      ZS_RETURN_IF_ERROR(
+          WriteState(StateTensor::kMaster, s, mb, me - mb, values.data() + (mb - slot.offset)));
     }
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
@@ -439,9 +508,11 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
     if (dtype == DType::kFloat16) ConvertFp16ToFp32(halves.data(), out.data(), halves.size());
   };
   if (full_here) {
-    const void* src = from_master ? static_cast<const void*>(buffers_.MasterAt(s, slot.offset))
-                                  : ParamsAt(s, slot.offset);
-    ZS_RETURN_IF_ERROR(CopyOnCompute(host, src, slot.numel * elem));
+    if (from_master) {
+      ZS_RETURN_IF_ERROR(ReadState(StateTensor::kMaster, s, slot.offset, slot.numel, out.data()));
+    } else {
+      ZS_RETURN_IF_ERROR(CopyOnCompute(host, ParamsAt(s, slot.offset), slot.numel * elem));
+    }
     ZS_RETURN_IF_ERROR(SyncCompute());
     to_fp32();
     return out;
@@ -464,6 +535,25 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   const ElementRange shard = layout_.ShardRange(s, rank_);
   const void* mine = from_master ? static_cast<const void*>(buffers_.MasterAt(s, shard.begin))
                                  : ParamsAt(s, shard.begin);
+  // An offloaded master: this rank's shard from its tier, into the memory
+  // the communicator moves (host memory, or a device temporary).
+  std::vector<float> offloaded;
+  DeviceBuffer device_shard;
+  if (from_master && offload_ != nullptr) {
+    offloaded.resize(static_cast<size_t>(seg.shard_numel));
+    ZS_RETURN_IF_ERROR(
+        ReadState(StateTensor::kMaster, s, shard.begin, seg.shard_numel, offloaded.data()));
+    mine = offloaded.data();
+    if (!device_.host_accessible()) {
+      ZS_ASSIGN_OR_RETURN(
+          device_shard,
+          device_.Allocate(seg.shard_numel * elem, MemoryCategory::kWorkspace, "get_param_shard"));
+      ZS_RETURN_IF_ERROR(
+          CopyOnCompute(device_shard.data(), offloaded.data(), seg.shard_numel * elem));
+      ZS_RETURN_IF_ERROR(SyncCompute());
+      mine = device_shard.data();
+    }
+  }
   CommHandle handle =
       comm_.AllGather(mine, gathered_into, seg.shard_numel, dtype, CollectiveLog::UnitTag(s));
   log_.Note(CollectiveKind::kGatherForRead, s, seg.shard_numel);
@@ -519,6 +609,21 @@ absl::Status EngineImpl::CheckPaddingIsZero() const {
       const int64_t oe = std::min(pad.end, owned.end);
       if (ob >= oe) continue;
       const int64_t bytes = (oe - ob) * static_cast<int64_t>(sizeof(float));
+      if (offload_ != nullptr) {
+        // The state's tier, read through it.
+        std::vector<float> values(static_cast<size_t>(oe - ob));
+        auto zero_on_tier = [&](StateTensor t) {
+          if (!ReadState(t, u, ob, oe - ob, values.data()).ok()) return false;
+          for (float v : values) {
+            if (v != 0.0f || std::signbit(v)) return false;
+          }
+          return true;
+        };
+        if (!zero_on_tier(StateTensor::kAdamM)) return fail(kAdamMBuffer);
+        if (!zero_on_tier(StateTensor::kAdamV)) return fail(kAdamVBuffer);
+        if (mixed_ && !zero_on_tier(StateTensor::kMaster)) return fail(kMasterBuffer);
+        continue;
+      }
       if (!all_zero(buffers_.AdamMAt(u, ob), bytes)) return fail(kAdamMBuffer);
       if (!all_zero(buffers_.AdamVAt(u, ob), bytes)) return fail(kAdamVBuffer);
       if (mixed_ && !all_zero(buffers_.MasterAt(u, ob), bytes)) return fail(kMasterBuffer);

@@ -221,18 +221,15 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
   for (int u = 0; u < units; ++u) {
     const ElementRange range = owned[u];
     const int64_t n = range.size();
-    const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
     ZS_RETURN_IF_ERROR(
         StoreConverted(master, n, param_dtype_, ParamsAt(u, range.begin), staging[u]));
     if (!layout_.unit(u).trainable) continue;  // params only
-    if (mixed_) ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.MasterAt(u, range.begin), master, bytes));
-    ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.AdamMAt(u, range.begin),
-                                     fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data(),
-                                     bytes));
-    ZS_RETURN_IF_ERROR(CopyOnCompute(buffers_.AdamVAt(u, range.begin),
-                                     fresh[static_cast<size_t>(u) * kTensorsPerUnit + 2].data(),
-                                     bytes));
+    if (mixed_) ZS_RETURN_IF_ERROR(WriteState(StateTensor::kMaster, u, range.begin, n, master));
+    ZS_RETURN_IF_ERROR(WriteState(StateTensor::kAdamM, u, range.begin, n,
+                                  fresh[static_cast<size_t>(u) * kTensorsPerUnit + 1].data()));
+    ZS_RETURN_IF_ERROR(WriteState(StateTensor::kAdamV, u, range.begin, n,
+                                  fresh[static_cast<size_t>(u) * kTensorsPerUnit + 2].data()));
   }
   ZS_RETURN_IF_ERROR(SyncCompute());
   // Resident units of a sharded optimizer hold every rank's part of the

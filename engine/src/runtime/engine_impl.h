@@ -32,6 +32,7 @@
 #include "engine/src/runtime/grad_norm.h"
 #include "engine/src/runtime/grad_reducer.h"
 #include "engine/src/runtime/loss_scaler.h"
+#include "engine/src/runtime/offload_optimizer.h"
 #include "engine/src/runtime/param_gatherer.h"
 #include "engine/src/runtime/runtime_services.h"
 #include "engine/src/runtime/shard_buffers.h"
@@ -76,6 +77,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   int64_t steps() const override { return step_; }
   EngineStats Stats() const override;
   const MemoryLedger& ledger() const override { return device_.ledger(); }
+  const MemoryLedger& tier_ledger(MemoryTier tier) const override;
 
   // Internal (tests): the dynamic loss scale and its counters.
   using LossScaleState = LossScaler::State;
@@ -127,6 +129,15 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // host into `staging`, which must live until the next SyncCompute).
   absl::Status StoreConverted(const float* values, int64_t n, DType dtype, void* dst,
                               std::vector<uint16_t>& staging) const;
+  // `n` elements of an optimizer state tensor of `unit` from segment index
+  // `seg_index` of its owned range, to or from host memory, on whichever
+  // tier holds it: on the device enqueued on the compute stream (the host
+  // memory must live until SyncCompute), elsewhere done on return.
+  // kMaster only with mixed precision.
+  absl::Status ReadState(StateTensor tensor, int unit, int64_t seg_index, int64_t n,
+                         float* host) const;
+  absl::Status WriteState(StateTensor tensor, int unit, int64_t seg_index, int64_t n,
+                          const float* host);
   // Shorthands into buffers_ (shard_buffers.h).
   void* ParamsAt(int unit, int64_t seg_index) const { return buffers_.ParamsAt(unit, seg_index); }
   ElementRange OwnedRange(int unit) const { return buffers_.OwnedRange(unit); }
@@ -169,12 +180,19 @@ class EngineImpl final : public Engine, private RuntimeServices {
   DType grad_dtype_;
   bool mixed_ = false;
 
+  // The host tier (TrainSpec::offload; null without offload) and the NVMe
+  // tier's ledger, declared before the buffers they hold.
+  std::unique_ptr<Device> host_tier_;
+  MemoryLedger host_ledger_unused_;  // tier_ledger(kHost) without a host tier
+  MemoryLedger nvme_ledger_;
   ShardBuffers buffers_;
   // The per-step arithmetic runs through ops_ on compute_ (declared after the
   // buffers: destroyed first, so queued work never outlives them).
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<DeviceOps> ops_;
   DeviceBuffer record_exchange_;  // see RecordExchange
+  // The offloaded optimizer state's update (null on the device tier).
+  std::unique_ptr<OffloadOptimizer> offload_;
 
   CollectiveLog log_;
   LossScaler loss_scaler_;

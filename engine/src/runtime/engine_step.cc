@@ -129,7 +129,17 @@ absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
     // As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when below 1.
     result.clip_coef = std::min(1.0, train_.max_grad_norm / (result.grad_norm + 1e-6));
   }
-  ZS_RETURN_IF_ERROR(optimizer_.Apply(buffers_, *ops_, mean_scale * result.clip_coef, result.lr));
+  if (offload_ != nullptr) {
+    // The state's tier: a removed or truncated swap file fails the step
+    // here, by name, before any chunk is read. The gradients are final once
+    // the compute stream (the norm's block sums) is done with them.
+    ZS_RETURN_IF_ERROR(Poison(offload_->CheckFiles()));
+    ZS_RETURN_IF_ERROR(SyncCompute());
+    ZS_RETURN_IF_ERROR(
+        Poison(offload_->Apply(optimizer_, mean_scale * result.clip_coef, result.lr)));
+  } else {
+    ZS_RETURN_IF_ERROR(optimizer_.Apply(buffers_, *ops_, mean_scale * result.clip_coef, result.lr));
+  }
   // The param all-gathers (and the trainer's next Gather) read the updated
   // params.
   ZS_RETURN_IF_ERROR(SyncCompute());

@@ -24,9 +24,15 @@ ShardBuffers::ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int
   }
 }
 
-absl::Status ShardBuffers::Allocate(Device& device) {
+absl::Status ShardBuffers::Allocate(Device& device, Device* host) {
   for (const PlannedBuffer& b : plan_.buffers) {
-    ZS_ASSIGN_OR_RETURN(DeviceBuffer buffer, device.Allocate(b.bytes(), b.category, b.name));
+    if (b.tier == MemoryTier::kNvme) continue;  // swap files
+    if (b.tier == MemoryTier::kHost && host == nullptr) {
+      return absl::InternalError(
+          absl::StrFormat("engine: buffer '%s' is planned on the host tier without one", b.name));
+    }
+    Device& where = b.tier == MemoryTier::kHost ? *host : device;
+    ZS_ASSIGN_OR_RETURN(DeviceBuffer buffer, where.Allocate(b.bytes(), b.category, b.name));
     if (b.name == kParamsBuffer) {
       params = std::move(buffer);
     } else if (b.name == kGradsBuffer) {
@@ -45,6 +51,12 @@ absl::Status ShardBuffers::Allocate(Device& device) {
       gather_pool = std::move(buffer);
     } else if (b.name == kTiedGradBuffer) {
       tied_accum = std::move(buffer);
+    } else if (b.name == kOffloadGradsBuffer) {
+      offload_grads = std::move(buffer);
+    } else if (b.name == kOffloadParamsBuffer) {
+      offload_params = std::move(buffer);
+    } else if (b.name == kOffloadStateBuffer) {
+      offload_state = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -80,12 +92,15 @@ void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {
   return grads.as<char>() + element * static_cast<int64_t>(DTypeSize(grad_dtype_));
 }
 
-float* ShardBuffers::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
+int64_t ShardBuffers::OptimizerIndex(int unit, int64_t seg_index) const {
   const UnitSegment& seg = layout_.unit(unit);
-  const int64_t element = !plan_.stage.optimizer_sharded
-                              ? seg.train_offset + seg_index
-                              : seg.train_shard_offset + (seg_index - rank_ * seg.shard_numel);
-  return buf.as<float>() + element;
+  return !plan_.stage.optimizer_sharded
+             ? seg.train_offset + seg_index
+             : seg.train_shard_offset + (seg_index - rank_ * seg.shard_numel);
+}
+
+float* ShardBuffers::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
+  return buf.as<float>() + OptimizerIndex(unit, seg_index);
 }
 
 void* ShardBuffers::StagingSlotData(int slot) const {

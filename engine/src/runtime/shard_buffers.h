@@ -37,9 +37,11 @@ class ShardBuffers {
   ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int rank, DType param_dtype,
                DType grad_dtype);
 
-  // Allocates exactly the plan's buffers on `device`, nothing else.
-  // InternalError for a buffer the engine does not use.
-  absl::Status Allocate(Device& device);
+  // Allocates exactly the plan's buffers, nothing else: the device tier's
+  // on `device`, the host tier's on `host` (may be null without offload).
+  // The NVMe tier's are swap files (offload_optimizer.h): not allocated
+  // here. InternalError for a buffer the engine does not use.
+  absl::Status Allocate(Device& device, Device* host);
 
   // The part of unit `unit` this rank's optimizer updates (see above).
   ElementRange OwnedRange(int unit) const;
@@ -55,12 +57,17 @@ class ShardBuffers {
   }
   float* AdamMAt(int unit, int64_t seg_index) const { return OptimizerAt(adam_m, unit, seg_index); }
   float* AdamVAt(int unit, int64_t seg_index) const { return OptimizerAt(adam_v, unit, seg_index); }
+  // Where segment element `seg_index` of the owned range of `unit` sits in
+  // the optimizer's flat buffers (master, m, v): their element index.
+  int64_t OptimizerIndex(int unit, int64_t seg_index) const;
   void* StagingSlotData(int slot) const;
   // A tied segment's micro-batch accumulator (kTiedGradBuffer).
   void* TiedAccumData(int unit) const;
   void* GatherSlotData(int slot) const;
 
   DeviceBuffer params, grads, master, adam_m, adam_v, staging, norm_blocks, gather_pool, tied_accum;
+  // Optimizer offload: the host tier's streaming chunks.
+  DeviceBuffer offload_grads, offload_params, offload_state;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;

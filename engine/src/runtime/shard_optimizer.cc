@@ -90,8 +90,7 @@ void ShardOptimizer::IndexGroups() {
   constants_.resize(groups_.size());
 }
 
-absl::Status ShardOptimizer::Apply(const ShardBuffers& buffers, DeviceOps& ops, double grad_scale,
-                                   double lr) {
+void ShardOptimizer::BeginStep(double grad_scale, double lr) {
   ++applied_steps_;
   kernels::AdamStepParams p;
   p.mode =
@@ -109,31 +108,37 @@ absl::Status ShardOptimizer::Apply(const ShardBuffers& buffers, DeviceOps& ops, 
     p.weight_decay = groups_[g].weight_decay;
     constants_[g] = kernels::MakeAdamConstants(p);
   }
+}
 
+AdamVariant ShardOptimizer::variant() const {
+  if (!mixed_) return AdamVariant::kFp32;
+  const bool grad16 = grad_dtype_ != DType::kFloat32;
+  if (param_dtype_ == DType::kBFloat16) {
+    return grad16 ? AdamVariant::kMixedBf16GradBf16 : AdamVariant::kMixedBf16;
+  }
+  return grad16 ? AdamVariant::kMixedFp16GradFp16 : AdamVariant::kMixedFp16;
+}
+
+absl::Status ShardOptimizer::Apply(const ShardBuffers& buffers, DeviceOps& ops, double grad_scale,
+                                   double lr) {
+  BeginStep(grad_scale, lr);
   for (size_t k = 0; k < runs_.size(); ++k) {
     const UpdateRun& run = runs_[k];
-    const kernels::AdamConstants& c = constants_[run_group_[k]];
     const int u = run.unit;
     const int64_t b = run.range.begin;
     AdamArgs args;
+    args.variant = variant();
     args.m = buffers.AdamMAt(u, b);
     args.v = buffers.AdamVAt(u, b);
     args.grad = buffers.GradsAt(u, b);
     args.n = run.range.size();
-    const bool grad16 = grad_dtype_ != DType::kFloat32;
     if (!mixed_) {
-      args.variant = AdamVariant::kFp32;
       args.master = static_cast<float*>(buffers.ParamsAt(u, b));
     } else {
       args.master = buffers.MasterAt(u, b);
       args.param_out = static_cast<uint16_t*>(buffers.ParamsAt(u, b));
-      if (param_dtype_ == DType::kBFloat16) {
-        args.variant = grad16 ? AdamVariant::kMixedBf16GradBf16 : AdamVariant::kMixedBf16;
-      } else {
-        args.variant = grad16 ? AdamVariant::kMixedFp16GradFp16 : AdamVariant::kMixedFp16;
-      }
     }
-    ZS_RETURN_IF_ERROR(ops.Adam(args, c));
+    ZS_RETURN_IF_ERROR(ops.Adam(args, run_constants(k)));
   }
   return absl::OkStatus();
 }

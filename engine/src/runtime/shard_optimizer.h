@@ -72,6 +72,15 @@ class ShardOptimizer {
   // params.
   absl::Status Apply(const ShardBuffers& buffers, DeviceOps& ops, double grad_scale, double lr);
 
+  // Apply in parts, for an update that streams the state (offload_optimizer.h):
+  // BeginStep counts the step and derives the constants; then each run (or
+  // piece of one: the update is element-wise) is one ops.Adam call with
+  // variant() and run_constants(k), the same bits as Apply.
+  void BeginStep(double grad_scale, double lr);
+  AdamVariant variant() const;
+  const kernels::AdamConstants& run_constants(size_t k) const { return constants_[run_group_[k]]; }
+  bool mixed() const { return mixed_; }
+
   // Updates applied so far (skipped steps do not count); a checkpoint saves
   // and restores it.
   int64_t applied_steps() const { return applied_steps_; }

@@ -1,0 +1,337 @@
+#include "engine/src/runtime/offload_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard::internal {
+namespace {
+
+// Elements of fp32 per direct-I/O block (SwapFiles::kSwapAlignment bytes).
+constexpr int64_t kIoBlockNumel = kSwapAlignment / static_cast<int64_t>(sizeof(float));
+
+int64_t RoundUpToBlock(int64_t numel) {
+  return (numel + kIoBlockNumel - 1) / kIoBlockNumel * kIoBlockNumel;
+}
+
+// Times the host thread's waits into `into`.
+class WaitTimer {
+ public:
+  explicit WaitTimer(absl::Duration& into) : into_(into), begin_(absl::Now()) {}
+  ~WaitTimer() { into_ += absl::Now() - begin_; }
+
+ private:
+  absl::Duration& into_;
+  absl::Time begin_;
+};
+
+}  // namespace
+
+OffloadOptimizer::OffloadOptimizer(const FlatLayout& layout, const BufferPlan& plan,
+                                   const ShardBuffers& buffers, bool mixed, DType param_dtype,
+                                   DType grad_dtype, Device& device, Device& host,
+                                   std::unique_ptr<SwapFiles> swap)
+    : layout_(layout),
+      plan_(plan),
+      buffers_(buffers),
+      mixed_(mixed),
+      param_dtype_(param_dtype),
+      grad_dtype_(grad_dtype),
+      device_(device),
+      host_(host),
+      swap_(std::move(swap)),
+      chunk_numel_(plan.offload_chunk_numel) {
+  const PlannedBuffer* m = plan.Find(kAdamMBuffer);
+  state_numel_ = m != nullptr ? m->numel : 0;
+}
+
+OffloadOptimizer::~OffloadOptimizer() {
+  // Nothing may still read or write the buffers: finish the streams and the
+  // I/O (their errors were reported by the Apply that issued them).
+  if (copy_ != nullptr) copy_->Synchronize().IgnoreError();
+  if (host_stream_ != nullptr) host_stream_->Synchronize().IgnoreError();
+  if (swap_ != nullptr) swap_->WaitAll().IgnoreError();
+}
+
+absl::Status OffloadOptimizer::Init() {
+  ZS_ASSIGN_OR_RETURN(copy_, device_.CreateStream());
+  ZS_ASSIGN_OR_RETURN(host_stream_, host_.CreateStream());
+  ZS_ASSIGN_OR_RETURN(host_ops_, CreateDeviceOps(host_, *host_stream_));
+  for (int s = 0; s < 2; ++s) {
+    ZS_ASSIGN_OR_RETURN(copied_in_[s], device_.CreateEvent());
+    ZS_ASSIGN_OR_RETURN(updated_[s], host_.CreateEvent());
+  }
+  return absl::OkStatus();
+}
+
+int OffloadOptimizer::FileOf(StateTensor tensor) const {
+  return mixed_ ? static_cast<int>(tensor) : static_cast<int>(tensor) - 1;
+}
+
+float* OffloadOptimizer::HostState(StateTensor tensor) const {
+  switch (tensor) {
+    case StateTensor::kMaster:
+      return buffers_.master.as<float>();
+    case StateTensor::kAdamM:
+      return buffers_.adam_m.as<float>();
+    case StateTensor::kAdamV:
+      return buffers_.adam_v.as<float>();
+  }
+  return nullptr;
+}
+
+float* OffloadOptimizer::SlotState(int slot, StateTensor tensor) const {
+  return buffers_.offload_state.as<float>() +
+         (static_cast<int64_t>(slot) * num_tensors() + FileOf(tensor)) * chunk_numel_;
+}
+
+absl::Status OffloadOptimizer::Read(StateTensor tensor, int64_t index, int64_t n, float* data) {
+  if (n <= 0) return absl::OkStatus();
+  if (!swap_) {
+    std::memcpy(data, HostState(tensor) + index, static_cast<size_t>(n) * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Whole aligned blocks through the first state slot (free outside Apply).
+  float* bounce = SlotState(0, StateTensor::kAdamM);
+  const int64_t end = index + n;
+  for (int64_t at = index / kIoBlockNumel * kIoBlockNumel; at < end;) {
+    const int64_t window = std::min(chunk_numel_, RoundUpToBlock(end) - at);
+    ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), at * static_cast<int64_t>(sizeof(float)), bounce,
+                                   window * static_cast<int64_t>(sizeof(float))));
+    const int64_t from = std::max(at, index);
+    const int64_t to = std::min(at + window, end);
+    std::memcpy(data + (from - index), bounce + (from - at),
+                static_cast<size_t>(to - from) * sizeof(float));
+    at += window;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::Write(StateTensor tensor, int64_t index, int64_t n,
+                                     const float* data) {
+  if (n <= 0) return absl::OkStatus();
+  if (!swap_) {
+    std::memcpy(HostState(tensor) + index, data, static_cast<size_t>(n) * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Read, modify and write whole aligned blocks (the read is skipped when
+  // the window is covered).
+  float* bounce = SlotState(0, StateTensor::kAdamM);
+  const int64_t end = index + n;
+  for (int64_t at = index / kIoBlockNumel * kIoBlockNumel; at < end;) {
+    const int64_t window = std::min(chunk_numel_, RoundUpToBlock(end) - at);
+    const int64_t offset = at * static_cast<int64_t>(sizeof(float));
+    const int64_t bytes = window * static_cast<int64_t>(sizeof(float));
+    const int64_t from = std::max(at, index);
+    const int64_t to = std::min(at + window, end);
+    if (from > at || to < at + window) {
+      ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
+    }
+    std::memcpy(bounce + (from - at), data + (from - index),
+                static_cast<size_t>(to - from) * sizeof(float));
+    ZS_RETURN_IF_ERROR(swap_->Write(FileOf(tensor), offset, bounce, bytes));
+    at += window;
+  }
+  return absl::OkStatus();
+}
+
+void OffloadOptimizer::BuildChunks(const std::vector<UpdateRun>& runs) {
+  // Each run is contiguous in the flat space; cut it at chunk boundaries.
+  chunks_.clear();
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const UpdateRun& run = runs[k];
+    int64_t seg = run.range.begin;
+    while (seg < run.range.end) {
+      const int64_t flat = buffers_.OptimizerIndex(run.unit, seg);
+      const int64_t c = flat / chunk_numel_;
+      const int64_t chunk_begin = c * chunk_numel_;
+      const int64_t n = std::min(run.range.end - seg, chunk_begin + chunk_numel_ - flat);
+      if (chunks_.empty() || chunks_.back().index != chunk_begin) {
+        chunks_.push_back({chunk_begin, std::min(chunk_numel_, state_numel_ - chunk_begin), {}});
+      }
+      chunks_.back().pieces.push_back({k, run.unit, seg, n, flat - chunk_begin});
+      seg += n;
+    }
+  }
+}
+
+absl::Status OffloadOptimizer::CopyIn(const Chunk& chunk, int slot) {
+  const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
+  const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
+  char* grads = buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
+  char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
+  for (const Piece& p : chunk.pieces) {
+    ZS_RETURN_IF_ERROR(device_.CopyAsync(
+        grads + p.at * gsize, buffers_.GradsAt(p.unit, p.seg_begin), p.n * gsize, *copy_));
+    stats_.bytes_to_host += p.n * gsize;
+    if (!mixed_) {
+      // fp32: the params are the master the update reads and writes.
+      ZS_RETURN_IF_ERROR(device_.CopyAsync(
+          params + p.at * psize, buffers_.ParamsAt(p.unit, p.seg_begin), p.n * psize, *copy_));
+      stats_.bytes_to_host += p.n * psize;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::CopyOut(const Chunk& chunk, int slot) {
+  const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
+  const char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
+  for (const Piece& p : chunk.pieces) {
+    ZS_RETURN_IF_ERROR(device_.CopyAsync(buffers_.ParamsAt(p.unit, p.seg_begin),
+                                         params + p.at * psize, p.n * psize, *copy_));
+    stats_.bytes_to_device += p.n * psize;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::Update(const ShardOptimizer& optimizer, const Chunk& chunk, int slot,
+                                      int state_slot) {
+  const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
+  const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
+  const char* grads = buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
+  char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
+  // The chunk's state: in place on the host tier, its slot on NVMe.
+  auto state = [&](StateTensor t) -> float* {
+    return swap_ ? SlotState(state_slot, t) : HostState(t) + chunk.index;
+  };
+  for (const Piece& p : chunk.pieces) {
+    AdamArgs args;
+    args.variant = optimizer.variant();
+    args.grad = grads + p.at * gsize;
+    args.m = state(StateTensor::kAdamM) + p.at;
+    args.v = state(StateTensor::kAdamV) + p.at;
+    args.n = p.n;
+    if (mixed_) {
+      args.master = state(StateTensor::kMaster) + p.at;
+      args.param_out = reinterpret_cast<uint16_t*>(params + p.at * psize);
+    } else {
+      args.master = reinterpret_cast<float*>(params + p.at * psize);
+    }
+    ZS_RETURN_IF_ERROR(host_ops_->Adam(args, optimizer.run_constants(p.run)));
+  }
+  return absl::OkStatus();
+}
+
+int64_t OffloadOptimizer::ChunkIoBytes(const Chunk& chunk) const {
+  return RoundUpToBlock(chunk.numel) * static_cast<int64_t>(sizeof(float));
+}
+
+absl::Status OffloadOptimizer::IssueReads(const Chunk& chunk, int state_slot) {
+  const int64_t offset = chunk.index * static_cast<int64_t>(sizeof(float));
+  for (int t = mixed_ ? 0 : 1; t < 3; ++t) {
+    const StateTensor tensor = static_cast<StateTensor>(t);
+    ZS_ASSIGN_OR_RETURN(SwapFiles::Ticket ticket,
+                        swap_->ReadAsync(FileOf(tensor), offset, SlotState(state_slot, tensor),
+                                         ChunkIoBytes(chunk)));
+    reads_[state_slot].push_back(ticket);
+    stats_.bytes_read += ChunkIoBytes(chunk);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::IssueWrites(const Chunk& chunk, int state_slot) {
+  const int64_t offset = chunk.index * static_cast<int64_t>(sizeof(float));
+  for (int t = mixed_ ? 0 : 1; t < 3; ++t) {
+    const StateTensor tensor = static_cast<StateTensor>(t);
+    ZS_ASSIGN_OR_RETURN(SwapFiles::Ticket ticket,
+                        swap_->WriteAsync(FileOf(tensor), offset, SlotState(state_slot, tensor),
+                                          ChunkIoBytes(chunk)));
+    writes_[state_slot].push_back(ticket);
+    stats_.bytes_written += ChunkIoBytes(chunk);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::WaitTickets(std::vector<SwapFiles::Ticket>& tickets) {
+  absl::Status first;
+  for (SwapFiles::Ticket t : tickets) first.Update(swap_->Wait(t));
+  tickets.clear();
+  return first;
+}
+
+absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scale, double lr,
+                                     const OffloadApplyParts& parts) {
+  const absl::Time begin = absl::Now();
+  stats_ = OffloadStepStats();
+  optimizer.BeginStep(grad_scale, lr);
+  BuildChunks(optimizer.runs());
+  const int n = static_cast<int>(chunks_.size());
+  stats_.chunks = n;
+  const bool io = swap_ != nullptr && parts.io;
+  // The order of one chunk c (slot c % 2, state slot c % 3): its inputs were
+  // copied while chunk c-1 was updated, its state read while c-1 was
+  // updated; its params go back and its state is written while c+1 is
+  // updated. A slot is reused two (three) chunks later, after the copy
+  // stream (the I/O) has finished with it: the copy stream runs in order,
+  // and the host waits for the writes before reading into a state slot.
+  absl::Status status;
+  auto run = [&]() -> absl::Status {
+    if (n == 0) return absl::OkStatus();
+    if (io) ZS_RETURN_IF_ERROR(IssueReads(chunks_[0], 0));
+    if (parts.copies) ZS_RETURN_IF_ERROR(CopyIn(chunks_[0], 0));
+    ZS_RETURN_IF_ERROR(copied_in_[0]->Record(*copy_));
+    for (int c = 0; c < n; ++c) {
+      const int slot = c % 2;
+      const int state_slot = c % 3;
+      if (io && c + 1 < n) {
+        const int next = (c + 1) % 3;
+        ZS_RETURN_IF_ERROR(WaitTickets(writes_[next]));  // chunk c-2's writes
+        ZS_RETURN_IF_ERROR(IssueReads(chunks_[c + 1], next));
+      }
+      if (io) {
+        WaitTimer t(stats_.wait_read);
+        ZS_RETURN_IF_ERROR(WaitTickets(reads_[state_slot]));
+      }
+      {
+        WaitTimer t(stats_.wait_copy_in);
+        ZS_RETURN_IF_ERROR(copied_in_[slot]->Synchronize());
+      }
+      if (parts.update) ZS_RETURN_IF_ERROR(Update(optimizer, chunks_[c], slot, state_slot));
+      ZS_RETURN_IF_ERROR(updated_[slot]->Record(*host_stream_));
+      if (c + 1 < n) {
+        if (parts.copies) ZS_RETURN_IF_ERROR(CopyIn(chunks_[c + 1], (c + 1) % 2));
+        ZS_RETURN_IF_ERROR(copied_in_[(c + 1) % 2]->Record(*copy_));
+      }
+      {
+        WaitTimer t(stats_.wait_update);
+        ZS_RETURN_IF_ERROR(updated_[slot]->Synchronize());
+      }
+      if (io) ZS_RETURN_IF_ERROR(IssueWrites(chunks_[c], state_slot));
+      if (parts.copies) ZS_RETURN_IF_ERROR(CopyOut(chunks_[c], slot));
+    }
+    return absl::OkStatus();
+  };
+  status = run();
+  // Drain whatever was issued, failed or not: the buffers must be quiet
+  // before anything else touches them.
+  {
+    WaitTimer t(stats_.wait_drain);
+    for (int s = 0; s < 3 && swap_ != nullptr; ++s) {
+      status.Update(WaitTickets(reads_[s]));
+      status.Update(WaitTickets(writes_[s]));
+    }
+    status.Update(copy_->Synchronize());
+    status.Update(host_stream_->Synchronize());
+  }
+  stats_.total = absl::Now() - begin;
+  return status;
+}
+
+absl::Status OffloadOptimizer::CheckFiles() const {
+  return swap_ ? swap_->CheckFiles() : absl::OkStatus();
+}
+
+std::string OffloadOptimizer::Describe() const {
+  std::string out =
+      absl::StrFormat("optimizer state on the %s tier, streamed in chunks of %d elements",
+                      MemoryTierName(tier()), chunk_numel_);
+  if (swap_) absl::StrAppend(&out, "; swap files: ", swap_->describe());
+  return out;
+}
+
+}  // namespace zeroshard::internal
