@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -84,8 +85,10 @@ class TempDir {
   std::string path_;
 };
 
-TrainSpec WithOffload(TrainSpec train, MemoryTier tier, const std::string& dir) {
+TrainSpec WithOffload(TrainSpec train, MemoryTier tier, const std::string& dir,
+                      MemoryTier grads = MemoryTier::kDevice) {
   train.offload.optimizer = tier;
+  train.offload.grads = grads;
   train.offload.dir = tier == MemoryTier::kNvme ? dir : "";
   train.offload.chunk_numel = 1024;
   return train;
@@ -134,10 +137,19 @@ TEST(EngineOffloadTest, HostAndNvmeTiersTrainTheDeviceTiersModelBitForBit) {
         ASSERT_TRUE(device.ok()) << device.status() << " " << what;
         EXPECT_TRUE(device->ledger_vs_plan.empty())
             << absl::StrJoin(device->ledger_vs_plan, "; ") << " " << what;
-        for (MemoryTier tier : {MemoryTier::kHost, MemoryTier::kNvme}) {
-          const std::string where = absl::StrCat(MemoryTierName(tier), " tier: ", what);
+        // The optimizer state on each tier, the gradients streamed with the
+        // update or copied to the host during the backward.
+        const std::pair<MemoryTier, MemoryTier> tiers[] = {{MemoryTier::kHost, MemoryTier::kDevice},
+                                                           {MemoryTier::kHost, MemoryTier::kHost},
+                                                           {MemoryTier::kNvme, MemoryTier::kDevice},
+                                                           {MemoryTier::kNvme, MemoryTier::kHost}};
+        for (const auto& pair : tiers) {
+          const MemoryTier tier = pair.first;
+          const std::string where = absl::StrCat(MemoryTierName(tier), " tier, grads on ",
+                                                 MemoryTierName(pair.second), ": ", what);
           std::atomic<int64_t> copies{0};
-          auto offloaded = RunTier(WithOffload(train, tier, swap.path()), world, 3, true, &copies);
+          auto offloaded =
+              RunTier(WithOffload(train, tier, swap.path(), pair.second), world, 3, true, &copies);
           ASSERT_TRUE(offloaded.ok()) << offloaded.status() << " " << where;
           EXPECT_EQ(FirstDifference(*device, *offloaded), "") << where;
           EXPECT_GT(copies.load(), 0) << where;
@@ -176,7 +188,10 @@ TEST(EngineOffloadTest, Fp16SkippedStepsAreSkippedAlikeOnEveryTier) {
     };
     std::vector<SyntheticRunResult> results;
     for (MemoryTier tier : {MemoryTier::kDevice, MemoryTier::kHost, MemoryTier::kNvme}) {
-      run.train = WithOffload(SyntheticTrain(stage, Precision::kFp16Mixed, 2), tier, swap.path());
+      // The gradients' host copy during the backward on the offloaded tiers.
+      run.train =
+          WithOffload(SyntheticTrain(stage, Precision::kFp16Mixed, 2), tier, swap.path(),
+                      tier == MemoryTier::kDevice ? MemoryTier::kDevice : MemoryTier::kHost);
       auto r = RunSyntheticRanks(run);
       ASSERT_TRUE(r.ok()) << r.status() << " stage " << stage << ", " << MemoryTierName(tier);
       ASSERT_EQ(r->steps.size(), 8u);

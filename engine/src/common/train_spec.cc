@@ -169,6 +169,15 @@ absl::Status TrainSpec::Validate() const {
     return bad(absl::StrFormat("offload.optimizer %d is not a MemoryTier; use device, host or nvme",
                                static_cast<int>(tier)));
   }
+  if (offload.grads != MemoryTier::kDevice && offload.grads != MemoryTier::kHost) {
+    return bad(
+        absl::StrFormat("offload.grads %s must be device or host", MemoryTierName(offload.grads)));
+  }
+  if (offload.grads == MemoryTier::kHost && tier == MemoryTier::kDevice) {
+    return bad(
+        "offload.grads host needs the optimizer state off the device (offload.optimizer host or "
+        "nvme): the gradients' host copy is what the host update reads");
+  }
   if (offload.chunk_numel < 1024 || offload.chunk_numel > (int64_t{1} << 30) ||
       offload.chunk_numel % 1024 != 0) {
     return bad(absl::StrFormat("offload.chunk_numel %d must be a multiple of 1024 in [1024, 2^30]",

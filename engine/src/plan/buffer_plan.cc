@@ -117,8 +117,13 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     const int64_t rounded = (optimizer_numel + 1023) / 1024 * 1024;
     plan.offload_chunk_numel = std::min(train.offload.chunk_numel, rounded);
     const int64_t two = 2 * plan.offload_chunk_numel;  // below 2^31
-    plan.buffers.push_back(
-        {kOffloadGradsBuffer, MemoryCategory::kCommBuffers, grad_dtype, two, MemoryTier::kHost});
+    if (train.offload.grads == MemoryTier::kHost) {
+      plan.buffers.push_back({kOffloadGradShardBuffer, MemoryCategory::kGradients, grad_dtype,
+                              optimizer_numel, MemoryTier::kHost});
+    } else {
+      plan.buffers.push_back(
+          {kOffloadGradsBuffer, MemoryCategory::kCommBuffers, grad_dtype, two, MemoryTier::kHost});
+    }
     plan.buffers.push_back({kOffloadParamsBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
                             two, MemoryTier::kHost});
     if (state_tier == MemoryTier::kNvme) {

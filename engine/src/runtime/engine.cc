@@ -104,7 +104,16 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
   reducer_ = std::make_unique<GradReducer>(model_, layout_, plan_, rank_, grad_dtype_,
                                            train_.grad_accum_steps, buffers_, services);
   // A unit's norm block sums are queued as soon as its gradient is final.
-  reducer_->set_final_grad_hook([this](int u) { return norm_.OnGradFinal(u); });
+  reducer_->set_final_grad_hook([this](int u) -> absl::Status {
+    ZS_RETURN_IF_ERROR(norm_.OnGradFinal(u));
+    if (offload_ == nullptr || train_.offload.grads != MemoryTier::kHost) {
+      return absl::OkStatus();
+    }
+    // The gradient's host copy, during the backward, after the compute
+    // stream's work on it (a stage-2 accumulation, the norm's block sums).
+    ZS_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, RecordCompute());
+    return offload_->OnGradFinal(u, done);
+  });
 }
 
 EngineImpl::~EngineImpl() {

@@ -90,6 +90,15 @@ class OffloadOptimizer {
   absl::Status Apply(ShardOptimizer& optimizer, double grad_scale, double lr,
                      const OffloadApplyParts& parts = {});
 
+  // OffloadSpec::grads host: copies the reduced gradient of `unit`'s owned
+  // range to the host shard on the copy stream, after `after` (the compute
+  // stream's work that finishes the gradient). Called by the reducer's
+  // final-gradient hook, during the backward; a no-op otherwise.
+  absl::Status OnGradFinal(int unit, const std::shared_ptr<Event>& after);
+  // Waits for the copies OnGradFinal enqueued (a skipped step's: the next
+  // step's reductions overwrite the device gradients they read).
+  absl::Status Quiesce();
+
   // NVMe: every swap file still is ours and whole (once per step); OK on
   // the host tier.
   absl::Status CheckFiles() const;
@@ -138,7 +147,9 @@ class OffloadOptimizer {
   Device& host_;
   std::unique_ptr<SwapFiles> swap_;
   int64_t chunk_numel_;
-  int64_t state_numel_;  // the flat space's size
+  bool grads_on_host_;               // OffloadSpec::grads host (kOffloadGradShardBuffer)
+  int64_t backward_grad_bytes_ = 0;  // copied by OnGradFinal since the last Apply
+  int64_t state_numel_;              // the flat space's size
 
   std::unique_ptr<Stream> copy_;         // a stream of the device
   std::unique_ptr<Stream> host_stream_;  // a stream of the host tier

@@ -57,6 +57,8 @@ absl::Status ShardBuffers::Allocate(Device& device, Device* host) {
       offload_params = std::move(buffer);
     } else if (b.name == kOffloadStateBuffer) {
       offload_state = std::move(buffer);
+    } else if (b.name == kOffloadGradShardBuffer) {
+      offload_grad_shard = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));

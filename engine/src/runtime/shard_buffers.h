@@ -67,7 +67,7 @@ class ShardBuffers {
 
   DeviceBuffer params, grads, master, adam_m, adam_v, staging, norm_blocks, gather_pool, tied_accum;
   // Optimizer offload: the host tier's streaming chunks.
-  DeviceBuffer offload_grads, offload_params, offload_state;
+  DeviceBuffer offload_grads, offload_params, offload_state, offload_grad_shard;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
