@@ -86,9 +86,11 @@ class TempDir {
 };
 
 TrainSpec WithOffload(TrainSpec train, MemoryTier tier, const std::string& dir,
-                      MemoryTier grads = MemoryTier::kDevice) {
+                      MemoryTier grads = MemoryTier::kDevice,
+                      MemoryTier params = MemoryTier::kDevice) {
   train.offload.optimizer = tier;
   train.offload.grads = grads;
+  train.offload.params = params;
   train.offload.dir = tier == MemoryTier::kNvme ? dir : "";
   train.offload.chunk_numel = 1024;
   return train;
@@ -139,17 +141,26 @@ TEST(EngineOffloadTest, HostAndNvmeTiersTrainTheDeviceTiersModelBitForBit) {
             << absl::StrJoin(device->ledger_vs_plan, "; ") << " " << what;
         // The optimizer state on each tier, the gradients streamed with the
         // update or copied to the host during the backward.
-        const std::pair<MemoryTier, MemoryTier> tiers[] = {{MemoryTier::kHost, MemoryTier::kDevice},
-                                                           {MemoryTier::kHost, MemoryTier::kHost},
-                                                           {MemoryTier::kNvme, MemoryTier::kDevice},
-                                                           {MemoryTier::kNvme, MemoryTier::kHost}};
-        for (const auto& pair : tiers) {
-          const MemoryTier tier = pair.first;
-          const std::string where = absl::StrCat(MemoryTierName(tier), " tier, grads on ",
-                                                 MemoryTierName(pair.second), ": ", what);
+        // At stage 3 also the param shards on the host.
+        struct Tiers {
+          MemoryTier optimizer, grads, params;
+        };
+        std::vector<Tiers> tiers = {{MemoryTier::kHost, MemoryTier::kDevice, MemoryTier::kDevice},
+                                    {MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kDevice},
+                                    {MemoryTier::kNvme, MemoryTier::kDevice, MemoryTier::kDevice},
+                                    {MemoryTier::kNvme, MemoryTier::kHost, MemoryTier::kDevice}};
+        if (stage == 3) {
+          tiers.push_back({MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kHost});
+          tiers.push_back({MemoryTier::kNvme, MemoryTier::kDevice, MemoryTier::kHost});
+        }
+        for (const Tiers& t : tiers) {
+          const MemoryTier tier = t.optimizer;
+          const std::string where =
+              absl::StrCat(MemoryTierName(tier), " tier, grads on ", MemoryTierName(t.grads),
+                           ", params on ", MemoryTierName(t.params), ": ", what);
           std::atomic<int64_t> copies{0};
-          auto offloaded =
-              RunTier(WithOffload(train, tier, swap.path(), pair.second), world, 3, true, &copies);
+          auto offloaded = RunTier(WithOffload(train, tier, swap.path(), t.grads, t.params), world,
+                                   3, true, &copies);
           ASSERT_TRUE(offloaded.ok()) << offloaded.status() << " " << where;
           EXPECT_EQ(FirstDifference(*device, *offloaded), "") << where;
           EXPECT_GT(copies.load(), 0) << where;
@@ -235,6 +246,23 @@ TEST(EngineOffloadTest, CheckpointsMoveBetweenTiersBitForBit) {
         tail.steps.erase(tail.steps.begin(), tail.steps.begin() + 3);
         EXPECT_EQ(FirstDifference(tail, *second), "") << what;
       }
+    }
+    // The param shards on the host tier too, both ways.
+    for (bool params_first : {true, false}) {
+      const std::string what = absl::StrFormat(
+          "%s: params on the host tier %s", PrecisionName(precision),
+          params_first ? "saved, loaded on the device tier" : "loaded from the device tier");
+      const TrainSpec host_params =
+          WithOffload(base, MemoryTier::kNvme, swap.path(), MemoryTier::kHost, MemoryTier::kHost);
+      const std::string dir =
+          absl::StrCat(ckpt.path(), "/params-", params_first ? "a" : "b", PrecisionName(precision));
+      auto first = RunTier(params_first ? host_params : base, 2, 3, true, nullptr, "", dir);
+      ASSERT_TRUE(first.ok()) << first.status() << " " << what;
+      auto second = RunTier(params_first ? base : host_params, 2, 3, true, nullptr, dir);
+      ASSERT_TRUE(second.ok()) << second.status() << " " << what;
+      SyntheticRunResult tail = *whole;
+      tail.steps.erase(tail.steps.begin(), tail.steps.begin() + 3);
+      EXPECT_EQ(FirstDifference(tail, *second), "") << what;
     }
   }
 }

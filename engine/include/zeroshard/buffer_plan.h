@@ -76,6 +76,12 @@ inline constexpr char kOffloadParamsBuffer[] = "offload_params";
 // shard (the optimizer state's elements, in the gradient dtype), in place of
 // kOffloadGradsBuffer's two chunks.
 inline constexpr char kOffloadGradShardBuffer[] = "offload_grad_shard";
+// OffloadSpec::params host (stage 3): the rank's shards of the sharded
+// units' params in host memory (kParamsBuffer then holds the persistent
+// units only), and on the device one shard-sized staging buffer per gather
+// slot that Gather copies a shard into before the all-gather.
+inline constexpr char kOffloadParamShardBuffer[] = "offload_param_shard";
+inline constexpr char kParamStageBuffer[] = "param_stage";
 // NVMe tier only, host memory: three chunks of each swapped state tensor
 // (master with mixed precision, m, v): the one being updated, the next one
 // being read and the previous one being written.

@@ -177,6 +177,11 @@ absl::Status EngineImpl::Allocate() {
                                                 grad_dtype_, device_, *host_tier_, std::move(swap));
   ZS_RETURN_IF_ERROR(offload_->Init());
   checkpoint_->set_offload(offload_.get());
+  if (train_.offload.params == MemoryTier::kHost) {
+    gatherer_->set_shard_fetch([this](void* device, const void* host, int64_t bytes) {
+      return offload_->FetchShard(device, host, bytes);
+    });
+  }
   return absl::OkStatus();
 }
 
@@ -546,19 +551,22 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
                                  : ParamsAt(s, shard.begin);
   // An offloaded master: this rank's shard from its tier, into the memory
   // the communicator moves (host memory, or a device temporary).
+  // A shard of params on the host tier likewise.
   std::vector<float> offloaded;
   DeviceBuffer device_shard;
-  if (from_master && offload_ != nullptr) {
-    offloaded.resize(static_cast<size_t>(seg.shard_numel));
-    ZS_RETURN_IF_ERROR(
-        ReadState(StateTensor::kMaster, s, shard.begin, seg.shard_numel, offloaded.data()));
-    mine = offloaded.data();
+  const bool params_on_host = !from_master && buffers_.ParamsOnHost(s);
+  if ((from_master && offload_ != nullptr) || params_on_host) {
+    if (from_master) {
+      offloaded.resize(static_cast<size_t>(seg.shard_numel));
+      ZS_RETURN_IF_ERROR(
+          ReadState(StateTensor::kMaster, s, shard.begin, seg.shard_numel, offloaded.data()));
+      mine = offloaded.data();
+    }
     if (!device_.host_accessible()) {
       ZS_ASSIGN_OR_RETURN(
           device_shard,
           device_.Allocate(seg.shard_numel * elem, MemoryCategory::kWorkspace, "get_param_shard"));
-      ZS_RETURN_IF_ERROR(
-          CopyOnCompute(device_shard.data(), offloaded.data(), seg.shard_numel * elem));
+      ZS_RETURN_IF_ERROR(CopyOnCompute(device_shard.data(), mine, seg.shard_numel * elem));
       ZS_RETURN_IF_ERROR(SyncCompute());
       mine = device_shard.data();
     }

@@ -54,12 +54,14 @@ OffloadOptimizer::~OffloadOptimizer() {
   // Nothing may still read or write the buffers: finish the streams and the
   // I/O (their errors were reported by the Apply that issued them).
   if (copy_ != nullptr) copy_->Synchronize().IgnoreError();
+  if (fetch_ != nullptr) fetch_->Synchronize().IgnoreError();
   if (host_stream_ != nullptr) host_stream_->Synchronize().IgnoreError();
   if (swap_ != nullptr) swap_->WaitAll().IgnoreError();
 }
 
 absl::Status OffloadOptimizer::Init() {
   ZS_ASSIGN_OR_RETURN(copy_, device_.CreateStream());
+  ZS_ASSIGN_OR_RETURN(fetch_, device_.CreateStream());
   ZS_ASSIGN_OR_RETURN(host_stream_, host_.CreateStream());
   ZS_ASSIGN_OR_RETURN(host_ops_, CreateDeviceOps(host_, *host_stream_));
   for (int s = 0; s < 2; ++s) {
@@ -172,6 +174,11 @@ absl::Status OffloadOptimizer::OnGradFinal(int unit, const std::shared_ptr<Event
       device_.CopyAsync(dst, buffers_.GradsAt(unit, owned.begin), owned.size() * gsize, *copy_));
   backward_grad_bytes_ += owned.size() * gsize;
   return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::FetchShard(void* device, const void* host, int64_t bytes) {
+  ZS_RETURN_IF_ERROR(device_.CopyAsync(device, host, bytes, *fetch_));
+  return fetch_->Synchronize();
 }
 
 absl::Status OffloadOptimizer::Quiesce() {

@@ -98,6 +98,9 @@ class OffloadOptimizer {
   // Waits for the copies OnGradFinal enqueued (a skipped step's: the next
   // step's reductions overwrite the device gradients they read).
   absl::Status Quiesce();
+  // OffloadSpec::params host: copies `bytes` from host memory to device
+  // memory on a stream of its own and waits for it (ParamGatherer's fetch).
+  absl::Status FetchShard(void* device, const void* host, int64_t bytes);
 
   // NVMe: every swap file still is ours and whole (once per step); OK on
   // the host tier.
@@ -152,6 +155,7 @@ class OffloadOptimizer {
   int64_t state_numel_;              // the flat space's size
 
   std::unique_ptr<Stream> copy_;         // a stream of the device
+  std::unique_ptr<Stream> fetch_;        // a stream of the device: FetchShard
   std::unique_ptr<Stream> host_stream_;  // a stream of the host tier
   std::unique_ptr<DeviceOps> host_ops_;
   std::unique_ptr<Event> copied_in_[2];  // on copy_: chunk slot's inputs on the host
