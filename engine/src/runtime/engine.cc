@@ -83,7 +83,6 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
       param_dtype_(train.param_dtype()),
       grad_dtype_(train.effective_grad_dtype()),
       mixed_(train.precision != Precision::kFp32),
-      host_tier_(train.offload.enabled() ? CreateHostTierDevice() : nullptr),
       buffers_(layout_, plan_, rank_, param_dtype_, grad_dtype_),
       log_(train.check_collective_sequence),
       loss_scaler_(train.precision, train.loss_scale),
@@ -138,7 +137,11 @@ EngineImpl::~EngineImpl() {
 }
 
 absl::Status EngineImpl::Allocate() {
-  // Exactly the plan's buffers, nothing else.
+  // Exactly the plan's buffers, nothing else; the host tier's on a host
+  // device beside ours (pinned beside a GPU).
+  if (train_.offload.enabled()) {
+    ZS_ASSIGN_OR_RETURN(host_tier_, CreateHostTierDevice(device_));
+  }
   ZS_RETURN_IF_ERROR(buffers_.Allocate(device_, host_tier_.get()));
   ZS_ASSIGN_OR_RETURN(compute_, device_.CreateStream());
   ZS_ASSIGN_OR_RETURN(ops_, CreateDeviceOps(device_, *compute_));
