@@ -37,7 +37,7 @@ FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetenso
 TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_tied_frozen_test engine_memory_test \
 	mlp_trainer_test mlp_data_loader_test engine_step_times_test plan_vs_ledger_test checkpoint_test \
 	checkpoint_directory_test checkpoint_recovery_test \
-	device_ops_test engine_opaque_device_test swap_files_test \
+	device_ops_test engine_opaque_device_test swap_files_test engine_offload_test \
 	comm_collective_batch_test grad_reducer_test param_gatherer_test grad_norm_test checkpoint_writer_test
 
 # Sanitizer builds: clang, optimised with line info, CPU only.
