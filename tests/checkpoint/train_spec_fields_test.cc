@@ -85,6 +85,12 @@ TrainSpec RandomTrainSpec(std::mt19937_64& rng) {
   t.loss_scale.min_scale = uniform(1.0, 4.0);
   t.loss_scale.max_skips_at_min_scale = static_cast<int>(integer(5, 30));
   t.check_collective_sequence = integer(0, 1) == 1;
+  // The optimizer state on the host tier: each offload field then has
+  // another valid value (grads and params host need it off the device,
+  // params host needs stage 3).
+  t.zero_stage = 3;
+  t.offload.optimizer = MemoryTier::kHost;
+  t.offload.chunk_numel = 1024 * integer(1, 64);
   return t;
 }
 
@@ -94,7 +100,10 @@ TrainSpec Changed(const TrainSpec& base, const TrainSpecField& field, std::mt199
   std::vector<int64_t> candidates;
   switch (field.kind) {
     case SpecValueKind::kInt:
-      candidates = {bits + 1 + static_cast<int64_t>(rng() % 3), bits + 1, bits - 1};
+      // Steps of 1024 for the fields that take multiples of it
+      // (offload.chunk_numel).
+      candidates = {bits + 1 + static_cast<int64_t>(rng() % 3), bits + 1, bits - 1, bits + 1024,
+                    bits - 1024};
       break;
     case SpecValueKind::kReal: {
       const double v = RealOfBits(bits);

@@ -41,7 +41,7 @@ class ShardBuffers {
   // on `device`, the host tier's on `host` (may be null without offload).
   // The NVMe tier's are swap files (offload_optimizer.h): not allocated
   // here. InternalError for a buffer the engine does not use.
-  absl::Status Allocate(Device& device, Device* host);
+  absl::Status Allocate(Device& device, Device* host = nullptr);
 
   // The part of unit `unit` this rank's optimizer updates (see above).
   ElementRange OwnedRange(int unit) const;
