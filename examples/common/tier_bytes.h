@@ -26,7 +26,10 @@ struct TierBytes {
 };
 
 // This rank's bytes per tier: the plan of `engine`'s model and TrainSpec on
-// `world` ranks, and its ledgers now (after Create, every buffer is there).
+// `world` ranks, and its ledgers now. Call it right after Engine::Create:
+// every engine buffer is there, and nothing of the trainer's yet (a trainer
+// may keep its activations and workspace on the engine's device, in the
+// device ledger).
 inline absl::StatusOr<TierBytes> ReadTierBytes(const Engine& engine, int world) {
   ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanEngineBuffers(engine.model(), engine.train(), world));
   TierBytes out;

@@ -228,6 +228,9 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   const ModelSpec spec = BuildGptModelSpec(run.cfg);
   const TrainSpec train = MakeTrainSpec(o);
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
+  // The engine's bytes per tier, before the trainer adds its activations.
+  ZS_ASSIGN_OR_RETURN(const examples::TierBytes tiers,
+                      examples::ReadTierBytes(*engine, comm.size()));
   ZS_ASSIGN_OR_RETURN(WindowSampler sampler, WindowSampler::Create(&run.corpus.train, o.seq,
                                                                    static_cast<uint64_t>(o.seed)));
   GptRunOptions ro;
@@ -361,14 +364,12 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
     std::printf("\n");
   }
   if (o.offload.enabled()) {
-    // Every rank's plan and ledgers agree in size; rank 0's are printed.
-    ZS_ASSIGN_OR_RETURN(examples::TierBytes tiers, examples::ReadTierBytes(*engine, comm.size()));
     if (lead) {
       std::printf("  optimizer state on the %s tier%s\n", MemoryTierName(o.offload.optimizer),
                   o.offload.optimizer == MemoryTier::kNvme
                       ? absl::StrFormat(" (swap files in %s)", o.offload.dir).c_str()
                       : "");
-      examples::PrintTierBytes(tiers, "rank 0", stdout);
+      examples::PrintTierBytes(tiers, "rank 0, the engine's buffers", stdout);
     }
   }
   return absl::OkStatus();

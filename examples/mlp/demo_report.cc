@@ -311,7 +311,7 @@ void PrintOffload(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
                opts.offload.optimizer == MemoryTier::kNvme
                    ? absl::StrFormat(", swap files in %s", opts.offload.dir).c_str()
                    : "");
-  examples::PrintTierBytes(d.tiers, "rank 0", out);
+  examples::PrintTierBytes(d.tiers, "rank 0, the engine's buffers", out);
   const int64_t device = d.tiers.plan[static_cast<int>(MemoryTier::kDevice)];
   std::fprintf(
       out,

@@ -61,8 +61,9 @@ struct RunResult {
   double final_loss_scale = 1.0;  // EngineStats::loss_scale after training (fp16)
   bool prefetch_active = false;   // EngineStats::prefetch_active after training (stage 3)
   double wall_seconds = 0.0;
-  // Rank 0's bytes per memory tier after training (plan and ledger), and
-  // the device bytes the plan gives the same run without offload.
+  // Rank 0's bytes per memory tier (plan, and ledger right after
+  // Engine::Create), and the device bytes the plan gives the same run
+  // without offload.
   examples::TierBytes tiers;
   int64_t device_plan_without_offload = 0;
 };

@@ -216,6 +216,10 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   if (checkpointed) train.offload = opts.offload;
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       Engine::Create(BuildModelSpec(opts.model), train, *device, comm));
+  // The engine's bytes per tier, before a trainer adds anything of its own.
+  if (lead) {
+    ZS_ASSIGN_OR_RETURN(out->tiers, examples::ReadTierBytes(*engine, comm.size()));
+  }
   if (checkpointed && opts.resume) {
     ZS_ASSIGN_OR_RETURN(CheckpointInfo info, engine->Load(opts.checkpoint_dir));
     ZS_RETURN_IF_ERROR(CheckTrainerState(opts.model, info));
@@ -305,7 +309,6 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   if (lead && cpu_trainer != nullptr) out->activation_bytes = cpu_trainer->activation_bytes();
   ZS_RETURN_IF_ERROR(GatherLedger(comm, *device, out));
   if (lead) {
-    ZS_ASSIGN_OR_RETURN(out->tiers, examples::ReadTierBytes(*engine, comm.size()));
     TrainSpec on_device = train;
     on_device.offload = OffloadSpec();
     ZS_ASSIGN_OR_RETURN(BufferPlan plan,

@@ -22,7 +22,7 @@ ZS_STREAMS_CLONES void StreamsPassU16(const uint16_t* __restrict grad, float* __
     p[k] = 0.5f * p[k] + 0.25f * g;
     m[k] = 0.5f * m[k] + 0.25f * g;
     v[k] = 0.5f * v[k] + 0.25f * g * g;
-    if (out != nullptr) out[k] = static_cast<uint16_t>(k);
+    out[k] = static_cast<uint16_t>(k);
   }
 }
 #undef ZS_STREAMS_CLONES

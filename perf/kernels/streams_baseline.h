@@ -19,7 +19,9 @@ namespace zeroshard::perf {
 // time) so that, like the kernels, it is not held back by 4-wide arithmetic.
 void StreamsPassF32(const float* grad, float* p, float* m, float* v, uint16_t* out, size_t i,
                     size_t e);
-// The same with a 16-bit gradient (bf16 or fp16: any cheap widening).
+// The same with a 16-bit gradient (bf16 or fp16: any cheap widening) and
+// 16-bit params: `out` must not be null (a 16-bit gradient comes with mixed
+// precision only).
 void StreamsPassU16(const uint16_t* grad, float* p, float* m, float* v, uint16_t* out, size_t i,
                     size_t e);
 

@@ -48,8 +48,9 @@
 //  engine's optimizer part, and the overhead against the device tier.
 //
 // Times are medians over --repeats (min and max printed); every Apply is
-// warmed once first. --check: exit 1 when an NVMe ratio is over --limit
-// (without it the process exits 0 either way).
+// warmed once first. Exit 1 when the step's tiers disagree (final losses
+// not the same bits, or a ledger != its plan); --check: also when an NVMe
+// ratio is over --limit (without it the timing exits 0 either way).
 #include <unistd.h>
 
 #include <algorithm>
@@ -113,8 +114,8 @@ struct BenchOptions {
   double limit = 1.25;
   bool check = false;
   bool dd = true;
-  int step_repeats = 5;
-  int step_steps = 3;
+  int step_repeats = 11;
+  int step_steps = 4;
   mlp::MlpConfig model = mlp::MlpShape(/*hidden=*/256, /*blocks=*/5, /*micro_batch=*/16);
   std::string json_path;
 };
@@ -454,6 +455,13 @@ absl::StatusOr<std::unique_ptr<Rig>> MakeRig(const BenchOptions& opts, Precision
   return rig;
 }
 
+// Bytes the AdamW update reads and writes per element (adam_bench's
+// definitions): the master (or fp32 params) read + written 8, m and v 8
+// each, the gradient read (its size), the 16-bit params written (mixed).
+int64_t UpdateBytesPerElement(const Rig& rig) {
+  return 24 + static_cast<int64_t>(DTypeSize(rig.grad_dtype())) + (rig.mixed() ? 2 : 0);
+}
+
 absl::Status Apply(Rig& rig, OffloadApplyParts parts) {
   return rig.offload->Apply(*rig.optimizer, /*grad_scale=*/1.0, /*lr=*/1e-4, parts);
 }
@@ -614,7 +622,8 @@ DdResult MeasureDd(const std::string& dir, int64_t bytes, int64_t chunk_bytes) {
 
 struct HostResult {
   Spread phase, adamw, copies, streams;
-  int64_t copy_bytes = 0;
+  int64_t copy_bytes = 0;    // device <-> host, per phase
+  int64_t update_bytes = 0;  // what the host AdamW reads + writes, per phase
   double ratio = 0, hidden = 0, adamw_vs_streams = 0;
   std::string describe;
 };
@@ -676,6 +685,7 @@ absl::StatusOr<PrecisionResult> RunPrecision(const BenchOptions& opts, Precision
       h_phase.push_back(SecondsOf([&] { return Apply(*host, kEverything); }, &status));
       hr.copy_bytes =
           host->offload->last_stats().bytes_to_host + host->offload->last_stats().bytes_to_device;
+      hr.update_bytes = host->state_numel * UpdateBytesPerElement(*host);
       h_adamw.push_back(SecondsOf([&] { return Apply(*host, kUpdateOnly); }, &status));
       h_copies.push_back(SecondsOf([&] { return Apply(*host, kCopiesOnly); }, &status));
       h_streams.push_back(SecondsOf(
@@ -832,6 +842,17 @@ void PrintPrecision(const BenchOptions& opts, const PrecisionResult& r) {
                 "streams baseline (same traffic)", Ms(h.streams).c_str(), h.adamw_vs_streams);
     std::printf("  phase / max(AdamW, copies) = %.3f;  copies' hidden fraction = %.3f\n", h.ratio,
                 h.hidden);
+    // Where both parts are bound by the same memory, no overlap can hide
+    // one behind the other: the phase's bytes (the update's, and each
+    // copied byte read and written) over its time against the streams
+    // baseline's rate says whether the phase already runs at that limit.
+    const double phase_gbps = (h.update_bytes + 2.0 * h.copy_bytes) / h.phase.median / 1e9;
+    const double streams_gbps = h.update_bytes / h.streams.median / 1e9;
+    std::printf(
+        "  memory traffic: phase %.2f GB/s (update %.1f MiB + copies %.1f MiB read and written) "
+        "vs streams baseline %.2f GB/s: %.2f of it\n",
+        phase_gbps, h.update_bytes / 1048576.0, h.copy_bytes / 1048576.0, streams_gbps,
+        phase_gbps / streams_gbps);
   }
   if (r.nvme) {
     const NvmeResult& n = *r.nvme;
@@ -893,6 +914,9 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
       {"host.hidden",
        "the copies' hidden fraction: 1 - (phase - adamw) / copies, clamped to [0, 1]"},
       {"host.streams", "the same-traffic streams baseline over the same chunks"},
+      {"host.phase_gbps",
+       "(update_bytes + 2 x copy_bytes) / phase: the phase's memory traffic rate (a memcpy "
+       "reads and writes each copied byte)"},
       {"nvme.disk_s",
        "sequential read + sequential write of every state tensor through SwapFiles "
        "(MeasureSequentialSeconds), medians"},
@@ -912,6 +936,9 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
                      {"copies_s", SpreadJson(h.copies)},
                      {"streams_s", SpreadJson(h.streams)},
                      {"copy_bytes", h.copy_bytes},
+                     {"update_bytes", h.update_bytes},
+                     {"phase_gbps", (h.update_bytes + 2.0 * h.copy_bytes) / h.phase.median / 1e9},
+                     {"streams_gbps", h.update_bytes / h.streams.median / 1e9},
                      {"ratio", h.ratio},
                      {"hidden", h.hidden},
                      {"streams_vs_adamw", h.adamw_vs_streams}};
@@ -1023,9 +1050,24 @@ int Run(const BenchOptions& opts) {
       steps.emplace_back(p, *std::move(s));
     }
   }
+  // Figures of a wrong run are not figures: every tier must train the
+  // device tier's bits, with its ledgers equal to its plan.
+  bool steps_exact = true;
+  for (const auto& [precision, s] : steps) {
+    steps_exact = steps_exact && s.losses_equal;
+    for (const StepTier& t : s.tiers) {
+      steps_exact = steps_exact && std::equal(t.plan_bytes, t.plan_bytes + 3, t.ledger_bytes);
+    }
+  }
   if (!opts.json_path.empty() &&
       !perf::WriteBenchJson("offload_bench", opts.json_path,
                             ToJson(opts, cpu, io_backend, results, steps, dd, dd_bytes))) {
+    return 1;
+  }
+  if (!steps_exact) {
+    std::fprintf(stderr,
+                 "offload_bench: the step's tiers disagree (final losses not the same bits, or a "
+                 "ledger != its plan: see the table); the offload tiers are broken\n");
     return 1;
   }
   if (opts.check && !all_pass) {

@@ -67,11 +67,12 @@ grep -q "memory per tier" "$work/nvme.out" || fail "no per-tier table: $(cat "$w
 [ -z "$(ls -A "$work/swap")" ] || fail "swap files left in --offload-dir: $(ls "$work/swap")"
 
 # bf16, stage 1, the default scratch directory: made and removed.
-before=$(ls -d /tmp/zs_mlp_demo_swap_* 2>/dev/null | wc -l)
+swap_dirs() { find /tmp -maxdepth 1 -name 'zs_mlp_demo_swap_*' | wc -l; }
+before=$(swap_dirs)
 run_demo base16 --stage 1 --precision bf16
 run_demo nvme16 --stage 1 --precision bf16 --offload optimizer=nvme --offload-chunk 8192
 compare base16 nvme16
-after=$(ls -d /tmp/zs_mlp_demo_swap_* 2>/dev/null | wc -l)
+after=$(swap_dirs)
 [ "$before" = "$after" ] || fail "the default swap directory was not removed ($before before, $after after)"
 
 # gpt_train, host tier against the device.
