@@ -51,6 +51,7 @@
 // warmed once first. Exit 1 when the step's tiers disagree (final losses
 // not the same bits, or a ledger != its plan); --check: also when an NVMe
 // ratio is over --limit (without it the timing exits 0 either way).
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -470,6 +471,30 @@ constexpr OffloadApplyParts kUpdateOnly{false, true, false};
 constexpr OffloadApplyParts kCopiesOnly{true, false, false};
 constexpr OffloadApplyParts kIoOnly{false, false, true};
 
+// Page-aligned host memory backed by transparent huge pages where the
+// kernel allows (as adam_bench's buffers, and as the host tier's 4 KiB
+// aligned buffers get them), filled with `value`.
+template <typename T>
+struct HugeArray {
+  HugeArray() = default;
+  HugeArray(size_t n, T value) {
+    constexpr size_t kAlign = size_t{2} << 20;
+    const size_t bytes = std::max(kAlign, (n * sizeof(T) + kAlign - 1) / kAlign * kAlign);
+    data.reset(static_cast<T*>(std::aligned_alloc(kAlign, bytes)));
+    if (data == nullptr) {
+      std::fprintf(stderr, "offload_bench: cannot allocate %zu bytes; lower --params\n", bytes);
+      std::exit(1);
+    }
+    madvise(data.get(), bytes, MADV_HUGEPAGE);
+    std::fill(data.get(), data.get() + n, value);
+  }
+  T* get() const { return data.get(); }
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data;
+};
+
 // The streams baseline over the host tier's chunks: per chunk, the gradient
 // from one of two chunk slots, the params (fp32) or master (mixed) and the
 // moments of that chunk's elements, the 16-bit params into a chunk slot:
@@ -479,26 +504,33 @@ class StreamsBaseline {
   StreamsBaseline(int64_t numel, int64_t chunk, bool mixed, DType grad_dtype)
       : numel_(numel), chunk_(chunk), mixed_(mixed), grad16_(grad_dtype != DType::kFloat32) {
     const size_t slots = static_cast<size_t>(2 * chunk);
-    grad32_.assign(grad16_ ? 0 : slots, 1e-3f);
-    grad16v_.assign(grad16_ ? slots : 0, 0x3a83);
-    out_.assign(mixed ? slots : 0, 0);
-    params_.assign(mixed ? 0 : slots, 0.05f);
-    master_.assign(mixed ? static_cast<size_t>(numel) : 0, 0.05f);
-    m_.assign(static_cast<size_t>(numel), 1e-4f);
-    v_.assign(static_cast<size_t>(numel), 1e-8f);
+    const size_t n = static_cast<size_t>(numel);
+    if (grad16_) {
+      grad16_slots_ = HugeArray<uint16_t>(slots, 0x3a83);
+    } else {
+      grad32_slots_ = HugeArray<float>(slots, 1e-3f);
+    }
+    if (mixed) {
+      out_slots_ = HugeArray<uint16_t>(slots, 0);
+      master_ = HugeArray<float>(n, 0.05f);
+    } else {
+      param_slots_ = HugeArray<float>(slots, 0.05f);
+    }
+    m_ = HugeArray<float>(n, 1e-4f);
+    v_ = HugeArray<float>(n, 1e-8f);
   }
   void Pass() {
     for (int64_t c = 0, at = 0; at < numel_; ++c, at += chunk_) {
-      const int64_t n = std::min(chunk_, numel_ - at);
+      const size_t n = static_cast<size_t>(std::min(chunk_, numel_ - at));
       const size_t slot = static_cast<size_t>((c % 2) * chunk_);
-      float* p = mixed_ ? master_.data() + at : params_.data() + slot;
-      uint16_t* out = mixed_ ? out_.data() + slot : nullptr;
+      float* p = mixed_ ? master_.get() + at : param_slots_.get() + slot;
+      uint16_t* out = mixed_ ? out_slots_.get() + slot : nullptr;
       if (grad16_) {
-        perf::StreamsPassU16(grad16v_.data() + slot, p, m_.data() + at, v_.data() + at, out, 0,
-                             static_cast<size_t>(n));
+        perf::StreamsPassU16(grad16_slots_.get() + slot, p, m_.get() + at, v_.get() + at, out, 0,
+                             n);
       } else {
-        perf::StreamsPassF32(grad32_.data() + slot, p, m_.data() + at, v_.data() + at, out, 0,
-                             static_cast<size_t>(n));
+        perf::StreamsPassF32(grad32_slots_.get() + slot, p, m_.get() + at, v_.get() + at, out, 0,
+                             n);
       }
     }
   }
@@ -506,9 +538,8 @@ class StreamsBaseline {
  private:
   int64_t numel_, chunk_;
   bool mixed_, grad16_;
-  std::vector<float> grad32_;
-  std::vector<uint16_t> grad16v_, out_;
-  std::vector<float> params_, master_, m_, v_;
+  HugeArray<float> grad32_slots_, param_slots_, master_, m_, v_;
+  HugeArray<uint16_t> grad16_slots_, out_slots_;
 };
 
 // The disk's own time for the NVMe tier's bytes: swap files of the same
