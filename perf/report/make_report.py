@@ -623,7 +623,8 @@ def offload_section(data, out_dir, md):
         "max(AdamW, copies); *hidden* = the copies' hidden fraction, 1 - (phase - AdamW) / "
         "copies, clamped to [0, 1]. *NVMe tier*: *disk* = sequential read + write of the same "
         "bytes through the swap files' own I/O path; *ratio* = phase / max(AdamW, disk), "
-        f"checked against {data['limit']}. I/O: {data['io_backend']}.\n")
+        f"checked against {data['limit']}. Ratios and the hidden fraction are taken per repeat "
+        f"(paired) and their median shown. I/O: {data['io_backend']}.\n")
     md.append("![offload](offload.svg)\n")
 
     def ms(x):
@@ -652,7 +653,8 @@ def offload_section(data, out_dir, md):
         m = data["step"]["model"]
         md.append(f"Training step, mlp_demo model {m['blocks']} blocks x hidden {m['hidden']}, "
                   f"micro-batch {m['micro_batch']}, 1 rank, stage 1; median of "
-                  f"{data['step']['repeats']} interleaved repeats of {data['step']['steps']} steps.\n")
+                  f"{data['step']['repeats']} interleaved repeats of {data['step']['steps']} steps "
+                  "(the overhead per repeat against the device tier's, then the median).\n")
         md.append("| precision | tier | step ms | optimizer ms | overhead | device B | host B | NVMe B "
                   "| ledger = plan | losses equal |")
         md.append("|---|---|---|---|---|---|---|---|---|---|")

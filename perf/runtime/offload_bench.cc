@@ -233,7 +233,7 @@ std::string CpuModel() {
 struct StepTier {
   MemoryTier tier;
   perf::Spread wall_ms, optimizer_ms;
-  double overhead_pct = 0;
+  perf::Spread overhead_pct;            // per repeat against the device tier (paired)
   int64_t plan_bytes[3] = {0, 0, 0};    // device, host, NVMe
   int64_t ledger_bytes[3] = {0, 0, 0};  // the engine's, after the steps
   double final_loss = 0;
@@ -306,7 +306,11 @@ absl::StatusOr<StepComparison> RunSteps(const BenchOptions& opts, Precision prec
     for (int k = 0; k < 3; ++k) {
       st.ledger_bytes[k] = runs[t].engine->tier_ledger(static_cast<MemoryTier>(k)).current_total();
     }
-    st.overhead_pct = 100.0 * (st.wall_ms.median / out.tiers[0].wall_ms.median - 1.0);
+    std::vector<double> overhead;
+    for (size_t r = 0; r < runs[t].wall_ms.size(); ++r) {
+      overhead.push_back(100.0 * (runs[t].wall_ms[r] / runs[0].wall_ms[r] - 1.0));
+    }
+    st.overhead_pct = perf::SpreadOf(overhead);
     if (std::memcmp(&runs[t].loss, &runs[0].loss, sizeof(double)) != 0) out.losses_equal = false;
   }
   return out;
@@ -330,8 +334,10 @@ void PrintPrecision(const BenchOptions& opts, const perf::PrecisionResult& r) {
                 h.copy_bytes / h.copies.median / 1e9);
     std::printf("  %-34s %s ms  (streams / AdamW alone = %.3f)\n",
                 "streams baseline (same traffic)", Ms(h.streams).c_str(), h.adamw_vs_streams);
-    std::printf("  phase / max(AdamW, copies) = %.3f;  copies' hidden fraction = %.3f\n", h.ratio,
-                h.hidden);
+    std::printf(
+        "  phase / max(AdamW, copies) = %.3f [%.3f, %.3f];  copies' hidden fraction = %.3f [%.3f, "
+        "%.3f]  (per repeat, median [min, max])\n",
+        h.ratio.median, h.ratio.min, h.ratio.max, h.hidden.median, h.hidden.min, h.hidden.max);
     // Where both parts are bound by the same memory, no overlap can hide
     // one behind the other: the phase's bytes (the update's, and each
     // copied byte read and written) over its time against the streams
@@ -355,8 +361,11 @@ void PrintPrecision(const BenchOptions& opts, const perf::PrecisionResult& r) {
                 n.io_bytes / 2 / n.disk_read.median / 1e9);
     std::printf("  %-34s %s ms  (%.2f GB/s)\n", "disk: sequential write", Ms(n.disk_write).c_str(),
                 n.io_bytes / 2 / n.disk_write.median / 1e9);
-    std::printf("  phase / max(AdamW, disk read + write %.1f ms) = %.3f  (limit %.2f): %s\n",
-                n.disk * 1e3, n.ratio, opts.limit, n.pass ? "PASS" : "FAIL");
+    std::printf(
+        "  phase / max(AdamW, disk read + write %.1f ms) = %.3f [%.3f, %.3f]  (per repeat; limit "
+        "%.2f): %s\n",
+        n.disk.median * 1e3, n.ratio.median, n.ratio.min, n.ratio.max, opts.limit,
+        n.pass ? "PASS" : "FAIL");
   }
 }
 
@@ -367,16 +376,19 @@ void PrintSteps(const BenchOptions& opts, Precision precision, const StepCompari
       opts.model.blocks, static_cast<long long>(opts.model.hidden),
       static_cast<long long>(s.params), opts.model.micro_batch, PrecisionName(precision),
       opts.step_repeats, opts.step_steps);
-  std::printf("  %-7s %26s %26s %9s | %12s %12s %12s (plan = ledger)\n", "tier", "step ms",
-              "optimizer ms", "overhead", "device B", "host B", "NVMe B");
+  std::printf("  %-7s %24s %24s %24s | %12s %12s %12s (plan = ledger)\n", "tier", "step ms",
+              "optimizer ms", "overhead % (paired)", "device B", "host B", "NVMe B");
   for (const StepTier& t : s.tiers) {
     std::printf(
-        "  %-7s %26s %26s %8.1f%% | %12lld %12lld %12lld %s\n", MemoryTierName(t.tier),
+        "  %-7s %24s %24s %24s | %12lld %12lld %12lld %s\n", MemoryTierName(t.tier),
         Ms({t.wall_ms.median / 1e3, t.wall_ms.min / 1e3, t.wall_ms.max / 1e3}).c_str(),
         Ms({t.optimizer_ms.median / 1e3, t.optimizer_ms.min / 1e3, t.optimizer_ms.max / 1e3})
             .c_str(),
-        t.overhead_pct, static_cast<long long>(t.plan_bytes[0]),
-        static_cast<long long>(t.plan_bytes[1]), static_cast<long long>(t.plan_bytes[2]),
+        absl::StrFormat("%.1f [%.1f, %.1f]", t.overhead_pct.median, t.overhead_pct.min,
+                        t.overhead_pct.max)
+            .c_str(),
+        static_cast<long long>(t.plan_bytes[0]), static_cast<long long>(t.plan_bytes[1]),
+        static_cast<long long>(t.plan_bytes[2]),
         std::equal(t.plan_bytes, t.plan_bytes + 3, t.ledger_bytes) ? "yes" : "NO");
   }
   std::printf(
@@ -400,9 +412,11 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
   j["repeats"] = opts.repeats;
   j["limit"] = opts.limit;
   j["definitions"] = {
-      {"host.ratio", "phase / max(adamw, copies), medians"},
+      {"host.ratio",
+       "phase / max(adamw, copies) per repeat (paired), median; ratio_range min, max"},
       {"host.hidden",
-       "the copies' hidden fraction: 1 - (phase - adamw) / copies, clamped to [0, 1]"},
+       "the copies' hidden fraction: 1 - (phase - adamw) / copies per repeat, clamped to [0, 1], "
+       "median"},
       {"host.streams", "the same-traffic streams baseline over the same chunks"},
       {"host.phase_gbps",
        "(update_bytes + 2 x copy_bytes) / phase: the phase's memory traffic rate (a memcpy "
@@ -410,8 +424,10 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
       {"nvme.disk_s",
        "sequential read + sequential write of every state tensor through SwapFiles "
        "(MeasureSequentialSeconds), medians"},
-      {"nvme.ratio", "phase / max(adamw, disk_s); pass when <= limit"},
-      {"step.overhead_pct", "100 x (median step ms of the tier / the device tier's - 1)"},
+      {"nvme.ratio", "phase / max(adamw, disk) per repeat, median; pass when <= limit"},
+      {"step.overhead_pct",
+       "100 x (step ms of the tier / the device tier's - 1) per repeat (the tiers run back to "
+       "back), median"},
       {"times", "seconds: median, min, max over the repeats"},
   };
   nlohmann::json rows = nlohmann::json::array();
@@ -429,8 +445,10 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
                      {"update_bytes", h.update_bytes},
                      {"phase_gbps", (h.update_bytes + 2.0 * h.copy_bytes) / h.phase.median / 1e9},
                      {"streams_gbps", h.update_bytes / h.streams.median / 1e9},
-                     {"ratio", h.ratio},
-                     {"hidden", h.hidden},
+                     {"ratio", h.ratio.median},
+                     {"ratio_range", {h.ratio.min, h.ratio.max}},
+                     {"hidden", h.hidden.median},
+                     {"hidden_range", {h.hidden.min, h.hidden.max}},
                      {"streams_vs_adamw", h.adamw_vs_streams}};
     }
     if (r.nvme) {
@@ -440,9 +458,10 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
                      {"io_s", SpreadJson(n.io)},
                      {"disk_read_s", SpreadJson(n.disk_read)},
                      {"disk_write_s", SpreadJson(n.disk_write)},
-                     {"disk_s", n.disk},
+                     {"disk_s", n.disk.median},
                      {"io_bytes", n.io_bytes},
-                     {"ratio", n.ratio},
+                     {"ratio", n.ratio.median},
+                     {"ratio_range", {n.ratio.min, n.ratio.max}},
                      {"pass", n.pass}};
     }
     rows.push_back(row);
@@ -462,7 +481,8 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
            {"step_ms",
             {{"median", t.wall_ms.median}, {"min", t.wall_ms.min}, {"max", t.wall_ms.max}}},
            {"optimizer_ms", t.optimizer_ms.median},
-           {"overhead_pct", t.overhead_pct},
+           {"overhead_pct", t.overhead_pct.median},
+           {"overhead_pct_range", {t.overhead_pct.min, t.overhead_pct.max}},
            {"plan_bytes",
             {{"device", t.plan_bytes[0]}, {"host", t.plan_bytes[1]}, {"nvme", t.plan_bytes[2]}}},
            {"ledger_equals_plan", std::equal(t.plan_bytes, t.plan_bytes + 3, t.ledger_bytes)},

@@ -37,15 +37,16 @@ struct HostResult {
   Spread phase, adamw, copies, streams;
   int64_t copy_bytes = 0;    // device <-> host, per phase
   int64_t update_bytes = 0;  // what the host AdamW reads + writes, per phase
-  double ratio = 0, hidden = 0, adamw_vs_streams = 0;
+  Spread ratio, hidden;      // per repeat (paired), then median, min, max
+  double adamw_vs_streams = 0;
   std::string describe;
 };
 
 struct NvmeResult {
   Spread phase, adamw, io, disk_read, disk_write;
   int64_t io_bytes = 0;  // read + written per phase
-  double disk = 0, ratio = 0;
-  bool pass = false;
+  Spread disk, ratio;    // per repeat: read + write; phase / max(adamw, disk)
+  bool pass = false;     // ratio.median <= limit
   std::string describe, io_backend;
 };
 
