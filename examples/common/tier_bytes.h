@@ -41,9 +41,11 @@ inline absl::StatusOr<TierBytes> ReadTierBytes(const Engine& engine, int world) 
   return out;
 }
 
-// "memory per tier (rank 0, bytes): plan / ledger" and one line per tier.
+// "memory per tier (<who>, bytes)", a header, and one line per tier: the
+// plan's bytes, the ledger's, and a mark where they differ.
 inline void PrintTierBytes(const TierBytes& b, const char* who, std::FILE* out) {
-  std::fprintf(out, "memory per tier (%s, bytes): %14s %14s\n", who, "plan", "ledger");
+  std::fprintf(out, "memory per tier (%s, bytes)\n  %-6s %14s %14s\n", who, "tier", "plan",
+               "ledger");
   for (int t = 0; t < kNumTiers; ++t) {
     std::fprintf(out, "  %-6s %14lld %14lld%s\n", MemoryTierName(static_cast<MemoryTier>(t)),
                  static_cast<long long>(b.plan[t]), static_cast<long long>(b.ledger[t]),
