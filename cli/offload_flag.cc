@@ -1,5 +1,6 @@
 #include "cli/offload_flag.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,12 @@
 namespace zeroshard::cli {
 
 const char kOffloadFlagsUsage[] =
-    "  --offload optimizer=T  where the optimizer state (fp32 master, Adam moments)\n"
-    "                     lives: device (default), host (host memory, the CPU AdamW)\n"
-    "                     or nvme (swap files under --offload-dir) (docs/offload.md)\n"
+    "  --offload optimizer=T[,grads=T][,params=T]  where the optimizer state (fp32\n"
+    "                     master, Adam moments) lives: device (default), host (the\n"
+    "                     CPU AdamW) or nvme (swap files under --offload-dir); grads=host:\n"
+    "                     a host copy of the gradient shard written during the backward;\n"
+    "                     params=host: stage 3's param shards in host memory\n"
+    "                     (docs/offload.md)\n"
     "  --offload-dir DIR  the nvme tier's swap files (default: a fresh directory\n"
     "                     under /tmp, removed at the end)\n"
     "  --offload-chunk N  elements streamed per chunk, a multiple of 1024\n"
@@ -20,32 +24,43 @@ const char kOffloadFlagsUsage[] =
 
 absl::Status ParseOffloadFlag(absl::string_view flag, absl::string_view text, OffloadSpec* spec) {
   if (text.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": empty; give optimizer=device, optimizer=host or optimizer=nvme"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": empty; give state=tier pairs, e.g. optimizer=host or optimizer=nvme,params=host"));
   }
+  // The states that move, and the tiers each may live on (nvme: the
+  // optimizer state only; TrainSpec::Validate checks the combinations).
+  struct State {
+    const char* name;
+    std::vector<std::string> tiers;
+    MemoryTier OffloadSpec::*field;
+  };
+  const State states[] = {{"optimizer", {"device", "host", "nvme"}, &OffloadSpec::optimizer},
+                          {"grads", {"device", "host"}, &OffloadSpec::grads},
+                          {"params", {"device", "host"}, &OffloadSpec::params}};
   OffloadSpec parsed = *spec;
-  bool seen_optimizer = false;
+  std::vector<std::string> seen;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     const std::vector<absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, ": '", part, "' is not state=tier (e.g. optimizer=host, optimizer=nvme)"));
     }
-    if (kv[0] != "optimizer") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": '", kv[0],
-                       "' cannot be offloaded; the state that moves between tiers is optimizer"));
+    const State* state = nullptr;
+    for (const State& s : states) {
+      if (kv[0] == s.name) state = &s;
     }
-    if (seen_optimizer) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": optimizer given twice in '", text, "'"));
+    if (state == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": '", kv[0], "' cannot be offloaded; the states are optimizer, grads and params"));
     }
-    seen_optimizer = true;
-    ZS_ASSIGN_OR_RETURN(int tier, ParseChoiceFlag(absl::StrCat(flag, " optimizer"), kv[1],
-                                                  {"device", "host", "nvme"}));
-    parsed.optimizer = tier == 0   ? MemoryTier::kDevice
-                       : tier == 1 ? MemoryTier::kHost
-                                   : MemoryTier::kNvme;
+    if (std::find(seen.begin(), seen.end(), state->name) != seen.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": ", state->name, " given twice in '", text, "'"));
+    }
+    seen.push_back(state->name);
+    ZS_ASSIGN_OR_RETURN(int tier,
+                        ParseChoiceFlag(absl::StrCat(flag, " ", state->name), kv[1], state->tiers));
+    parsed.*(state->field) = static_cast<MemoryTier>(tier);  // the lists follow MemoryTier's order
   }
   *spec = parsed;
   return absl::OkStatus();

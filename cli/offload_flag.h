@@ -1,6 +1,7 @@
-// `--offload optimizer=device|host|nvme` and `--offload-dir DIR`: where the
-// optimizer state lives (TrainSpec::offload, docs/offload.md), as the
-// example trainers and the benchmarks spell it.
+// `--offload optimizer=device|host|nvme[,grads=device|host][,params=device|host]`,
+// `--offload-dir DIR` and `--offload-chunk N`: where the optimizer state, the
+// gradient shard and stage 3's param shards live (TrainSpec::offload,
+// docs/offload.md), as the example trainers spell it.
 #ifndef ZEROSHARD_CLI_OFFLOAD_FLAG_H_
 #define ZEROSHARD_CLI_OFFLOAD_FLAG_H_
 
@@ -13,10 +14,12 @@
 
 namespace zeroshard::cli {
 
-// Parses the value of `--offload`: comma-separated `state=tier` pairs; the
-// one state for now is `optimizer` (the fp32 master and the Adam moments),
-// the tiers `device`, `host` and `nvme`. Sets spec->optimizer and leaves the
-// other fields. InvalidArgument naming the flag and the bad part.
+// Parses the value of `--offload`: comma-separated `state=tier` pairs, each
+// state at most once: `optimizer` (the fp32 master and the Adam moments) on
+// `device`, `host` or `nvme`; `grads` and `params` on `device` or `host`.
+// Sets the fields named and leaves the others (TrainSpec::Validate judges
+// the combination). InvalidArgument naming the flag and the bad part, with
+// *spec unchanged.
 absl::Status ParseOffloadFlag(absl::string_view flag, absl::string_view text, OffloadSpec* spec);
 
 // Adds --offload (ParseOffloadFlag), --offload-dir DIR (spec->dir) and

@@ -100,9 +100,12 @@ the zeroshard engine. docs/gpt.md has the details.
                          instead of --seed's initialisation
   --save-init DIR        write the initial weights as a Hugging Face directory (new
                          or empty) before the first step
-  --offload optimizer=device|host|nvme  the optimizer state (fp32 master, Adam
-                         moments) on the device, in host memory (the CPU AdamW) or
-                         in swap files (docs/offload.md) (device)
+  --offload optimizer=device|host|nvme[,grads=device|host][,params=device|host]
+                         the optimizer state (fp32 master, Adam moments) on the
+                         device, in host memory (the CPU AdamW) or in swap files;
+                         grads=host: a host copy of the gradient shard written in
+                         the backward; params=host: stage 3's param shards on the
+                         host (docs/offload.md) (device)
   --offload-dir DIR      the nvme tier's swap files (default: a fresh directory
                          under /tmp, removed at the end)
   --offload-chunk N      elements streamed per chunk, a multiple of 1024 (1048576)

@@ -244,7 +244,9 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   }
   // Range checks of the engine's own spec (e.g. the supported stages), so a
   // bad flag is refused before anything runs.
-  ZS_RETURN_IF_ERROR(MakeTrainSpec(opts, opts.stage, opts.accum).Validate());
+  TrainSpec distributed = MakeTrainSpec(opts, opts.stage, opts.accum);
+  distributed.offload = opts.offload;
+  ZS_RETURN_IF_ERROR(distributed.Validate());
   return opts;
 }
 

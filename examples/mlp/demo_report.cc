@@ -306,11 +306,12 @@ WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
 // the device holds less than it would without offload.
 void PrintOffload(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   const RunResult& d = r.distributed;
-  std::fprintf(out, "\noptimizer state on the %s tier (--offload optimizer=%s%s)\n",
-               MemoryTierName(opts.offload.optimizer), MemoryTierName(opts.offload.optimizer),
-               opts.offload.optimizer == MemoryTier::kNvme
-                   ? absl::StrFormat(", swap files in %s", opts.offload.dir).c_str()
-                   : "");
+  const OffloadSpec& o = opts.offload;
+  std::fprintf(
+      out, "\noptimizer state on the %s tier (--offload optimizer=%s,grads=%s,params=%s%s)\n",
+      MemoryTierName(o.optimizer), MemoryTierName(o.optimizer), MemoryTierName(o.grads),
+      MemoryTierName(o.params),
+      o.optimizer == MemoryTier::kNvme ? absl::StrFormat("; swap files in %s", o.dir).c_str() : "");
   examples::PrintTierBytes(d.tiers, "rank 0, the engine's buffers", out);
   const int64_t device = d.tiers.plan[static_cast<int>(MemoryTier::kDevice)];
   std::fprintf(

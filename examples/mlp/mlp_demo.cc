@@ -348,6 +348,8 @@ absl::Status WriteResultJson(const DemoOptions& opts, const DemoResults& r) {
   }
   const nlohmann::json j = {
       {"offload", MemoryTierName(opts.offload.optimizer)},
+      {"offload_grads", MemoryTierName(opts.offload.grads)},
+      {"offload_params", MemoryTierName(opts.offload.params)},
       {"ranks", r.world},
       {"stage", opts.stage},
       {"precision", PrecisionName(opts.precision)},

@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<Rig>> MakeRig(const PhaseOptions& opts, Precision
   if (m == nullptr) return absl::InternalError("offload_bench: the plan has no adam_m buffer");
   rig->state_numel = m->numel;
   rig->device = CreateCpuDevice();
-  rig->host = CreateHostTierDevice();
+  ZS_ASSIGN_OR_RETURN(rig->host, CreateHostTierDevice(*rig->device));
   rig->buffers = std::make_unique<internal::ShardBuffers>(*rig->layout, rig->plan, /*rank=*/0,
                                                           rig->param_dtype(), rig->grad_dtype());
   ZS_RETURN_IF_ERROR(rig->buffers->Allocate(*rig->device, rig->host.get()));

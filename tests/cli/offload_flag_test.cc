@@ -3,11 +3,13 @@
 // part, and the flags through a FlagSet walk.
 #include "cli/offload_flag.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/test_seed.h"
 
@@ -35,6 +37,23 @@ TEST(OffloadFlagTest, EachTierSetsTheOptimizerAndKeepsTheOtherFields) {
   }
 }
 
+TEST(OffloadFlagTest, GradsAndParamsTakeDeviceOrHostInAnyOrder) {
+  std::mt19937_64 rng(Seed());
+  const char* words[] = {"device", "host"};
+  for (int round = 0; round < 20; ++round) {
+    const int g = static_cast<int>(rng() % 2), p = static_cast<int>(rng() % 2);
+    std::vector<std::string> parts = {"optimizer=host", absl::StrCat("grads=", words[g]),
+                                      absl::StrCat("params=", words[p])};
+    std::shuffle(parts.begin(), parts.end(), rng);
+    const std::string text = absl::StrJoin(parts, ",");
+    OffloadSpec spec;
+    ASSERT_TRUE(ParseOffloadFlag("--offload", text, &spec).ok()) << text << " " << SeedTrace();
+    EXPECT_EQ(spec.optimizer, MemoryTier::kHost) << text;
+    EXPECT_EQ(spec.grads, g == 0 ? MemoryTier::kDevice : MemoryTier::kHost) << text;
+    EXPECT_EQ(spec.params, p == 0 ? MemoryTier::kDevice : MemoryTier::kHost) << text;
+  }
+}
+
 TEST(OffloadFlagTest, BadValuesNameTheFlagAndThePartAndChangeNothing) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"", "empty"},
@@ -44,9 +63,12 @@ TEST(OffloadFlagTest, BadValuesNameTheFlagAndThePartAndChangeNothing) {
       {"optimizer=", "'' is not device, host or nvme"},
       {"optimizer=disk", "'disk' is not device, host or nvme"},
       {"optimizer=HOST", "'HOST' is not device, host or nvme"},
-      {"params=host", "'params' cannot be offloaded"},
+      {"master=host", "'master' cannot be offloaded"},
       {"optimizer=host,optimizer=nvme", "optimizer given twice"},
-      {"optimizer=host,grads=host", "'grads' cannot be offloaded"},
+      {"optimizer=host,grads=nvme", "--offload grads: 'nvme' is not device or host"},
+      {"params=nvme", "--offload params: 'nvme' is not device or host"},
+      {"optimizer=host,params=host,params=device", "params given twice"},
+      {"optimizer=host,", "'' is not state=tier"},
   };
   for (const auto& [text, message] : bad) {
     OffloadSpec spec;

@@ -7,6 +7,8 @@
 #    bytes drop by exactly the state's bytes (what the nvme tier's plan holds);
 #  - mlp_demo bf16 at stage 1 with optimizer=nvme and no --offload-dir: the
 #    same bits, and the scratch directory is gone at the end;
+#  - mlp_demo at stage 3 with optimizer=host,grads=host,params=host: the same
+#    bits as stage 3 without offload;
 #  - gpt_train with optimizer=host: the no-offload run's losses bit for bit,
 #    and the per-tier table printed;
 #  - bad flags end with exit 2 and one line naming the flag.
@@ -75,6 +77,11 @@ compare base16 nvme16
 after=$(swap_dirs)
 [ "$before" = "$after" ] || fail "the default swap directory was not removed ($before before, $after after)"
 
+# Stage 3 with the gradient shard and the param shards on the host too.
+run_demo base3 --stage 3
+run_demo host3 --stage 3 --offload optimizer=host,grads=host,params=host
+compare base3 host3
+
 # gpt_train, host tier against the device.
 cat >"$work/config.json" <<'JSON'
 {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 1, "n_head": 2,
@@ -100,7 +107,9 @@ expect_usage_error() {  # program, pattern, flags...
   grep -q -- "$pattern" "$work/bad.err" || fail "$prog $*: '$(cat "$work/bad.err")' does not say $pattern"
 }
 expect_usage_error "$demo" "--offload optimizer" --offload optimizer=disk
-expect_usage_error "$demo" "grads" --offload grads=host
+expect_usage_error "$demo" "offload.grads host needs" --offload grads=host
+expect_usage_error "$demo" "offload.params host needs zero_stage 3" --stage 2 --offload optimizer=host,params=host
+expect_usage_error "$demo" "--offload params: 'nvme'" --offload optimizer=nvme,params=nvme
 expect_usage_error "$demo" "--offload-dir" --offload-dir "$work"
 expect_usage_error "$demo" "--offload-chunk" --offload optimizer=host --offload-chunk 1000
 expect_usage_error "$demo" "--offload runs on the data-parallel" --offload optimizer=host --tp 2
