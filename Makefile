@@ -143,7 +143,7 @@ bench: build
 # minutes on two cores. Not part of `make test`, which runs a smoke version
 # (ctest perf_pipeline_smoke).
 perf: deps-perf configure
-	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS) --target adam_bench collective_bench step_bench zeroshard_cli \
+	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS) --target adam_bench collective_bench step_bench offload_bench zeroshard_cli \
 		zeroshard_calibrate
 	perf/run_perf.sh --build-dir $(BUILD_DIR) $(PERF_ARGS)
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/flags.h"
+#include "cli/offload_flag.h"
 #include "examples/mlp/model_flags.h"
 #include "zeroshard/status.h"
 
@@ -69,6 +70,9 @@ void PrintUsage(std::FILE* out) {
       "  --comm-timeout S   seconds (or a duration: 90s, 2m) a collective waits for a\n"
       "                     missing rank before the run fails naming it, in [%g, %.0f]\n"
       "                     (default: $%s, else %.0f)\n"
+      "%s"
+      "  --result-json FILE the distributed run's losses, a fingerprint of its final\n"
+      "                     weights and its bytes per memory tier, as JSON\n"
       "  --print-spec       print the model (with --vocab, --lora and the adapter flags)\n"
       "                     as a `zeroshard estimate --spec` JSON file and exit\n"
       "  --help             this text\n"
@@ -77,7 +81,7 @@ void PrintUsage(std::FILE* out) {
       d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
       d.weight_decay, d.clip, DataLoaderOptions{}.depth, absl::ToDoubleSeconds(kMinCommTimeout),
       absl::ToDoubleSeconds(kMaxCommTimeout), kCommTimeoutEnvVar,
-      absl::ToDoubleSeconds(kDefaultCommTimeout));
+      absl::ToDoubleSeconds(kDefaultCommTimeout), cli::kOffloadFlagsUsage);
 }
 
 DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts) {
@@ -110,6 +114,9 @@ TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
   train.max_grad_norm = opts.clip;
   train.grad_accum_steps = accum;
   train.prefetch_units = opts.prefetch;
+  // The tier's chunk applies only where the state is offloaded; the chunk
+  // is kept for Validate's range check of --offload-chunk.
+  train.offload.chunk_numel = opts.offload.chunk_numel;
   return train;
 }
 
@@ -148,6 +155,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   int backend = 0, device = 0;
   cli::FlagSet flags;
   AddModelFlags(flags, &opts.model);
+  cli::AddOffloadFlags(flags, &opts.offload);
   flags.Int("ranks", &opts.ranks, 1, cli::kMaxCount)
       .Int("stage", &opts.stage, 0, 3)
       .Int("prefetch", &opts.prefetch, 0, cli::kMaxCount)
@@ -165,6 +173,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Switch("resume", &opts.resume)
       .Switch("sync-data", &opts.sync_data)
       .Switch("print-spec", &opts.print_spec)
+      .String("result-json", &opts.result_json)
       .Int("vocab", &opts.model.vocab, 2, cli::kMaxCount)
       .Int("lora", &opts.model.lora_rank, 1, cli::kMaxCount)
       .Number("lora-alpha", &opts.model.lora_alpha, 0, kMaxNumber, /*lo_open=*/true)
@@ -203,6 +212,12 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   ZS_RETURN_IF_ERROR(CheckModelVariantFlags(opts));
+  ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(opts.offload));
+  if (UsesGrid(opts) && opts.offload.enabled()) {
+    return absl::InvalidArgumentError(
+        "--offload runs on the data-parallel trainer for now; drop --tp, --pp and --mem-cap (or "
+        "--offload)");
+  }
   if (UsesGrid(opts)) {
     if (opts.mem_cap > 0 && opts.tp * opts.pp > 1) {
       return absl::InvalidArgumentError(
@@ -229,7 +244,9 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   }
   // Range checks of the engine's own spec (e.g. the supported stages), so a
   // bad flag is refused before anything runs.
-  ZS_RETURN_IF_ERROR(MakeTrainSpec(opts, opts.stage, opts.accum).Validate());
+  TrainSpec distributed = MakeTrainSpec(opts, opts.stage, opts.accum);
+  distributed.offload = opts.offload;
+  ZS_RETURN_IF_ERROR(distributed.Validate());
   return opts;
 }
 

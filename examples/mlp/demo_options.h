@@ -68,6 +68,15 @@ struct DemoOptions {
   // --print-spec: print the model's ModelSpec as a `zeroshard estimate
   // --spec` file (JSON) to stdout and exit without training.
   bool print_spec = false;
+  // --offload optimizer=device|host|nvme, --offload-dir, --offload-chunk:
+  // where the distributed run keeps its optimizer state (docs/offload.md);
+  // the baseline stays on the device. An nvme run without --offload-dir
+  // gets a fresh directory under /tmp, removed at the end.
+  OffloadSpec offload;
+  // --result-json FILE: the distributed run's losses, a fingerprint of its
+  // final weights and its bytes per memory tier (plan and ledger), for
+  // scripts that compare runs bit for bit (tests/examples).
+  std::string result_json;
 };
 
 // True when the run uses a model-parallel grid (GridMlpTrainer).
