@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "zeroshard/buffer_plan.h"
@@ -22,6 +23,7 @@ inline constexpr int kNumTiers = static_cast<int>(MemoryTier::kCount);
 struct TierBytes {
   std::array<int64_t, kNumTiers> plan{};    // BufferPlan::total_bytes(tier)
   std::array<int64_t, kNumTiers> ledger{};  // tier_ledger(tier).current_total()
+  std::string offload;                      // EngineStats::offload: the tier and its I/O path
   bool ledger_equals_plan() const { return plan == ledger; }
 };
 
@@ -33,6 +35,7 @@ struct TierBytes {
 inline absl::StatusOr<TierBytes> ReadTierBytes(const Engine& engine, int world) {
   ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanEngineBuffers(engine.model(), engine.train(), world));
   TierBytes out;
+  out.offload = engine.Stats().offload;
   for (int t = 0; t < kNumTiers; ++t) {
     const auto tier = static_cast<MemoryTier>(t);
     out.plan[t] = plan.total_bytes(tier);
@@ -44,6 +47,7 @@ inline absl::StatusOr<TierBytes> ReadTierBytes(const Engine& engine, int world) 
 // "memory per tier (<who>, bytes)", a header, and one line per tier: the
 // plan's bytes, the ledger's, and a mark where they differ.
 inline void PrintTierBytes(const TierBytes& b, const char* who, std::FILE* out) {
+  if (!b.offload.empty()) std::fprintf(out, "%s\n", b.offload.c_str());
   std::fprintf(out, "memory per tier (%s, bytes)\n  %-6s %14s %14s\n", who, "tier", "plan",
                "ledger");
   for (int t = 0; t < kNumTiers; ++t) {

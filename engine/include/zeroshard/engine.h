@@ -137,6 +137,10 @@ struct EngineStats {
   int64_t collectives = 0;       // issued by this engine so far
   StepTimes last;                // the most recent step
   StepTimes totals;              // every field summed over all steps
+  // TrainSpec::offload at work, in one line (empty without offload): the
+  // tier, the chunk, and for NVMe the swap files' I/O path and why ("io_uring
+  // (queue depth 32), O_DIRECT", or the thread pool with io_uring's refusal).
+  std::string offload;
 };
 
 // Model parallelism around the engine (docs/parallelism.md).

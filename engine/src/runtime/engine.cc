@@ -230,6 +230,7 @@ EngineStats EngineImpl::Stats() const {
   stats.loss_scale = loss_scaler_.scale();
   stats.prefetch_active = gatherer_->prefetch_active();
   stats.collectives = log_.total();
+  if (offload_ != nullptr) stats.offload = offload_->Describe();
   return stats;
 }
 
