@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -152,6 +153,8 @@ TEST(EngineOffloadTest, HostAndNvmeTiersTrainTheDeviceTiersModelBitForBit) {
         if (stage == 3) {
           tiers.push_back({MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kHost});
           tiers.push_back({MemoryTier::kNvme, MemoryTier::kDevice, MemoryTier::kHost});
+          tiers.push_back({MemoryTier::kNvme, MemoryTier::kDevice, MemoryTier::kNvme});
+          tiers.push_back({MemoryTier::kNvme, MemoryTier::kHost, MemoryTier::kNvme});
         }
         for (const Tiers& t : tiers) {
           const MemoryTier tier = t.optimizer;
@@ -247,24 +250,88 @@ TEST(EngineOffloadTest, CheckpointsMoveBetweenTiersBitForBit) {
         EXPECT_EQ(FirstDifference(tail, *second), "") << what;
       }
     }
-    // The param shards on the host tier too, both ways.
-    for (bool params_first : {true, false}) {
-      const std::string what = absl::StrFormat(
-          "%s: params on the host tier %s", PrecisionName(precision),
-          params_first ? "saved, loaded on the device tier" : "loaded from the device tier");
-      const TrainSpec host_params =
-          WithOffload(base, MemoryTier::kNvme, swap.path(), MemoryTier::kHost, MemoryTier::kHost);
-      const std::string dir =
-          absl::StrCat(ckpt.path(), "/params-", params_first ? "a" : "b", PrecisionName(precision));
-      auto first = RunTier(params_first ? host_params : base, 2, 3, true, nullptr, "", dir);
-      ASSERT_TRUE(first.ok()) << first.status() << " " << what;
-      auto second = RunTier(params_first ? base : host_params, 2, 3, true, nullptr, dir);
-      ASSERT_TRUE(second.ok()) << second.status() << " " << what;
-      SyntheticRunResult tail = *whole;
-      tail.steps.erase(tail.steps.begin(), tail.steps.begin() + 3);
-      EXPECT_EQ(FirstDifference(tail, *second), "") << what;
+    // The param shards on the host tier and on NVMe too, both ways.
+    for (MemoryTier params_tier : {MemoryTier::kHost, MemoryTier::kNvme}) {
+      for (bool params_first : {true, false}) {
+        const std::string what = absl::StrFormat(
+            "%s: params on the %s tier %s", PrecisionName(precision), MemoryTierName(params_tier),
+            params_first ? "saved, loaded on the device tier" : "loaded from the device tier");
+        const TrainSpec off =
+            WithOffload(base, MemoryTier::kNvme, swap.path(), MemoryTier::kHost, params_tier);
+        const std::string dir =
+            absl::StrCat(ckpt.path(), "/params-", MemoryTierName(params_tier),
+                         params_first ? "-a-" : "-b-", PrecisionName(precision));
+        auto first = RunTier(params_first ? off : base, 2, 3, true, nullptr, "", dir);
+        ASSERT_TRUE(first.ok()) << first.status() << " " << what;
+        auto second = RunTier(params_first ? base : off, 2, 3, true, nullptr, dir);
+        ASSERT_TRUE(second.ok()) << second.status() << " " << what;
+        SyntheticRunResult tail = *whole;
+        tail.steps.erase(tail.steps.begin(), tail.steps.begin() + 3);
+        EXPECT_EQ(FirstDifference(tail, *second), "") << what;
+      }
     }
   }
+}
+
+TEST(EngineOffloadTest, CombinationsTheEngineCannotRunAreRefusedNamingTheField) {
+  struct Case {
+    const char* what;
+    std::function<void(TrainSpec&)> set;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"grads host, optimizer on the device",
+       [](TrainSpec& t) { t.offload.grads = MemoryTier::kHost; }, "offload.grads"},
+      {"grads nvme",
+       [](TrainSpec& t) {
+         t.offload.optimizer = MemoryTier::kHost;
+         t.offload.grads = MemoryTier::kNvme;
+       },
+       "offload.grads"},
+      {"params host at stage 2",
+       [](TrainSpec& t) {
+         t.zero_stage = 2;
+         t.offload.optimizer = MemoryTier::kHost;
+         t.offload.params = MemoryTier::kHost;
+       },
+       "offload.params"},
+      {"params nvme, optimizer on the host",
+       [](TrainSpec& t) {
+         t.offload.optimizer = MemoryTier::kHost;
+         t.offload.params = MemoryTier::kNvme;
+       },
+       "offload.params"},
+      {"params nvme with persistent units",
+       [](TrainSpec& t) {
+         t.offload.optimizer = MemoryTier::kNvme;
+         t.offload.params = MemoryTier::kNvme;
+         t.persistent_unit_numel = 64;
+       },
+       "persistent_unit_numel"},
+      {"chunk not a multiple of 1024",
+       [](TrainSpec& t) {
+         t.offload.optimizer = MemoryTier::kHost;
+         t.offload.chunk_numel = 1536;
+       },
+       "offload.chunk_numel"},
+  };
+  for (const Case& c : cases) {
+    TrainSpec train = SyntheticTrain(3, Precision::kBf16Mixed);
+    c.set(train);
+    const absl::Status status = train.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << status;
+    EXPECT_NE(status.message().find(c.field), std::string::npos) << c.what << ": " << status;
+  }
+  // NVMe without a directory: at Engine::Create, naming the field.
+  TrainSpec train = SyntheticTrain(1, Precision::kBf16Mixed);
+  train.offload.optimizer = MemoryTier::kNvme;
+  const ModelSpec spec = SyntheticSpec();
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  const absl::Status created = RunLocalRanks(1, [&](int, Communicator& comm) -> absl::Status {
+    return Engine::Create(spec, train, *device, comm).status();
+  });
+  EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << created;
+  EXPECT_NE(created.message().find("offload.dir"), std::string::npos) << created;
 }
 
 TEST(EngineOffloadTest, AFullDiskIsRefusedAtCreateNamingTheBytes) {

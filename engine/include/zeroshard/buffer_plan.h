@@ -80,6 +80,8 @@ inline constexpr char kOffloadGradShardBuffer[] = "offload_grad_shard";
 // units' params in host memory (kParamsBuffer then holds the persistent
 // units only), and on the device one shard-sized staging buffer per gather
 // slot that Gather copies a shard into before the all-gather.
+// With OffloadSpec::params nvme the shards are a swap file laid out like
+// the optimizer state (ShardBuffers::OptimizerIndex), in the param dtype.
 inline constexpr char kOffloadParamShardBuffer[] = "offload_param_shard";
 inline constexpr char kParamStageBuffer[] = "param_stage";
 // NVMe tier only, host memory: three chunks of each swapped state tensor

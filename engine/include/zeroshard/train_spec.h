@@ -92,7 +92,10 @@ struct OffloadSpec {
   // rank's shard of every sharded unit's params in host memory (ZeRO-Infinity
   // to CPU). Gather copies the shard to a device staging buffer and
   // all-gathers from there; the update writes the host shard. Persistent
-  // units stay on the device. kDevice: the shards on the device.
+  // units stay on the device. kNvme (with the optimizer state on NVMe,
+  // persistent_unit_numel 0 and no frozen params): the shards in a swap file
+  // beside the state, read on each Gather and streamed with the update.
+  // kDevice: the shards on the device.
   MemoryTier params = MemoryTier::kDevice;
   // The swap directory of MemoryTier::kNvme (one set of files per rank,
   // created at Engine::Create and removed when the engine is destroyed).

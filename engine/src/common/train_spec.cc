@@ -178,14 +178,19 @@ absl::Status TrainSpec::Validate() const {
         "offload.grads host needs the optimizer state off the device (offload.optimizer host or "
         "nvme): the gradients' host copy is what the host update reads");
   }
-  if (offload.params == MemoryTier::kNvme) {
-    return bad(
-        "offload.params nvme: the engine keeps stage-3 param shards on the device or the host "
-        "tier only (docs/offload.md); use host");
-  }
-  if (offload.params != MemoryTier::kDevice && offload.params != MemoryTier::kHost) {
-    return bad(absl::StrFormat("offload.params %d is not a MemoryTier; use device or host",
+  if (offload.params != MemoryTier::kDevice && offload.params != MemoryTier::kHost &&
+      offload.params != MemoryTier::kNvme) {
+    return bad(absl::StrFormat("offload.params %d is not a MemoryTier; use device, host or nvme",
                                static_cast<int>(offload.params)));
+  }
+  if (offload.params == MemoryTier::kNvme &&
+      (zero_stage != 3 || tier != MemoryTier::kNvme || persistent_unit_numel != 0)) {
+    return bad(absl::StrFormat(
+        "offload.params nvme needs zero_stage 3 (got %d), the optimizer state on nvme too (got "
+        "%s: the param shards share its swap directory and its streamed update) and "
+        "persistent_unit_numel 0 (got %d: every unit's params sharded, none kept whole on the "
+        "device)",
+        zero_stage, MemoryTierName(tier), persistent_unit_numel));
   }
   if (offload.params == MemoryTier::kHost && (zero_stage != 3 || tier == MemoryTier::kDevice)) {
     return bad(absl::StrFormat(

@@ -99,10 +99,18 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     for (int s : layout.SegmentsOf(u)) sharded += plan.unit_resident[s] ? 0 : 1;
     segments_per_unit = std::max(segments_per_unit, sharded);
   }
-  // OffloadSpec::params host: the sharded segments' shards on the host.
+  // OffloadSpec::params host: the sharded segments' shards on the host;
+  // nvme: in a swap file (listed after the optimizer state below).
   const bool params_on_host = train.offload.params == MemoryTier::kHost;
-  plan.buffers.push_back({kParamsBuffer, MemoryCategory::kParams, train.param_dtype(),
-                          params_on_host ? params_numel - sharded_numel : params_numel});
+  const bool params_on_nvme = train.offload.params == MemoryTier::kNvme;
+  if (params_on_nvme && full != layout.total_numel()) {
+    return absl::InvalidArgumentError(
+        "train spec: offload.params nvme keeps the trainable params' shards in the optimizer "
+        "state's swap files; this model has frozen params: use offload.params host");
+  }
+  plan.buffers.push_back(
+      {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(),
+       params_on_host || params_on_nvme ? params_numel - sharded_numel : params_numel});
   if (params_on_host) {
     plan.buffers.push_back({kOffloadParamShardBuffer, MemoryCategory::kParams, train.param_dtype(),
                             sharded_numel, MemoryTier::kHost});
@@ -119,11 +127,20 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
                           optimizer_numel, state_tier});
   plan.buffers.push_back({kAdamVBuffer, MemoryCategory::kOptimizerState, DType::kFloat32,
                           optimizer_numel, state_tier});
+  if (params_on_nvme) {
+    // The shards in the state's layout (every unit sharded: the trainable
+    // shard is the optimizer's).
+    plan.buffers.push_back({kOffloadParamShardBuffer, MemoryCategory::kParams, train.param_dtype(),
+                            optimizer_numel, MemoryTier::kNvme});
+  }
   if (train.offload.enabled() && optimizer_numel > 0) {
     // Streamed in chunks of at most chunk_numel (a multiple of 1024, the
-    // 4 KiB direct-I/O alignment of fp32), fewer for a small shard.
-    const int64_t rounded = (optimizer_numel + 1023) / 1024 * 1024;
-    plan.offload_chunk_numel = std::min(train.offload.chunk_numel, rounded);
+    // 4 KiB direct-I/O alignment of fp32; of 2048 with 16-bit params in a
+    // swap file), fewer for a small shard.
+    const int64_t quantum = params_on_nvme && DTypeSize(train.param_dtype()) == 2 ? 2048 : 1024;
+    const int64_t rounded = (optimizer_numel + quantum - 1) / quantum * quantum;
+    plan.offload_chunk_numel =
+        std::min((train.offload.chunk_numel + quantum - 1) / quantum * quantum, rounded);
     const int64_t two = 2 * plan.offload_chunk_numel;  // below 2^31
     if (train.offload.grads == MemoryTier::kHost) {
       plan.buffers.push_back({kOffloadGradShardBuffer, MemoryCategory::kGradients, grad_dtype,
@@ -132,10 +149,12 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       plan.buffers.push_back(
           {kOffloadGradsBuffer, MemoryCategory::kCommBuffers, grad_dtype, two, MemoryTier::kHost});
     }
-    plan.buffers.push_back({kOffloadParamsBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
-                            two, MemoryTier::kHost});
+    if (!params_on_nvme) {  // else the params stream with the state
+      plan.buffers.push_back({kOffloadParamsBuffer, MemoryCategory::kCommBuffers,
+                              train.param_dtype(), two, MemoryTier::kHost});
+    }
     if (state_tier == MemoryTier::kNvme) {
-      plan.offload_state_tensors = mixed ? 3 : 2;
+      plan.offload_state_tensors = (mixed ? 3 : 2) + (params_on_nvme ? 1 : 0);
       plan.buffers.push_back({kOffloadStateBuffer, MemoryCategory::kCommBuffers, DType::kFloat32,
                               3 * plan.offload_state_tensors * plan.offload_chunk_numel,
                               MemoryTier::kHost});
@@ -194,7 +213,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       return TooLarge(kParamGatherBuffer, "prefetch_units", train.prefetch_units);
     plan.buffers.push_back(
         {kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(), *pool});
-    if (params_on_host) {
+    if (params_on_host || params_on_nvme) {
       // One shard of the largest sharded segment per gather slot: at most
       // the pool's size.
       plan.buffers.push_back({kParamStageBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),

@@ -237,6 +237,8 @@ absl::Status CheckpointWriter::TakeSnapshot() {
       const int64_t count = static_cast<int64_t>(n);
       if (mixed_) {
         ZS_RETURN_IF_ERROR(offload_->Read(StateTensor::kMaster, index, count, out));
+      } else if (buffers_.ParamsOnNvme(u)) {
+        ZS_RETURN_IF_ERROR(offload_->Read(StateTensor::kParams, index, count, out));
       } else {
         ZS_RETURN_IF_ERROR(
             services_.CopyOnCompute(out, master, static_cast<int64_t>(n * sizeof(float))));

@@ -180,9 +180,16 @@ absl::Status EngineImpl::Allocate() {
                                                 grad_dtype_, device_, *host_tier_, std::move(swap));
   ZS_RETURN_IF_ERROR(offload_->Init());
   checkpoint_->set_offload(offload_.get());
-  if (train_.offload.params == MemoryTier::kHost) {
-    gatherer_->set_shard_fetch([this](void* device, const void* host, int64_t bytes) {
-      return offload_->FetchShard(device, host, bytes);
+  if (train_.offload.params != MemoryTier::kDevice) {
+    gatherer_->set_shard_fetch([this](int unit, void* device) -> absl::Status {
+      const int64_t begin = layout_.ShardRange(unit, rank_).begin;
+      const int64_t n = layout_.unit(unit).shard_numel;
+      if (buffers_.ParamsOnNvme(unit)) {
+        return offload_->ReadToDevice(StateTensor::kParams, buffers_.OptimizerIndex(unit, begin), n,
+                                      device);
+      }
+      return offload_->FetchShard(device, ParamsAt(unit, begin),
+                                  n * static_cast<int64_t>(DTypeSize(param_dtype_)));
     });
   }
   return absl::OkStatus();
@@ -236,6 +243,24 @@ EngineStats EngineImpl::Stats() const {
 
 absl::Status EngineImpl::CopyOnCompute(void* dst, const void* src, int64_t bytes) const {
   return device_.CopyAsync(dst, src, bytes, *compute_);
+}
+
+absl::Status EngineImpl::StoreParams(int unit, int64_t seg_begin, int64_t n, const float* values,
+                                     std::vector<uint16_t>& staging) {
+  if (!buffers_.ParamsOnNvme(unit)) {
+    return StoreConverted(values, n, param_dtype_, ParamsAt(unit, seg_begin), staging);
+  }
+  // A swap file: the param dtype's bytes, written now.
+  const int64_t index = buffers_.OptimizerIndex(unit, seg_begin);
+  if (param_dtype_ == DType::kFloat32)
+    return offload_->Write(StateTensor::kParams, index, n, values);
+  staging.resize(static_cast<size_t>(n));
+  if (param_dtype_ == DType::kBFloat16) {
+    ConvertFp32ToBf16(values, staging.data(), static_cast<size_t>(n));
+  } else {
+    ConvertFp32ToFp16(values, staging.data(), static_cast<size_t>(n));
+  }
+  return offload_->Write(StateTensor::kParams, index, n, staging.data());
 }
 
 absl::Status EngineImpl::StoreConverted(const float* values, int64_t n, DType dtype, void* dst,
@@ -432,8 +457,8 @@ absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> v
   const int64_t end = std::min(held.end, slot.offset + slot.numel);
   std::vector<uint16_t> staging;
   if (begin < end) {
-    ZS_RETURN_IF_ERROR(StoreConverted(values.data() + (begin - slot.offset), end - begin,
-                                      param_dtype_, ParamsAt(s, begin), staging));
+    ZS_RETURN_IF_ERROR(
+        StoreParams(s, begin, end - begin, values.data() + (begin - slot.offset), staging));
   }
   if (mixed_ && layout_.unit(s).trainable) {
     const ElementRange owned = OwnedRange(s);
@@ -558,12 +583,19 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
   // A shard of params on the host tier likewise.
   std::vector<float> offloaded;
   DeviceBuffer device_shard;
-  const bool params_on_host = !from_master && buffers_.ParamsOnHost(s);
-  if ((from_master && offload_ != nullptr) || params_on_host) {
+  const bool params_off_device = !from_master && buffers_.ParamsOffDevice(s);
+  if ((from_master && offload_ != nullptr) || params_off_device) {
     if (from_master) {
       offloaded.resize(static_cast<size_t>(seg.shard_numel));
       ZS_RETURN_IF_ERROR(
           ReadState(StateTensor::kMaster, s, shard.begin, seg.shard_numel, offloaded.data()));
+      mine = offloaded.data();
+    } else if (buffers_.ParamsOnNvme(s)) {
+      // fp32: the params (the master) in their swap file.
+      offloaded.resize(static_cast<size_t>(seg.shard_numel));
+      ZS_RETURN_IF_ERROR(offload_->Read(StateTensor::kParams,
+                                        buffers_.OptimizerIndex(s, shard.begin), seg.shard_numel,
+                                        offloaded.data()));
       mine = offloaded.data();
     }
     if (!device_.host_accessible()) {
@@ -620,7 +652,16 @@ absl::Status EngineImpl::CheckPaddingIsZero() const {
       const ElementRange params_held = buffers_.ParamsHeld(u);
       const int64_t pb = std::max(pad.begin, params_held.begin);
       const int64_t pe = std::min(pad.end, params_held.end);
-      if (pb < pe && !all_zero(ParamsAt(u, pb), (pe - pb) * psize)) return fail(kParamsBuffer);
+      if (pb < pe && buffers_.ParamsOnNvme(u)) {
+        std::vector<unsigned char> bytes(static_cast<size_t>((pe - pb) * psize), 0xff);
+        const absl::Status read = offload_->Read(
+            StateTensor::kParams, buffers_.OptimizerIndex(u, pb), pe - pb, bytes.data());
+        for (unsigned char b : bytes) {
+          if (!read.ok() || b != 0) return fail(kParamsBuffer);
+        }
+      } else if (pb < pe && !all_zero(ParamsAt(u, pb), (pe - pb) * psize)) {
+        return fail(kParamsBuffer);
+      }
       if (!layout_.unit(u).trainable) continue;  // params only
       const int64_t gb = std::max(pad.begin, grads_held.begin);
       const int64_t ge = std::min(pad.end, grads_held.end);

@@ -222,8 +222,7 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     const ElementRange range = owned[u];
     const int64_t n = range.size();
     const float* master = fresh[static_cast<size_t>(u) * kTensorsPerUnit].data();
-    ZS_RETURN_IF_ERROR(
-        StoreConverted(master, n, param_dtype_, ParamsAt(u, range.begin), staging[u]));
+    ZS_RETURN_IF_ERROR(StoreParams(u, range.begin, n, master, staging[u]));
     if (!layout_.unit(u).trainable) continue;  // params only
     if (mixed_) ZS_RETURN_IF_ERROR(WriteState(StateTensor::kMaster, u, range.begin, n, master));
     ZS_RETURN_IF_ERROR(WriteState(StateTensor::kAdamM, u, range.begin, n,

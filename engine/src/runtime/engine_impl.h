@@ -138,6 +138,11 @@ class EngineImpl final : public Engine, private RuntimeServices {
                          float* host) const;
   absl::Status WriteState(StateTensor tensor, int unit, int64_t seg_index, int64_t n,
                           const float* host);
+  // fp32 `values` of `unit`'s segment elements [seg_begin, seg_begin + n)
+  // into its params as the param dtype: on the device (StoreConverted), or
+  // in the NVMe tier's swap file (written on return).
+  absl::Status StoreParams(int unit, int64_t seg_begin, int64_t n, const float* values,
+                           std::vector<uint16_t>& staging);
   // Shorthands into buffers_ (shard_buffers.h).
   void* ParamsAt(int unit, int64_t seg_index) const { return buffers_.ParamsAt(unit, seg_index); }
   ElementRange OwnedRange(int unit) const { return buffers_.OwnedRange(unit); }

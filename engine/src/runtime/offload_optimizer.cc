@@ -11,13 +11,6 @@
 namespace zeroshard::internal {
 namespace {
 
-// Elements of fp32 per direct-I/O block (SwapFiles::kSwapAlignment bytes).
-constexpr int64_t kIoBlockNumel = kSwapAlignment / static_cast<int64_t>(sizeof(float));
-
-int64_t RoundUpToBlock(int64_t numel) {
-  return (numel + kIoBlockNumel - 1) / kIoBlockNumel * kIoBlockNumel;
-}
-
 // Times the host thread's waits into `into`.
 class WaitTimer {
  public:
@@ -45,7 +38,9 @@ OffloadOptimizer::OffloadOptimizer(const FlatLayout& layout, const BufferPlan& p
       host_(host),
       swap_(std::move(swap)),
       chunk_numel_(plan.offload_chunk_numel),
-      grads_on_host_(plan.Find(kOffloadGradShardBuffer) != nullptr) {
+      grads_on_host_(plan.Find(kOffloadGradShardBuffer) != nullptr),
+      params_on_nvme_(plan.Find(kOffloadParamShardBuffer) != nullptr &&
+                      plan.Find(kOffloadParamShardBuffer)->tier == MemoryTier::kNvme) {
   const PlannedBuffer* m = plan.Find(kAdamMBuffer);
   state_numel_ = m != nullptr ? m->numel : 0;
 }
@@ -71,8 +66,24 @@ absl::Status OffloadOptimizer::Init() {
   return absl::OkStatus();
 }
 
+std::vector<StateTensor> OffloadOptimizer::SwappedTensors() const {
+  std::vector<StateTensor> out;
+  if (mixed_) out.push_back(StateTensor::kMaster);
+  out.push_back(StateTensor::kAdamM);
+  out.push_back(StateTensor::kAdamV);
+  if (params_on_nvme_) out.push_back(StateTensor::kParams);
+  return out;
+}
+
 int OffloadOptimizer::FileOf(StateTensor tensor) const {
-  return mixed_ ? static_cast<int>(tensor) : static_cast<int>(tensor) - 1;
+  // The order of SwappedTensors (the plan's NVMe buffers).
+  const int base = mixed_ ? 0 : -1;
+  return base + static_cast<int>(tensor);
+}
+
+int64_t OffloadOptimizer::ElementSize(StateTensor tensor) const {
+  return tensor == StateTensor::kParams ? static_cast<int64_t>(DTypeSize(param_dtype_))
+                                        : static_cast<int64_t>(sizeof(float));
 }
 
 float* OffloadOptimizer::HostState(StateTensor tensor) const {
@@ -83,6 +94,8 @@ float* OffloadOptimizer::HostState(StateTensor tensor) const {
       return buffers_.adam_m.as<float>();
     case StateTensor::kAdamV:
       return buffers_.adam_v.as<float>();
+    case StateTensor::kParams:
+      break;  // on the host tier the params are ShardBuffers::ParamsAt
   }
   return nullptr;
 }
@@ -92,54 +105,79 @@ float* OffloadOptimizer::SlotState(int slot, StateTensor tensor) const {
          (static_cast<int64_t>(slot) * num_tensors() + FileOf(tensor)) * chunk_numel_;
 }
 
-absl::Status OffloadOptimizer::Read(StateTensor tensor, int64_t index, int64_t n, float* data) {
-  if (n <= 0) return absl::OkStatus();
-  if (!swap_) {
-    std::memcpy(data, HostState(tensor) + index, static_cast<size_t>(n) * sizeof(float));
-    return absl::OkStatus();
-  }
-  // Whole aligned blocks through the first state slot (free outside Apply).
-  float* bounce = SlotState(0, StateTensor::kAdamM);
-  const int64_t end = index + n;
-  for (int64_t at = index / kIoBlockNumel * kIoBlockNumel; at < end;) {
-    const int64_t window = std::min(chunk_numel_, RoundUpToBlock(end) - at);
-    ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), at * static_cast<int64_t>(sizeof(float)), bounce,
-                                   window * static_cast<int64_t>(sizeof(float))));
-    const int64_t from = std::max(at, index);
+template <typename Fn>
+absl::Status OffloadOptimizer::ForEachWindow(StateTensor tensor, int64_t index, int64_t n, Fn fn) {
+  const int64_t esize = ElementSize(tensor);
+  const int64_t begin = index * esize;
+  const int64_t end = (index + n) * esize;
+  const int64_t max_window = chunk_numel_ * static_cast<int64_t>(sizeof(float));
+  for (int64_t at = begin / kSwapAlignment * kSwapAlignment; at < end;) {
+    const int64_t rounded_end = (end + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
+    const int64_t window = std::min(max_window, rounded_end - at);
+    const int64_t from = std::max(at, begin);
     const int64_t to = std::min(at + window, end);
-    std::memcpy(data + (from - index), bounce + (from - at),
-                static_cast<size_t>(to - from) * sizeof(float));
+    ZS_RETURN_IF_ERROR(fn(at, window, from - at, (from - begin) / esize, (to - from) / esize));
     at += window;
   }
   return absl::OkStatus();
 }
 
-absl::Status OffloadOptimizer::Write(StateTensor tensor, int64_t index, int64_t n,
-                                     const float* data) {
+absl::Status OffloadOptimizer::Read(StateTensor tensor, int64_t index, int64_t n, void* data) {
   if (n <= 0) return absl::OkStatus();
+  const int64_t esize = ElementSize(tensor);
   if (!swap_) {
-    std::memcpy(HostState(tensor) + index, data, static_cast<size_t>(n) * sizeof(float));
+    std::memcpy(data, HostState(tensor) + index, static_cast<size_t>(n * esize));
+    return absl::OkStatus();
+  }
+  // Whole aligned blocks through the first state slot (free outside Apply).
+  char* bounce = reinterpret_cast<char*>(SlotState(0, StateTensor::kAdamM));
+  char* out = static_cast<char*>(data);
+  return ForEachWindow(tensor, index, n,
+                       [&](int64_t offset, int64_t bytes, int64_t skip, int64_t first,
+                           int64_t count) -> absl::Status {
+                         ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
+                         std::memcpy(out + first * esize, bounce + skip,
+                                     static_cast<size_t>(count * esize));
+                         return absl::OkStatus();
+                       });
+}
+
+absl::Status OffloadOptimizer::ReadToDevice(StateTensor tensor, int64_t index, int64_t n,
+                                            void* device) {
+  if (n <= 0) return absl::OkStatus();
+  const int64_t esize = ElementSize(tensor);
+  char* bounce = reinterpret_cast<char*>(SlotState(0, StateTensor::kAdamM));
+  char* out = static_cast<char*>(device);
+  return ForEachWindow(tensor, index, n,
+                       [&](int64_t offset, int64_t bytes, int64_t skip, int64_t first,
+                           int64_t count) -> absl::Status {
+                         ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
+                         return FetchShard(out + first * esize, bounce + skip, count * esize);
+                       });
+}
+
+absl::Status OffloadOptimizer::Write(StateTensor tensor, int64_t index, int64_t n,
+                                     const void* data) {
+  if (n <= 0) return absl::OkStatus();
+  const int64_t esize = ElementSize(tensor);
+  if (!swap_) {
+    std::memcpy(HostState(tensor) + index, data, static_cast<size_t>(n * esize));
     return absl::OkStatus();
   }
   // Read, modify and write whole aligned blocks (the read is skipped when
   // the window is covered).
-  float* bounce = SlotState(0, StateTensor::kAdamM);
-  const int64_t end = index + n;
-  for (int64_t at = index / kIoBlockNumel * kIoBlockNumel; at < end;) {
-    const int64_t window = std::min(chunk_numel_, RoundUpToBlock(end) - at);
-    const int64_t offset = at * static_cast<int64_t>(sizeof(float));
-    const int64_t bytes = window * static_cast<int64_t>(sizeof(float));
-    const int64_t from = std::max(at, index);
-    const int64_t to = std::min(at + window, end);
-    if (from > at || to < at + window) {
-      ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
-    }
-    std::memcpy(bounce + (from - at), data + (from - index),
-                static_cast<size_t>(to - from) * sizeof(float));
-    ZS_RETURN_IF_ERROR(swap_->Write(FileOf(tensor), offset, bounce, bytes));
-    at += window;
-  }
-  return absl::OkStatus();
+  char* bounce = reinterpret_cast<char*>(SlotState(0, StateTensor::kAdamM));
+  const char* in = static_cast<const char*>(data);
+  return ForEachWindow(tensor, index, n,
+                       [&](int64_t offset, int64_t bytes, int64_t skip, int64_t first,
+                           int64_t count) -> absl::Status {
+                         if (skip > 0 || count * esize < bytes) {
+                           ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
+                         }
+                         std::memcpy(bounce + skip, in + first * esize,
+                                     static_cast<size_t>(count * esize));
+                         return swap_->Write(FileOf(tensor), offset, bounce, bytes);
+                       });
 }
 
 void OffloadOptimizer::BuildChunks(const std::vector<UpdateRun>& runs) {
@@ -197,7 +235,7 @@ absl::Status OffloadOptimizer::CopyIn(const Chunk& chunk, int slot) {
           grads + p.at * gsize, buffers_.GradsAt(p.unit, p.seg_begin), p.n * gsize, *copy_));
       stats_.bytes_to_host += p.n * gsize;
     }
-    if (!mixed_) {
+    if (!mixed_ && !params_on_nvme_) {
       // fp32: the params are the master the update reads and writes.
       ZS_RETURN_IF_ERROR(device_.CopyAsync(
           params + p.at * psize, buffers_.ParamsAt(p.unit, p.seg_begin), p.n * psize, *copy_));
@@ -209,6 +247,7 @@ absl::Status OffloadOptimizer::CopyIn(const Chunk& chunk, int slot) {
 
 absl::Status OffloadOptimizer::CopyOut(const Chunk& chunk, int slot) {
   const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
+  if (params_on_nvme_) return absl::OkStatus();  // written to the swap file with the state
   const char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
   for (const Piece& p : chunk.pieces) {
     ZS_RETURN_IF_ERROR(device_.CopyAsync(buffers_.ParamsAt(p.unit, p.seg_begin),
@@ -226,7 +265,10 @@ absl::Status OffloadOptimizer::Update(const ShardOptimizer& optimizer, const Chu
   const char* grads = grads_on_host_
                           ? buffers_.offload_grad_shard.as<char>() + chunk.index * gsize
                           : buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
-  char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
+  // The chunk's params: their slot, or with the state on NVMe.
+  char* params = params_on_nvme_
+                     ? reinterpret_cast<char*>(SlotState(state_slot, StateTensor::kParams))
+                     : buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
   // The chunk's state: in place on the host tier, its slot on NVMe.
   auto state = [&](StateTensor t) -> float* {
     return swap_ ? SlotState(state_slot, t) : HostState(t) + chunk.index;
@@ -249,32 +291,30 @@ absl::Status OffloadOptimizer::Update(const ShardOptimizer& optimizer, const Chu
   return absl::OkStatus();
 }
 
-int64_t OffloadOptimizer::ChunkIoBytes(const Chunk& chunk) const {
-  return RoundUpToBlock(chunk.numel) * static_cast<int64_t>(sizeof(float));
+int64_t OffloadOptimizer::ChunkIoBytes(const Chunk& chunk, StateTensor tensor) const {
+  return RoundUpToSwapAlignment(chunk.numel * ElementSize(tensor));
 }
 
 absl::Status OffloadOptimizer::IssueReads(const Chunk& chunk, int state_slot) {
-  const int64_t offset = chunk.index * static_cast<int64_t>(sizeof(float));
-  for (int t = mixed_ ? 0 : 1; t < 3; ++t) {
-    const StateTensor tensor = static_cast<StateTensor>(t);
+  for (StateTensor tensor : SwappedTensors()) {
+    const int64_t bytes = ChunkIoBytes(chunk, tensor);
     ZS_ASSIGN_OR_RETURN(SwapFiles::Ticket ticket,
-                        swap_->ReadAsync(FileOf(tensor), offset, SlotState(state_slot, tensor),
-                                         ChunkIoBytes(chunk)));
+                        swap_->ReadAsync(FileOf(tensor), chunk.index * ElementSize(tensor),
+                                         SlotState(state_slot, tensor), bytes));
     reads_[state_slot].push_back(ticket);
-    stats_.bytes_read += ChunkIoBytes(chunk);
+    stats_.bytes_read += bytes;
   }
   return absl::OkStatus();
 }
 
 absl::Status OffloadOptimizer::IssueWrites(const Chunk& chunk, int state_slot) {
-  const int64_t offset = chunk.index * static_cast<int64_t>(sizeof(float));
-  for (int t = mixed_ ? 0 : 1; t < 3; ++t) {
-    const StateTensor tensor = static_cast<StateTensor>(t);
+  for (StateTensor tensor : SwappedTensors()) {
+    const int64_t bytes = ChunkIoBytes(chunk, tensor);
     ZS_ASSIGN_OR_RETURN(SwapFiles::Ticket ticket,
-                        swap_->WriteAsync(FileOf(tensor), offset, SlotState(state_slot, tensor),
-                                          ChunkIoBytes(chunk)));
+                        swap_->WriteAsync(FileOf(tensor), chunk.index * ElementSize(tensor),
+                                          SlotState(state_slot, tensor), bytes));
     writes_[state_slot].push_back(ticket);
-    stats_.bytes_written += ChunkIoBytes(chunk);
+    stats_.bytes_written += bytes;
   }
   return absl::OkStatus();
 }

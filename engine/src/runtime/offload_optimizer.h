@@ -37,7 +37,8 @@
 
 namespace zeroshard::internal {
 
-enum class StateTensor { kMaster = 0, kAdamM = 1, kAdamV = 2 };
+// kParams: the param shards in the param dtype (OffloadSpec::params nvme).
+enum class StateTensor { kMaster = 0, kAdamM = 1, kAdamV = 2, kParams = 3 };
 
 // What the last Apply moved and where its host thread waited.
 struct OffloadStepStats {
@@ -77,11 +78,15 @@ class OffloadOptimizer {
   MemoryTier tier() const { return swap_ ? MemoryTier::kNvme : MemoryTier::kHost; }
 
   // Synchronous access to `n` elements of a state tensor from flat index
-  // `index` (host memory `data`), outside Apply: SetParam, Load, Save,
-  // GetParam. kMaster only with mixed precision (with fp32 the device's
-  // params are the master).
-  absl::Status Read(StateTensor tensor, int64_t index, int64_t n, float* data);
-  absl::Status Write(StateTensor tensor, int64_t index, int64_t n, const float* data);
+  // `index` (host memory `data`: fp32, or the param dtype for kParams),
+  // outside Apply: SetParam, Load, Save, GetParam. kMaster only with mixed
+  // precision (with fp32 the params are the master); kParams only with the
+  // params on NVMe.
+  absl::Status Read(StateTensor tensor, int64_t index, int64_t n, void* data);
+  absl::Status Write(StateTensor tensor, int64_t index, int64_t n, const void* data);
+  // Read, into device memory `device` (through the host: a Gather's shard
+  // with the params on NVMe).
+  absl::Status ReadToDevice(StateTensor tensor, int64_t index, int64_t n, void* device);
 
   // One update of every run of `optimizer` (after its BeginStep-less
   // interface: Apply calls BeginStep), streamed chunk by chunk; returns when
@@ -123,9 +128,14 @@ class OffloadOptimizer {
     std::vector<Piece> pieces;
   };
 
-  int num_tensors() const { return mixed_ ? 3 : 2; }
-  // The swap file of `tensor` (kMaster is file 0 only with mixed precision).
+  // The state slots' tensors (BufferPlan::offload_state_tensors).
+  int num_tensors() const { return plan_.offload_state_tensors; }
+  // The tensors in the swap files, in file order: master (mixed precision),
+  // m, v, and the params with OffloadSpec::params nvme.
+  std::vector<StateTensor> SwappedTensors() const;
+  // The swap file of `tensor`.
   int FileOf(StateTensor tensor) const;
+  int64_t ElementSize(StateTensor tensor) const;
   // On the host tier: the host buffer of `tensor`.
   float* HostState(StateTensor tensor) const;
   // On the NVMe tier: state slot `slot` (0-2) of `tensor`.
@@ -138,7 +148,12 @@ class OffloadOptimizer {
   absl::Status IssueReads(const Chunk& chunk, int state_slot);
   absl::Status IssueWrites(const Chunk& chunk, int state_slot);
   absl::Status WaitTickets(std::vector<SwapFiles::Ticket>& tickets);
-  int64_t ChunkIoBytes(const Chunk& chunk) const;
+  int64_t ChunkIoBytes(const Chunk& chunk, StateTensor tensor) const;
+  // Aligned windows of at most a chunk's fp32 bytes over [index, index + n)
+  // of `tensor`'s file: fn(file offset, window bytes, byte offset of the
+  // first wanted element in the window, first wanted element, elements).
+  template <typename Fn>
+  absl::Status ForEachWindow(StateTensor tensor, int64_t index, int64_t n, Fn fn);
 
   const FlatLayout& layout_;
   const BufferPlan& plan_;
@@ -151,6 +166,7 @@ class OffloadOptimizer {
   std::unique_ptr<SwapFiles> swap_;
   int64_t chunk_numel_;
   bool grads_on_host_;               // OffloadSpec::grads host (kOffloadGradShardBuffer)
+  bool params_on_nvme_;              // OffloadSpec::params nvme: kParams in the swap files
   int64_t backward_grad_bytes_ = 0;  // copied by OnGradFinal since the last Apply
   int64_t state_numel_;              // the flat space's size
 

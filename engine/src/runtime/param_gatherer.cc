@@ -164,11 +164,10 @@ absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
   // padding (zero in every shard) included. A shard on the host tier goes
   // to the slot's device staging buffer first.
   const void* mine = buffers_.ParamsAt(unit, layout_.ShardRange(unit, rank_).begin);
-  if (buffers_.ParamsOnHost(unit)) {
+  if (buffers_.ParamsOffDevice(unit)) {
     void* stage = buffers_.ParamStageData(slot);
-    if (!fetch_) return absl::InternalError("stage 3: params on the host tier without a fetch");
-    ZS_RETURN_IF_ERROR(
-        fetch_(stage, mine, seg.shard_numel * static_cast<int64_t>(DTypeSize(param_dtype_))));
+    if (!fetch_) return absl::InternalError("stage 3: params off the device without a fetch");
+    ZS_RETURN_IF_ERROR(fetch_(unit, stage));
     mine = stage;
   }
   g.gather = services_.comm().AllGather(mine, buffers_.GatherSlotData(slot), seg.shard_numel,

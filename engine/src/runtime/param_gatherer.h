@@ -47,10 +47,10 @@ class ParamGatherer {
   // Waits for every all-gather still in flight (peers may read our buffers).
   ~ParamGatherer();
 
-  // OffloadSpec::params host: copies `bytes` of a unit's host shard into
-  // device memory (a kParamStageBuffer slot) and returns when it is there;
-  // the all-gather then reads the device copy.
-  using ShardFetch = std::function<absl::Status(void* device, const void* host, int64_t bytes)>;
+  // OffloadSpec::params host or nvme: copies this rank's shard of `unit`
+  // from its tier into device memory `device` (a kParamStageBuffer slot)
+  // and returns when it is there; the all-gather then reads the device copy.
+  using ShardFetch = std::function<absl::Status(int unit, void* device)>;
   void set_shard_fetch(ShardFetch fetch) { fetch_ = std::move(fetch); }
 
   // The memory of spec unit `unit`'s params: per segment of

@@ -16,12 +16,14 @@ ShardBuffers::ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int
   // or (stage 3) this rank's shard of it.
   // With OffloadSpec::params host the sharded units' shards are a buffer of
   // their own, on the host.
-  params_on_host_ = plan_.Find(kOffloadParamShardBuffer) != nullptr;
+  const PlannedBuffer* shards = plan_.Find(kOffloadParamShardBuffer);
+  params_on_host_ = shards != nullptr && shards->tier == MemoryTier::kHost;
+  params_on_nvme_ = shards != nullptr && shards->tier == MemoryTier::kNvme;
   int64_t offset = 0;
   int64_t host_offset = 0;
   int64_t tied = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    if (params_on_host_ && !plan_.unit_resident[u]) {
+    if ((params_on_host_ || params_on_nvme_) && !plan_.unit_resident[u]) {
       param_offset_.push_back(host_offset);
       host_offset += layout_.unit(u).shard_numel;
     } else {

@@ -74,6 +74,11 @@ class ShardBuffers {
   // Whether `unit`'s params live on the host tier (a sharded unit with
   // OffloadSpec::params host): ParamsAt then points to host memory.
   bool ParamsOnHost(int unit) const { return params_on_host_ && !plan_.unit_resident[unit]; }
+  // Whether `unit`'s params live in the NVMe tier's swap file (OffloadSpec::
+  // params nvme): no memory holds them; read and write them through the
+  // OffloadOptimizer (StateTensor::kParams, at OptimizerIndex).
+  bool ParamsOnNvme(int unit) const { return params_on_nvme_ && !plan_.unit_resident[unit]; }
+  bool ParamsOffDevice(int unit) const { return ParamsOnHost(unit) || ParamsOnNvme(unit); }
   // Stage slot `slot` of kParamStageBuffer.
   void* ParamStageData(int slot) const;
 
@@ -86,6 +91,7 @@ class ShardBuffers {
   DType param_dtype_;
   DType grad_dtype_;
   bool params_on_host_ = false;
+  bool params_on_nvme_ = false;
   std::vector<int64_t> param_offset_;  // per unit: first element in params (or the host shard)
   std::vector<int64_t> tied_offset_;   // per unit: first element in tied_accum (tied ones)
 };
