@@ -11,6 +11,7 @@
 #define ZEROSHARD_ESTIMATE_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -274,38 +275,56 @@ class Planner {
 
 // One way to run a ModelSpec on a dp x tp x pp grid (PlanGrid): ZeRO stage
 // `stage` over the dp ranks of each (tp, pp) position, whose shard is
-// ShardModelSpec(model, tp, tp_rank, pp, pp_rank).
+// ShardModelSpec(model, tp, tp_rank, pp, pp_rank), with the optimizer state
+// (fp32 master and Adam moments) on `optimizer_tier` (TrainSpec::offload).
 struct GridCandidate {
   int tp = 1;
   int pp = 1;
   int dp = 1;
   int stage = 0;
-  // Per pipeline stage: the bytes each of its ranks allocates, the total of
-  // PlanEngineBuffers(shard spec, train at `stage` with grad_accum_steps
-  // base accum x tp x pp, dp) — exactly what
-  // Engine::Create on that shard puts in the ledger. Every tp rank (and dp
-  // rank) of a pipeline stage holds the same shapes, so one figure covers
-  // every grid position of the stage.
+  MemoryTier optimizer_tier = MemoryTier::kDevice;
+  // Per pipeline stage: the device bytes each of its ranks allocates, the
+  // device total of PlanEngineBuffers(shard spec, train at `stage` with
+  // grad_accum_steps base accum x tp x pp and offload.optimizer
+  // optimizer_tier, dp) — exactly what Engine::Create on that shard puts in
+  // the device's ledger. Every tp rank (and dp rank) of a pipeline stage
+  // holds the same shapes, so one figure covers every grid position of the
+  // stage.
   std::vector<int64_t> stage_bytes;
   int64_t per_rank_bytes = 0;  // max of stage_bytes: the figure compared to the cap
   int worst_pp_stage = 0;      // the first stage with per_rank_bytes
-  bool fits = false;           // per_rank_bytes <= the cap
+  // The largest per-rank host (pinned) and NVMe bytes over the pipeline
+  // stages: the engine's host and NVMe ledgers (Engine::tier_ledger).
+  int64_t host_bytes = 0;
+  int64_t nvme_bytes = 0;
+  bool fits = false;  // per_rank_bytes <= the cap
+  // Seconds per optimizer step from GridOptions::step_time; NaN without one.
+  double step_seconds = 0;
+  // Why it was or was not chosen: "chosen: fastest that fits", "over the
+  // cap by 1.2 MiB", "fits, 0.031 s slower than the choice".
+  std::string reason;
 
   int model_parallel_ranks() const { return tp * pp; }
-  // "tp 2 x pp 1 x dp 2, stage 1".
+  // "tp 2 x pp 1 x dp 2, stage 1", with ", optimizer on host" (or nvme)
+  // when offloaded.
   std::string Label() const;
 };
 
 struct GridPlan {
   int world = 1;
   int64_t per_rank_cap_bytes = 0;
-  // Every (tp, pp, stage) with tp x pp dividing world, tp dividing every
-  // split dimension and pp <= units, in preference order: sharding alone
-  // first (tp = pp = 1, stages 0-3), then the fewest model-parallel ranks
-  // (tp x pp), tp before pp at the same count (a tp group stays inside a
-  // node), then the lowest stage.
+  // Every (tp, pp, stage, optimizer tier) with tp x pp dividing world, tp
+  // dividing every split dimension, pp <= units and the tier among
+  // GridOptions::optimizer_tiers, in preference order: sharding alone first
+  // (tp = pp = 1, stages 0-3), then the fewest model-parallel ranks (tp x
+  // pp), tp before pp at the same count (a tp group stays inside a node),
+  // then the optimizer on the device before the host before NVMe, then the
+  // lowest stage.
   std::vector<GridCandidate> candidates;
-  int chosen = -1;  // index of the first candidate that fits
+  int chosen = -1;  // index of the chosen candidate
+  // True when the choice is the fastest fit by GridOptions::step_time;
+  // false when it is the first fit in preference order (no time model).
+  bool by_time = false;
   // "tp 2 x pp 1 x dp 2, stage 1: 3.1 MiB per rank <= cap 4.0 MiB; stages
   // 0-3 alone need >= 5.2 MiB".
   std::string description;
@@ -313,21 +332,51 @@ struct GridPlan {
   const GridCandidate& chosen_candidate() const { return candidates[chosen]; }
 };
 
-// The planner's tensor/pipeline fallback for a ModelSpec on `world` ranks
-// (docs/parallelism.md): sizes every candidate above exactly, by the
-// engine's own PlanEngineBuffers, and chooses the first in preference order
-// whose largest per-rank need is at most `per_rank_cap_bytes`. `base` gives
-// everything but the stage (precision, accumulation, buffers, prefetch; its
-// zero_stage is ignored). base.grad_accum_steps is the dp-only run's: a
-// tp x pp candidate keeps its global batch, so its engines accumulate
-// base.grad_accum_steps x tp x pp micro-batches (create them so, or the
-// ledger differs from the plan: stages 0-1 stage gradients only when
-// accumulating). Pure: nothing is allocated. InvalidArgument for an
-// invalid spec or train spec, world outside [1, 2^20] or a cap < 1;
-// ResourceExhausted when no candidate fits, naming the smallest per-rank
-// need, the candidate that has it and the cap (or world) that would fit.
+// The predicted seconds per optimizer step of one candidate (its tp, pp,
+// dp, stage, optimizer_tier and bytes are filled in). A calibrated model
+// lives with its trainer (tools/mlp_step_model.h for the example MLP), so
+// PlanGrid takes it as a callback and stays pure. An error is returned by
+// PlanGrid, prefixed with the candidate's label.
+using GridStepTime = std::function<absl::StatusOr<double>(const GridCandidate&)>;
+
+struct GridOptions {
+  // The optimizer tiers to consider beside tp/pp and the stage; kHost and
+  // kNvme size the engine's offload buffers (PlanEngineBuffers with
+  // TrainSpec::offload.optimizer set; base.offload.chunk_numel applies).
+  std::vector<MemoryTier> optimizer_tiers = {MemoryTier::kDevice};
+  // When set: every candidate gets step_seconds, and the choice is the
+  // fastest that fits (ties go to the earlier in preference order). When
+  // empty: the first that fits in preference order.
+  GridStepTime step_time;
+};
+
+// The planner's tensor/pipeline/offload fallback for a ModelSpec on `world`
+// ranks (docs/parallelism.md): sizes every candidate above exactly, by the
+// engine's own PlanEngineBuffers, and chooses among those whose largest
+// per-rank device need is at most `per_rank_cap_bytes` (the host and NVMe
+// bytes are reported, not capped). `base` gives everything but the stage
+// and the optimizer tier (precision, accumulation, buffers, prefetch,
+// offload chunk; its zero_stage and offload.optimizer are ignored).
+// base.grad_accum_steps is the dp-only run's: a tp x pp candidate keeps its
+// global batch, so its engines accumulate base.grad_accum_steps x tp x pp
+// micro-batches (create them so, or the ledger differs from the plan:
+// stages 0-1 stage gradients only when accumulating). Pure: nothing is
+// allocated. InvalidArgument for an invalid spec or train spec, world
+// outside [1, 2^20], a cap < 1, no tier or a tier outside the enum, or a
+// step time that is not finite and >= 0 (naming the candidate); the step
+// time's own error, prefixed with the candidate; ResourceExhausted when no
+// candidate fits, naming the smallest per-rank need, the candidate that has
+// it and the cap (or world) that would fit.
+absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base, int world,
+                                  int64_t per_rank_cap_bytes, const GridOptions& options);
+// The device tier alone, in preference order (no time model).
 absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base, int world,
                                   int64_t per_rank_cap_bytes);
+
+// `base` as the engines of `candidate` run it: its stage, its optimizer
+// tier, and base.grad_accum_steps x tp x pp micro-batches per step
+// (base.offload.dir is kept: the caller names the NVMe directory).
+TrainSpec GridTrainSpec(const TrainSpec& base, const GridCandidate& candidate);
 
 }  // namespace zeroshard
 
