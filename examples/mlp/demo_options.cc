@@ -50,6 +50,11 @@ void PrintUsage(std::FILE* out) {
       "  --mem-cap SIZE     per-rank byte cap (e.g. 16MiB): the planner chooses tp, pp,\n"
       "                     dp and the ZeRO stage (instead of --tp, --pp, --stage),\n"
       "                     prints them, then trains that grid\n"
+      "  --machine PROFILE  with --mem-cap: a `zeroshard calibrate` profile; the planner\n"
+      "                     also considers the optimizer on the host and NVMe tiers and\n"
+      "                     picks the fastest candidate that fits by its step model\n"
+      "  --offload-dir DIR  the NVMe tier's swap files, when the planner picks it\n"
+      "                     (default: a fresh directory under /tmp)\n"
       "  --sync-data        make each micro-batch on the trainer's thread when it is\n"
       "                     needed (all of it input wait: an input-bound run) instead\n"
       "                     of on the data loader's thread, %d micro-batches ahead\n"
@@ -110,6 +115,7 @@ TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
   train.max_grad_norm = opts.clip;
   train.grad_accum_steps = accum;
   train.prefetch_units = opts.prefetch;
+  train.offload = opts.offload;
   return train;
 }
 
@@ -159,6 +165,8 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Int("tp", &opts.tp, 1, cli::kMaxCount)
       .Int("pp", &opts.pp, 1, cli::kMaxCount)
       .Size("mem-cap", &opts.mem_cap)
+      .String("machine", &opts.machine)
+      .String("offload-dir", &opts.offload.dir)
       .String("checkpoint-dir", &opts.checkpoint_dir)
       .Int("save-every", &opts.save_every, 1, cli::kMaxCount)
       .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
@@ -203,6 +211,10 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   ZS_RETURN_IF_ERROR(CheckModelVariantFlags(opts));
+  if (!opts.machine.empty() && opts.mem_cap == 0) {
+    return absl::InvalidArgumentError(
+        "--machine PROFILE times the planner's candidates; give it with --mem-cap SIZE");
+  }
   if (UsesGrid(opts)) {
     if (opts.mem_cap > 0 && opts.tp * opts.pp > 1) {
       return absl::InvalidArgumentError(

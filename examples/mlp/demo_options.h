@@ -65,6 +65,15 @@ struct DemoOptions {
   // Per-rank byte cap: the planner (PlanGrid) chooses tp, pp, dp and the
   // ZeRO stage that fit it; 0: not given.
   int64_t mem_cap = 0;
+  // --machine PROFILE (with --mem-cap): a `zeroshard calibrate` profile;
+  // the planner then also considers the optimizer on the host or NVMe
+  // tier and picks the fastest candidate that fits by the calibrated model
+  // (tools/mlp_step_model.h). Without it: the device tier, preference order.
+  std::string machine;
+  // Where the optimizer state lives (TrainSpec::offload): set by the
+  // planner's choice under --mem-cap; the NVMe tier's swap files go under
+  // offload.dir (--offload-dir; default a fresh directory under /tmp).
+  OffloadSpec offload;
   // --print-spec: print the model's ModelSpec as a `zeroshard estimate
   // --spec` file (JSON) to stdout and exit without training.
   bool print_spec = false;

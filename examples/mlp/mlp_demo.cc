@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +30,8 @@
 #include "examples/mlp/grid_trainer.h"
 #include "examples/mlp/mlp.h"
 #include "nlohmann/json.hpp"
+#include "tools/machine_profile.h"
+#include "tools/mlp_step_model.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -316,10 +321,22 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
   std::unique_ptr<Device> device = CreateCpuDevice();
   ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(opts.model, shape, grid->coord()));
+  TrainSpec train = MakeTrainSpec(opts, stage, GridMicroBatches(opts.accum, shape));
+  if (train.offload.optimizer == MemoryTier::kNvme && shape.tp * shape.pp > 1) {
+    // The swap files are named by dp rank: each (tp, pp) position's engines
+    // get a directory of their own.
+    train.offload.dir =
+        absl::StrFormat("%s/tp%d_pp%d", train.offload.dir, grid->coord().tp, grid->coord().pp);
+    std::error_code error;
+    std::filesystem::create_directories(train.offload.dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "cannot create the swap directory %s: %s", train.offload.dir, error.message()));
+    }
+  }
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
-      Engine::Create(shard, MakeTrainSpec(opts, stage, GridMicroBatches(opts.accum, shape)),
-                     *device, grid->dp(),
+      Engine::Create(shard, train, *device, grid->dp(),
                      ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
   ZS_RETURN_IF_ERROR(InitShardEngineParams(*engine, opts.model, *grid));
   // Before Start(), as in TrainRank: set-up after it is the first step's time.
@@ -409,6 +426,19 @@ absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) 
   AbortJob(1);
 }
 
+// The machine profile of --machine.
+absl::StatusOr<MachineProfile> ReadMachineProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrFormat(
+        "--machine %s: cannot read the file; write it with `zeroshard calibrate --out %s`", path,
+        path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseMachineProfile(text.str(), path);
+}
+
 // The distributed run's grid: dp only, the --tp/--pp split, or (--mem-cap)
 // the planner's choice, which may also set the ZeRO stage in `opts`.
 // `lead` prints the choice.
@@ -417,10 +447,38 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
   if (!UsesGrid(*opts)) return absl::OkStatus();
   if (opts->mem_cap > 0) {
     // The planner sizes every candidate with the engine's own buffer plan
-    // for this run's TrainSpec (its stage is the planner's to choose).
+    // for this run's TrainSpec (its stage and, with --machine, its
+    // optimizer tier are the planner's to choose).
+    GridOptions grid_options;
+    MachineProfile profile;
+    if (!opts->machine.empty()) {
+      ZS_ASSIGN_OR_RETURN(profile, ReadMachineProfile(opts->machine));
+      grid_options.optimizer_tiers = {MemoryTier::kDevice, MemoryTier::kHost};
+      // NVMe only when the profile has its rates (zeroshard calibrate
+      // --what offload): the model cannot time it otherwise.
+      if (profile.offload.nvme_read_bytes_per_s > 0) {
+        grid_options.optimizer_tiers.push_back(MemoryTier::kNvme);
+      } else if (lead) {
+        std::fprintf(stderr,
+                     "mlp_demo: %s has no NVMe rates; the NVMe tier is not considered (add them "
+                     "with `zeroshard calibrate --what offload`)\n",
+                     opts->machine.c_str());
+      }
+      const MlpWorkload workload{opts->model.hidden, opts->model.blocks, opts->model.micro_batch};
+      const std::string backend = opts->backend_mpi ? "mpi" : "local";
+      const int accum = opts->accum;
+      grid_options.step_time = [workload, backend, accum,
+                                &profile](const GridCandidate& c) -> absl::StatusOr<double> {
+        ZS_ASSIGN_OR_RETURN(
+            const GridStepPrediction p,
+            PredictMlpGridStep(workload, {c.tp, c.pp, c.dp, c.stage, c.optimizer_tier, accum},
+                               backend, profile));
+        return p.total;
+      };
+    }
     absl::StatusOr<GridPlan> plan =
         PlanGrid(BuildModelSpec(opts->model), MakeTrainSpec(*opts, opts->stage, opts->accum), world,
-                 opts->mem_cap);
+                 opts->mem_cap, grid_options);
     if (!plan.ok()) {
       return absl::Status(plan.status().code(),
                           absl::StrFormat("--mem-cap %s on %d ranks: %s", FormatSize(opts->mem_cap),
@@ -432,6 +490,21 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
         absl::StrFormat("the planner's choice for --mem-cap %s", FormatSize(opts->mem_cap));
     results->planned_bytes = chosen.per_rank_bytes;
     opts->stage = chosen.stage;
+    opts->offload.optimizer = chosen.optimizer_tier;
+    if (chosen.optimizer_tier == MemoryTier::kNvme && opts->offload.dir.empty()) {
+      char dir[] = "/tmp/zeroshard_offload_XXXXXX";
+      if (mkdtemp(dir) == nullptr) {
+        return absl::InternalError(
+            "mkdtemp /tmp/zeroshard_offload_XXXXXX failed; give --offload-dir DIR");
+      }
+      opts->offload.dir = dir;
+    }
+    if (lead && chosen.optimizer_tier != MemoryTier::kDevice) {
+      std::fprintf(stderr, "mlp_demo: optimizer state on the %s tier%s%s\n",
+                   MemoryTierName(chosen.optimizer_tier),
+                   chosen.optimizer_tier == MemoryTier::kNvme ? ", swap files under " : "",
+                   chosen.optimizer_tier == MemoryTier::kNvme ? opts->offload.dir.c_str() : "");
+    }
     if (lead) PrintGridPlan(*plan, GridMicroBatches(opts->accum, results->grid), stderr);
     return absl::OkStatus();
   }
