@@ -499,13 +499,13 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
       }
       opts->offload.dir = dir;
     }
+    if (lead) PrintGridPlan(*plan, GridMicroBatches(opts->accum, results->grid), stderr);
     if (lead && chosen.optimizer_tier != MemoryTier::kDevice) {
       std::fprintf(stderr, "mlp_demo: optimizer state on the %s tier%s%s\n",
                    MemoryTierName(chosen.optimizer_tier),
                    chosen.optimizer_tier == MemoryTier::kNvme ? ", swap files under " : "",
                    chosen.optimizer_tier == MemoryTier::kNvme ? opts->offload.dir.c_str() : "");
     }
-    if (lead) PrintGridPlan(*plan, GridMicroBatches(opts->accum, results->grid), stderr);
     return absl::OkStatus();
   }
   if (world % (opts->tp * opts->pp) != 0) {
