@@ -229,9 +229,11 @@ TEST(PlannerTest, ImpossibleInputsAreInvalidArgument) {
   PlanOptions pp5;
   pp5.pp = 5;
   expect_invalid(pp5, Cluster(40), "--pp 5");
+  // The engine runs the optimizer on the host at stage 0; a host gradient
+  // shard needs a shard (stage >= 1).
   PlanOptions offload0;
   offload0.stage = 0;
-  offload0.offload = Offload::kOptimizer;
+  offload0.offload = Offload{MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kDevice};
   expect_invalid(offload0, Cluster(8), "--offload");
   ClusterSpec ragged = Cluster(12);
   ragged.gpus_per_node = 8;
@@ -363,14 +365,17 @@ TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
   EXPECT_EQ(plan->candidates[0].per_gpu.model_states(), 16 * layout->total_numel());
 }
 
-// ZeRO-Offload at stage 1: the GPU keeps the whole gradient (it is reduced
-// there), the CPU Adam reads the rank's shard from a host buffer.
+// ZeRO-Offload's host gradient shard (grads=host, analytic) at stage 1: the
+// GPU keeps the whole gradient (it is reduced there), the CPU Adam reads the
+// rank's shard from a host buffer.
 TEST(PlannerTest, Stage1OptimizerOffloadKeepsAGradientShardOnTheHost) {
   auto model = ModelFromPreset("llama-2-7b");
   ASSERT_TRUE(model.ok());
   auto layout = FlatLayout::Create(model->spec, 8);
   ASSERT_TRUE(layout.ok());
-  const Candidate s1 = Only(Planner::Plan(*model, Cluster(8), Forced(1, Offload::kOptimizer)));
+  const Offload host_grads{MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kDevice};
+  const Candidate s1 = Only(Planner::Plan(*model, Cluster(8), Forced(1, host_grads)));
+  EXPECT_FALSE(s1.engine_supported);
   EXPECT_EQ(s1.per_gpu.grads, 2 * layout->total_numel());
   const PlacedBuffer* shard = FindBuffer(s1, internal::kHostGradShardBuffer);
   ASSERT_NE(shard, nullptr);
@@ -380,7 +385,8 @@ TEST(PlannerTest, Stage1OptimizerOffloadKeepsAGradientShardOnTheHost) {
   EXPECT_EQ(s1.per_rank_host.grads, 2 * layout->shard_numel());
   // 2 (grad shard) + 12 (master, m, v) bytes per shard element, as stage 2.
   EXPECT_EQ(s1.per_rank_host.model_states(), 14 * layout->shard_numel());
-  const Candidate s2 = Only(Planner::Plan(*model, Cluster(8), Forced(2, Offload::kOptimizer)));
+  EXPECT_EQ(s1.per_rank_nvme.total(), 0);
+  const Candidate s2 = Only(Planner::Plan(*model, Cluster(8), Forced(2, host_grads)));
   EXPECT_EQ(s2.per_rank_host.model_states(), s1.per_rank_host.model_states());
   EXPECT_EQ(FindBuffer(s2, internal::kHostGradShardBuffer), nullptr);
   EXPECT_EQ(s1.per_node_host_bytes, 8 * s1.per_rank_host.total());

@@ -168,11 +168,17 @@ std::string FormatTable(const Plan& plan, bool all) {
                           c.time.total, c.time.compute, c.time.bubble, c.time.dp_comm,
                           c.time.tp_comm, c.time.pp_comm, c.time.offload,
                           WithCommas(c.tokens_per_s));
+    absl::StrAppendFormat(&out,
+                          "tiers:    per rank: device %s GiB, host %s GiB (pinned), NVMe %s GiB; "
+                          "host %s GiB per node\n",
+                          FormatGiB(c.per_gpu.total()), FormatGiB(c.per_rank_host.total()),
+                          FormatGiB(c.per_rank_nvme.total()), FormatGiB(c.per_node_host_bytes));
     if (!c.engine_supported) {
       absl::StrAppend(
           &out,
-          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) without offload or "
-          "tp/pp; this plan's buffers are computed analytically\n");
+          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16), the optimizer state on "
+          "the device, host or NVMe tier, without gradient or param offload or tp/pp; this "
+          "plan's buffers are computed analytically\n");
     }
   }
   if (!plan.trainer_tensors.empty()) {
@@ -242,6 +248,8 @@ std::string FormatJson(const Plan& plan, bool all) {
       {"intra_node_gbps", cl.intra_node_gbps},
       {"inter_node_gbps", cl.inter_node_gbps},
       {"pcie_gbps", cl.pcie_gbps},
+      {"nvme_read_gbps", cl.nvme_read_gbps},
+      {"nvme_write_gbps", cl.nvme_write_gbps},
       {"intra_node_latency_us", cl.intra_node_latency_us},
       {"inter_node_latency_us", cl.inter_node_latency_us},
       {"peak_tflops", o.precision == Precision::kFp32 ? cl.peak_tflops_fp32 : cl.peak_tflops},
@@ -277,7 +285,7 @@ std::string FormatJson(const Plan& plan, bool all) {
                          {"dtype", DTypeName(p.buffer.dtype)},
                          {"numel", p.buffer.numel},
                          {"bytes", p.buffer.bytes()},
-                         {"placement", p.placement == Placement::kDevice ? "device" : "host"}});
+                         {"placement", PlacementName(p.placement)}});
     }
     json entry = {
         {"index", i},
@@ -296,6 +304,11 @@ std::string FormatJson(const Plan& plan, bool all) {
         {"shown", std::find(shown.begin(), shown.end(), static_cast<int>(i)) != shown.end()},
         {"per_gpu_bytes", Breakdown(c.per_gpu)},
         {"per_rank_host_bytes", Breakdown(c.per_rank_host)},
+        {"per_rank_nvme_bytes", Breakdown(c.per_rank_nvme)},
+        {"per_rank_tier_bytes",
+         {{"device", c.per_gpu.total()},
+          {"host", c.per_rank_host.total()},
+          {"nvme", c.per_rank_nvme.total()}}},
         {"per_node_host_bytes", c.per_node_host_bytes},
         {"step_time_s",
          {{"compute", c.time.compute},

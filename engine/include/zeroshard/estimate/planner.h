@@ -2,11 +2,12 @@
 // allocated, and says what every rank will hold.
 //
 // Pure: sizes only, no Device, no Communicator. For every configuration the
-// engine runs today (ZeRO stages 0-3, fp32, bf16 or fp16 mixed, no offload,
-// tp = pp = 1) a candidate's `buffers` are PlanBuffers() verbatim, so the
-// plan equals the engine's ledger by construction. Offload and
-// tensor/pipeline splits are derived from the same list analytically
-// (docs/memory_model.md gives every formula).
+// engine runs today (ZeRO stages 0-3, fp32, bf16 or fp16 mixed, the
+// optimizer state on the device, host or NVMe tier, tp = pp = 1) a
+// candidate's `buffers` are PlanBuffers() verbatim, so the plan equals the
+// engine's ledgers, tier by tier, by construction. Gradient and param
+// offload and tensor/pipeline splits are derived from the same list
+// analytically (docs/memory_model.md gives every formula).
 #ifndef ZEROSHARD_ESTIMATE_PLANNER_H_
 #define ZEROSHARD_ESTIMATE_PLANNER_H_
 
@@ -63,16 +64,57 @@ struct TrainerTensor {
   int64_t bytes = 0;
 };
 
-// Where the optimizer step and the fp32 states live.
-enum class Offload {
-  kNone,
-  kOptimizer,           // grads shard, fp32 master, m, v on the host; CPU Adam (ZeRO-Offload)
-  kOptimizerAndParams,  // also the params shard (stage 3 only; ZeRO-Infinity to CPU)
-};
-const char* OffloadName(Offload o);  // "none", "optimizer", "optimizer+params"
-absl::StatusOr<Offload> ParseOffload(absl::string_view name);
+// Where the model states live (docs/estimator.md, "Offload"). The
+// optimizer state (fp32 master and Adam moments) on the host or NVMe tier
+// is what the engine runs (TrainSpec::offload.optimizer, every stage): such
+// a candidate's buffers are PlanBuffers verbatim with that tier, so its
+// device, host and NVMe bytes equal the engine's ledgers. Gradients and
+// params on the host are the planner's analytic rows (ZeRO-Offload's host
+// gradient shard, ZeRO-Infinity's param offload), not run by the engine.
+struct Offload {
+  MemoryTier optimizer = MemoryTier::kDevice;  // device | host | nvme
+  // host: the rank's reduced gradient shard kept on the host for the CPU
+  // Adam (stages 1-2: a host copy of the shard; from stage 2 the sharded
+  // grads buffer itself). Needs the optimizer offloaded and stage >= 1.
+  MemoryTier grads = MemoryTier::kDevice;
+  // host: stage 3's params shard on the host, fetched on gather. Needs the
+  // optimizer offloaded and stage 3.
+  MemoryTier params = MemoryTier::kDevice;
 
-enum class Placement { kDevice, kHost };
+  // The spellings of the command line (ParseOffload): "none",
+  // "optimizer" (= optimizer=host), "optimizer+params" (= optimizer=host,
+  // grads=host, params=host).
+  static const Offload kNone;
+  static const Offload kOptimizer;
+  static const Offload kOptimizerNvme;
+  static const Offload kOptimizerAndParams;
+
+  bool enabled() const {
+    return optimizer != MemoryTier::kDevice || grads != MemoryTier::kDevice ||
+           params != MemoryTier::kDevice;
+  }
+  // True when the engine runs it: only the optimizer state moves.
+  bool engine_runs() const { return grads == MemoryTier::kDevice && params == MemoryTier::kDevice; }
+  friend bool operator==(const Offload& a, const Offload& b) {
+    return a.optimizer == b.optimizer && a.grads == b.grads && a.params == b.params;
+  }
+  friend bool operator!=(const Offload& a, const Offload& b) { return !(a == b); }
+};
+inline const Offload Offload::kNone{};
+inline const Offload Offload::kOptimizer{MemoryTier::kHost};
+inline const Offload Offload::kOptimizerNvme{MemoryTier::kNvme};
+inline const Offload Offload::kOptimizerAndParams{MemoryTier::kHost, MemoryTier::kHost,
+                                                  MemoryTier::kHost};
+// "none", or the states not on the device: "optimizer=nvme,params=host".
+std::string OffloadName(const Offload& o);
+// "none", "optimizer", "optimizer+params", or a comma list of state=tier
+// with state optimizer (device, host, nvme), grads or params (device,
+// host). InvalidArgument naming the unknown key or tier and listing the
+// allowed ones, or a key given twice.
+absl::StatusOr<Offload> ParseOffload(absl::string_view text);
+
+enum class Placement { kDevice, kHost, kNvme };
+const char* PlacementName(Placement p);  // "device", "host", "nvme"
 
 // A closed range [min, max] of a number Planner::Plan accepts. The CLI
 // checks its flags against the same constants, so the two cannot disagree.
@@ -113,6 +155,11 @@ struct ClusterSpec {
   double mfu = 0.40;                    // fraction of peak the kernels reach
   double comm_overlap = 0.8;            // fraction of data-parallel traffic hidden behind compute
   double cpu_adam_gparams_per_s = 1.0;  // host Adam throughput per GPU's share of cores
+  // The NVMe tier, per GPU's share of the node's drives, GB/s: sequential
+  // reads and writes of the swap files (`zeroshard calibrate --what
+  // offload` measures them). Defaults: a PCIe 4 drive shared by two GPUs.
+  double nvme_read_gbps = 3.0;
+  double nvme_write_gbps = 1.5;
   int64_t reserve_bytes = int64_t{1} << 30;      // per process: CUDA context, allocator slack
   int64_t workspace_bytes = int64_t{256} << 20;  // cuBLASLt and kernel workspaces
 };
@@ -177,7 +224,9 @@ struct StepTime {
   double dp_comm = 0;  // data-parallel collectives, exposed part
   double tp_comm = 0;  // tensor-parallel all-reduces (not overlapped)
   double pp_comm = 0;  // pipeline sends
-  double offload = 0;  // PCIe transfers and CPU Adam
+  // PCIe copies of gradients and params, the CPU Adam, and on NVMe the
+  // swap files' read + write of the optimizer state.
+  double offload = 0;
   double total = 0;
 };
 
@@ -189,13 +238,15 @@ struct Candidate {
   int dp = 1;
   int micro_batches = 1;   // per data-parallel rank per step
   int worst_pp_stage = 0;  // the pipeline stage whose GPU needs the most memory
-  // True when this configuration runs on today's engine and `buffers` is
-  // PlanBuffers() verbatim.
+  // True when this configuration runs on today's engine (tp = pp = 1, the
+  // optimizer state on any tier, grads and params on the device) and
+  // `buffers` is PlanBuffers() verbatim, each buffer placed on its tier.
   bool engine_supported = false;
   // One rank of the worst pipeline stage: every buffer it allocates.
   std::vector<PlacedBuffer> buffers;
   MemoryBreakdown per_gpu;
-  MemoryBreakdown per_rank_host;    // this rank's host buffers
+  MemoryBreakdown per_rank_host;    // this rank's host buffers (pinned)
+  MemoryBreakdown per_rank_nvme;    // this rank's swap files (offload optimizer=nvme)
   int64_t per_node_host_bytes = 0;  // gpus_per_node ranks' host buffers
   bool fits = false;
   std::string verdict;  // "fits" or why not: "94.1 GiB per GPU > 80.0 GiB"
@@ -268,9 +319,11 @@ class Planner {
                                               const ClusterSpec& cluster,
                                               const PlanOptions& options);
 
-  // The TrainSpec the engine gets for `stage` (capped at 2) under `options`
-  // with `micro_batches` per step: what PlanBuffers sees.
-  static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches);
+  // The TrainSpec the engine gets for `stage` under `options` with
+  // `micro_batches` per step and the optimizer state on `optimizer_tier`
+  // (TrainSpec::offload.optimizer): what PlanBuffers sees.
+  static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches,
+                                   MemoryTier optimizer_tier = MemoryTier::kDevice);
 };
 
 // One way to run a ModelSpec on a dp x tp x pp grid (PlanGrid): ZeRO stage
