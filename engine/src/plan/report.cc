@@ -168,11 +168,14 @@ std::string FormatTable(const Plan& plan, bool all) {
                           c.time.total, c.time.compute, c.time.bubble, c.time.dp_comm,
                           c.time.tp_comm, c.time.pp_comm, c.time.offload,
                           WithCommas(c.tokens_per_s));
-    absl::StrAppendFormat(&out,
-                          "tiers:    per rank: device %s GiB, host %s GiB (pinned), NVMe %s GiB; "
-                          "host %s GiB per node\n",
-                          FormatGiB(c.per_gpu.total()), FormatGiB(c.per_rank_host.total()),
-                          FormatGiB(c.per_rank_nvme.total()), FormatGiB(c.per_node_host_bytes));
+    absl::StrAppendFormat(
+        &out,
+        "tiers:    per rank: device %s GiB (%s bytes), host %s GiB (%s bytes, pinned), NVMe %s GiB "
+        "(%s bytes); host %s GiB per node\n",
+        FormatGiB(c.per_gpu.total()), WithCommas(c.per_gpu.total()),
+        FormatGiB(c.per_rank_host.total()), WithCommas(c.per_rank_host.total()),
+        FormatGiB(c.per_rank_nvme.total()), WithCommas(c.per_rank_nvme.total()),
+        FormatGiB(c.per_node_host_bytes));
     if (!c.engine_supported) {
       absl::StrAppend(
           &out,
