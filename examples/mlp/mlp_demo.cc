@@ -549,6 +549,28 @@ absl::Status AgreeGridFlags(const DemoOptions& opts, Communicator& comm) {
   return absl::OkStatus();
 }
 
+// With --mem-cap --machine each rank times the candidates with its own
+// profile file; ranks that chose differently would enter different
+// collectives, so the choices are compared first (one all-gather).
+absl::Status AgreeGridChoice(const DemoOptions& opts, const GridShape& grid, Communicator& comm) {
+  if (opts.device_cuda || opts.mem_cap == 0) return absl::OkStatus();
+  const int64_t mine[5] = {grid.dp, grid.tp, grid.pp, opts.stage,
+                           static_cast<int64_t>(opts.offload.optimizer)};
+  std::vector<int64_t> all(static_cast<size_t>(5) * comm.size());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(mine, all.data(), 5, DType::kInt64));
+  for (int r = 1; r < comm.size(); ++r) {
+    if (!std::equal(all.begin() + 5 * r, all.begin() + 5 * r + 5, all.begin())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rank %d chose dp %d x tp %d x pp %d, stage %d, optimizer tier %d under --mem-cap but "
+          "rank 0 chose dp %d x tp %d x pp %d, stage %d, optimizer tier %d; give every rank the "
+          "same --machine profile",
+          r, all[5 * r], all[5 * r + 1], all[5 * r + 2], all[5 * r + 3], all[5 * r + 4], all[0],
+          all[1], all[2], all[3], all[4]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The model of `cfg` in the JSON of `zeroshard estimate --spec`
 // (docs/estimator.md): units and params with the ParamSpec fields the
 // estimator reads (trainable, tied_to, lr_scale, weight_decay written only
@@ -636,6 +658,7 @@ int RunMpi(DemoOptions opts) {
   if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   }
+  if (absl::Status s = AgreeGridChoice(opts, results.grid, **comm); !s.ok()) Fail(s);
   absl::Status status = DistributedRank(opts, **comm, &results);
   // The baseline is one rank: rank 0 runs it alone, the others are done.
   if (status.ok() && lead) status = Baseline(opts, results.world, &results);

@@ -70,6 +70,19 @@ TEST(DemoOptions, VariantFlagsSetTheModel) {
   EXPECT_EQ(block.params[kLoraB2].weight_decay, 0.5);
 }
 
+TEST(DemoOptions, OffloadDirAndMachineReachTheRun) {
+  absl::StatusOr<DemoOptions> opts =
+      Parse({"--mem-cap", "16MiB", "--machine", "m.json", "--offload-dir", "/scratch/swap"});
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(opts->machine, "m.json");
+  EXPECT_EQ(opts->offload.dir, "/scratch/swap");
+  // The planner's choice of tier lands in the engines' TrainSpec.
+  opts->offload.optimizer = MemoryTier::kNvme;
+  const TrainSpec train = MakeTrainSpec(*opts, 2, 1);
+  EXPECT_EQ(train.offload.optimizer, MemoryTier::kNvme);
+  EXPECT_EQ(train.offload.dir, "/scratch/swap");
+}
+
 TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
   struct Case {
     std::vector<std::string> args;
@@ -83,6 +96,7 @@ TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
       {{"--lora-alpha", "4"}, "give --lora R"},
       {{"--adapter-lr-scale", "3"}, "give --lora R"},
       {{"--vocab", "1"}, "--vocab"},
+      {{"--machine", "machine.json"}, "give it with --mem-cap SIZE"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<DemoOptions> opts = Parse(c.args);
