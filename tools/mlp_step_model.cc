@@ -268,10 +268,12 @@ absl::StatusOr<const CollectiveProfile*> Collectives(const MachineProfile& p,
                                                      absl::string_view backend, int ranks) {
   const auto by_backend = p.collectives.find(std::string(backend));
   if (by_backend == p.collectives.end() || by_backend->second.count(ranks) == 0) {
+    const bool mpi = backend == "mpi";
     return absl::NotFoundError(absl::StrFormat(
-        "the machine profile has no %s collectives for %d ranks; add them with `zeroshard "
-        "calibrate --backend %s --ranks %d --what collectives --out PROFILE` (it keeps the rest)",
-        backend, ranks, backend, ranks));
+        "the machine profile has no %s collectives for %d ranks; add them with `%szeroshard "
+        "calibrate --backend %s%s --what collectives --out PROFILE` (it keeps the rest)",
+        backend, ranks, mpi ? absl::StrFormat("mpirun -np %d ", ranks) : std::string(), backend,
+        mpi ? std::string() : absl::StrFormat(" --ranks %d", ranks)));
   }
   return &by_backend->second.at(ranks);
 }
