@@ -32,11 +32,12 @@ FUZZ_TARGETS := hf_config_fuzzer spec_json_fuzzer estimate_args_fuzzer safetenso
 # The thread-heavy tests that run under ThreadSanitizer: every in-process
 # multi-rank test (local communicator, engine, trainer, planner vs ledger,
 # checkpoints: the background writer thread, the CPU streams) and
-# the ledger's concurrent-update test. MPI tests stay out (separate processes).
+# the ledger's concurrent-update test, the swap files' I/O threads. MPI tests stay out
+# (separate processes).
 TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_tied_frozen_test engine_memory_test \
 	mlp_trainer_test mlp_data_loader_test engine_step_times_test plan_vs_ledger_test checkpoint_test \
 	checkpoint_directory_test checkpoint_recovery_test \
-	device_ops_test engine_opaque_device_test \
+	device_ops_test engine_opaque_device_test swap_files_test engine_offload_test \
 	comm_collective_batch_test grad_reducer_test param_gatherer_test grad_norm_test checkpoint_writer_test
 
 # Sanitizer builds: clang, optimised with line info, CPU only.
@@ -142,7 +143,7 @@ bench: build
 # minutes on two cores. Not part of `make test`, which runs a smoke version
 # (ctest perf_pipeline_smoke).
 perf: deps-perf configure
-	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS) --target adam_bench collective_bench step_bench zeroshard_cli \
+	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS) --target adam_bench collective_bench step_bench offload_bench zeroshard_cli \
 		zeroshard_calibrate
 	perf/run_perf.sh --build-dir $(BUILD_DIR) $(PERF_ARGS)
 

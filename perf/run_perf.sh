@@ -4,6 +4,11 @@
 #                             against a copy and an in-place RMW of the same bytes
 #   collectives_local.json    collective_bench, local backend, 2-4 ranks, 1 KiB-256 MiB
 #   collectives_mpi_npN.json  the same on mpi, N = 2, 3, 4 (with --mpi)
+#   offload.json              offload_bench: the optimizer phase of the host and
+#                             NVMe tiers against the host AdamW, the copies, the
+#                             streams baseline and the disk's own time (swap files
+#                             under OFFLOAD_DIR, default a fresh /tmp directory);
+#                             the step per tier
 #   step_local.json           step_bench: stages 0-3 on 1, 2, 4 ranks (local)
 #   step_mpi_npN.json         the same on mpi, N = 1, 2, 4 (with --mpi)
 #   machine.json              zeroshard calibrate: this machine's profile (sgemm,
@@ -51,8 +56,9 @@ mkdir -p "${out}"
 adam_bench="${build_dir}/perf/kernels/adam_bench"
 collective_bench="${build_dir}/perf/comm/collective_bench"
 step_bench="${build_dir}/perf/runtime/step_bench"
+offload_bench="${build_dir}/perf/runtime/offload_bench"
 zeroshard="${build_dir}/tools/zeroshard"
-for b in "${adam_bench}" "${collective_bench}" "${step_bench}" "${zeroshard}" \
+for b in "${adam_bench}" "${collective_bench}" "${step_bench}" "${offload_bench}" "${zeroshard}" \
   "${build_dir}/tools/zeroshard-calibrate"; do
   [[ -x "${b}" ]] || { echo "run_perf.sh: ${b} is not built (make perf builds it)" >&2; exit 2; }
 done
@@ -80,6 +86,8 @@ if [[ ${smoke} -eq 1 ]]; then
   model_args=(--hidden 32 --blocks 2 --micro-batch 16)
   calib_args=(--min-seconds 0.02 --sizes 1024,16384)
   calib_ranks=(2)
+  offload_args=(--params 256K --units 3 --chunk 16K --repeats 1 --no-dd --step-repeats 1
+    --step-steps 2 --hidden 32 --blocks 2 --micro-batch 4)
 else
   # 32M elements: every kernel's buffers are far beyond the caches.
   kernel_env=(ZS_BENCH_N=33554432)
@@ -93,6 +101,8 @@ else
   model_args=(--hidden 512 --blocks 8 --micro-batch 32)
   calib_args=()
   calib_ranks=(2 4)
+  # The default state (64M params, fp32 and bf16) and 5 repeats.
+  offload_args=(--repeats 5)
 fi
 rm -f "${out}"/*.json "${out}"/*.svg "${out}"/*.png "${out}"/report.md "${out}"/report.html
 start=${SECONDS}
@@ -114,6 +124,11 @@ fi
 
 stamp "kernels (adam_bench)"
 env "${kernel_env[@]}" "${adam_bench}" --paired-only "${kernel_args[@]}" --json "${out}/kernels.json"
+
+stamp "offload tiers (offload_bench)"
+offload_dir_args=()
+[[ -n "${OFFLOAD_DIR:-}" ]] && offload_dir_args=(--offload-dir "${OFFLOAD_DIR}")
+"${offload_bench}" "${offload_args[@]}" "${offload_dir_args[@]}" --json "${out}/offload.json"
 
 stamp "collectives, local backend (collective_bench)"
 ranks_list=$(IFS=,; echo "${coll_ranks[*]}")
@@ -153,7 +168,7 @@ for backend in "${backends[@]}"; do
 done
 
 stamp "report"
-python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect step,collectives,kernels,model
+python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect step,collectives,kernels,model,offload
 if [[ ${smoke} -eq 0 ]]; then
   if ! "${root}/perf/report/screenshot.sh" "${out}"; then
     echo "run_perf.sh: the charts were not rendered to PNG (see above); the report itself is written"

@@ -15,8 +15,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cli/flags.h"
+#include "cli/offload_flag.h"
 #include "examples/common/cpu_blas.h"
 #include "examples/common/median.h"
+#include "examples/common/scratch_dir.h"
+#include "examples/common/tier_bytes.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/gpt_trainer.h"
 #include "examples/gpt/hf_weights.h"
@@ -63,6 +66,7 @@ struct Options {
   std::string init_from;
   std::string save_init;
   bool quiet = false;
+  OffloadSpec offload;  // --offload, --offload-dir, --offload-chunk
 };
 
 const char kUsage[] = R"(usage: gpt_train --config FILE [flags]
@@ -96,6 +100,12 @@ the zeroshard engine. docs/gpt.md has the details.
                          instead of --seed's initialisation
   --save-init DIR        write the initial weights as a Hugging Face directory (new
                          or empty) before the first step
+  --offload optimizer=device|host|nvme  the optimizer state (fp32 master, Adam
+                         moments) on the device, in host memory (the CPU AdamW) or
+                         in swap files (docs/offload.md) (device)
+  --offload-dir DIR      the nvme tier's swap files (default: a fresh directory
+                         under /tmp, removed at the end)
+  --offload-chunk N      elements streamed per chunk, a multiple of 1024 (1048576)
   --quiet                no progress lines
 )";
 
@@ -132,8 +142,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
       .String("init-from", &o.init_from)
       .String("save-init", &o.save_init)
       .Switch("quiet", &o.quiet);
+  cli::AddOffloadFlags(flags, &o.offload);
   ZS_RETURN_IF_ERROR(flags.Parse(argc, argv, help));
   if (*help) return o;
+  ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(o.offload));
   if (o.config.empty()) return absl::InvalidArgumentError("give --config FILE (a config.json)");
   if (o.data.empty()) o.data = DefaultCorpusPath();
   if ((o.save_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
@@ -163,6 +175,7 @@ TrainSpec MakeTrainSpec(const Options& o) {
   t.max_grad_norm = o.clip;
   t.grad_accum_steps = o.accum;
   t.prefetch_units = o.prefetch;
+  t.offload = o.offload;
   return t;
 }
 
@@ -215,6 +228,9 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   const ModelSpec spec = BuildGptModelSpec(run.cfg);
   const TrainSpec train = MakeTrainSpec(o);
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(spec, train, *device, comm));
+  // The engine's bytes per tier, before the trainer adds its activations.
+  ZS_ASSIGN_OR_RETURN(const examples::TierBytes tiers,
+                      examples::ReadTierBytes(*engine, comm.size()));
   ZS_ASSIGN_OR_RETURN(WindowSampler sampler, WindowSampler::Create(&run.corpus.train, o.seq,
                                                                    static_cast<uint64_t>(o.seed)));
   GptRunOptions ro;
@@ -347,6 +363,15 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
     }
     std::printf("\n");
   }
+  if (o.offload.enabled()) {
+    if (lead) {
+      std::printf("  optimizer state on the %s tier%s\n", MemoryTierName(o.offload.optimizer),
+                  o.offload.optimizer == MemoryTier::kNvme
+                      ? absl::StrFormat(" (swap files in %s)", o.offload.dir).c_str()
+                      : "");
+      examples::PrintTierBytes(tiers, "rank 0, the engine's buffers", stdout);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -397,6 +422,17 @@ int main(int argc, char** argv) {
   // said at once.
   if (!examples::SetUpCpuBlas().warning.empty()) {
     std::fprintf(stderr, "gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
+  }
+  // The nvme tier's swap files: --offload-dir, else a fresh directory
+  // removed at the end (one per process: the files are named by rank).
+  absl::StatusOr<examples::ScratchDir> swap_dir;
+  if (opts->offload.optimizer == MemoryTier::kNvme) {
+    swap_dir = examples::ScratchDir::Create(opts->offload.dir, "zs_gpt_train_swap_");
+    if (!swap_dir.ok()) {
+      std::fprintf(stderr, "gpt_train: %s\n", std::string(swap_dir.status().message()).c_str());
+      return 1;
+    }
+    opts->offload.dir = swap_dir->path();
   }
   absl::StatusOr<SharedRun> run = Prepare(*opts);
   if (!run.ok()) {

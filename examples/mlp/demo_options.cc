@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/flags.h"
+#include "cli/offload_flag.h"
 #include "examples/mlp/model_flags.h"
 #include "zeroshard/status.h"
 
@@ -53,8 +54,7 @@ void PrintUsage(std::FILE* out) {
       "  --machine PROFILE  with --mem-cap: a `zeroshard calibrate` profile; the planner\n"
       "                     also considers the optimizer on the host and NVMe tiers and\n"
       "                     picks the fastest candidate that fits by its step model\n"
-      "  --offload-dir DIR  the NVMe tier's swap files, when the planner picks it\n"
-      "                     (default: a fresh directory under /tmp)\n"
+      "                     (--offload-dir: the NVMe tier's directory, if it picks it)\n"
       "  --sync-data        make each micro-batch on the trainer's thread when it is\n"
       "                     needed (all of it input wait: an input-bound run) instead\n"
       "                     of on the data loader's thread, %d micro-batches ahead\n"
@@ -74,6 +74,9 @@ void PrintUsage(std::FILE* out) {
       "  --comm-timeout S   seconds (or a duration: 90s, 2m) a collective waits for a\n"
       "                     missing rank before the run fails naming it, in [%g, %.0f]\n"
       "                     (default: $%s, else %.0f)\n"
+      "%s"
+      "  --result-json FILE the distributed run's losses, a fingerprint of its final\n"
+      "                     weights and its bytes per memory tier, as JSON\n"
       "  --print-spec       print the model (with --vocab, --lora and the adapter flags)\n"
       "                     as a `zeroshard estimate --spec` JSON file and exit\n"
       "  --help             this text\n"
@@ -82,7 +85,7 @@ void PrintUsage(std::FILE* out) {
       d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
       d.weight_decay, d.clip, DataLoaderOptions{}.depth, absl::ToDoubleSeconds(kMinCommTimeout),
       absl::ToDoubleSeconds(kMaxCommTimeout), kCommTimeoutEnvVar,
-      absl::ToDoubleSeconds(kDefaultCommTimeout));
+      absl::ToDoubleSeconds(kDefaultCommTimeout), cli::kOffloadFlagsUsage);
 }
 
 DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts) {
@@ -115,7 +118,9 @@ TrainSpec MakeTrainSpec(const DemoOptions& opts, int stage, int accum) {
   train.max_grad_norm = opts.clip;
   train.grad_accum_steps = accum;
   train.prefetch_units = opts.prefetch;
-  train.offload = opts.offload;
+  // The tier's chunk applies only where the state is offloaded; the chunk
+  // is kept for Validate's range check of --offload-chunk.
+  train.offload.chunk_numel = opts.offload.chunk_numel;
   return train;
 }
 
@@ -154,6 +159,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   int backend = 0, device = 0;
   cli::FlagSet flags;
   AddModelFlags(flags, &opts.model);
+  cli::AddOffloadFlags(flags, &opts.offload);
   flags.Int("ranks", &opts.ranks, 1, cli::kMaxCount)
       .Int("stage", &opts.stage, 0, 3)
       .Int("prefetch", &opts.prefetch, 0, cli::kMaxCount)
@@ -166,13 +172,13 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Int("pp", &opts.pp, 1, cli::kMaxCount)
       .Size("mem-cap", &opts.mem_cap)
       .String("machine", &opts.machine)
-      .String("offload-dir", &opts.offload.dir)
       .String("checkpoint-dir", &opts.checkpoint_dir)
       .Int("save-every", &opts.save_every, 1, cli::kMaxCount)
       .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
       .Switch("resume", &opts.resume)
       .Switch("sync-data", &opts.sync_data)
       .Switch("print-spec", &opts.print_spec)
+      .String("result-json", &opts.result_json)
       .Int("vocab", &opts.model.vocab, 2, cli::kMaxCount)
       .Int("lora", &opts.model.lora_rank, 1, cli::kMaxCount)
       .Number("lora-alpha", &opts.model.lora_alpha, 0, kMaxNumber, /*lo_open=*/true)
@@ -214,6 +220,19 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   if (!opts.machine.empty() && opts.mem_cap == 0) {
     return absl::InvalidArgumentError(
         "--machine PROFILE times the planner's candidates; give it with --mem-cap SIZE");
+  }
+  if (UsesGrid(opts) && opts.offload.enabled()) {
+    return absl::InvalidArgumentError(
+        "--offload runs on the data-parallel trainer for now; drop --tp, --pp and --mem-cap (or "
+        "--offload); --mem-cap with --machine chooses the optimizer's tier itself");
+  }
+  if (ChoosesOffload(opts)) {
+    // The planner may choose the nvme tier: --offload-dir is its directory.
+    OffloadSpec may_swap = opts.offload;
+    may_swap.optimizer = MemoryTier::kNvme;
+    ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(may_swap));
+  } else {
+    ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(opts.offload));
   }
   if (UsesGrid(opts)) {
     if (opts.mem_cap > 0 && opts.tp * opts.pp > 1) {

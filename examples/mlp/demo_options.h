@@ -68,19 +68,31 @@ struct DemoOptions {
   // --machine PROFILE (with --mem-cap): a `zeroshard calibrate` profile;
   // the planner then also considers the optimizer on the host or NVMe
   // tier and picks the fastest candidate that fits by the calibrated model
-  // (tools/mlp_step_model.h). Without it: the device tier, preference order.
+  // (tools/mlp_step_model.h), and sets offload.optimizer below to its
+  // choice. Without it: the device tier, preference order.
   std::string machine;
-  // Where the optimizer state lives (TrainSpec::offload): set by the
-  // planner's choice under --mem-cap; the NVMe tier's swap files go under
-  // offload.dir (--offload-dir; default a fresh directory under /tmp).
-  OffloadSpec offload;
   // --print-spec: print the model's ModelSpec as a `zeroshard estimate
   // --spec` file (JSON) to stdout and exit without training.
   bool print_spec = false;
+  // --offload optimizer=device|host|nvme, --offload-dir, --offload-chunk:
+  // where the distributed run keeps its optimizer state (docs/offload.md);
+  // the baseline stays on the device. An nvme run without --offload-dir
+  // gets a fresh directory under /tmp, removed at the end.
+  OffloadSpec offload;
+  // --result-json FILE: the distributed run's losses, a fingerprint of its
+  // final weights and its bytes per memory tier (plan and ledger), for
+  // scripts that compare runs bit for bit (tests/examples).
+  std::string result_json;
 };
 
 // True when the run uses a model-parallel grid (GridMlpTrainer).
 inline bool UsesGrid(const DemoOptions& opts) { return opts.tp * opts.pp > 1 || opts.mem_cap > 0; }
+
+// True when the planner chooses the optimizer's tier (--mem-cap --machine):
+// the run may swap to NVMe under offload.dir.
+inline bool ChoosesOffload(const DemoOptions& opts) {
+  return opts.mem_cap > 0 && !opts.machine.empty();
+}
 
 // The MLP trainer's data loader (--sync-data).
 DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts);

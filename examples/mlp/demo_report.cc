@@ -343,6 +343,29 @@ WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
   return c;
 }
 
+// --offload: rank 0's bytes per tier, the plan's and the ledgers', and what
+// the device holds less than it would without offload.
+void PrintOffload(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
+  const RunResult& d = r.distributed;
+  std::fprintf(out, "\noptimizer state on the %s tier (--offload optimizer=%s%s)\n",
+               MemoryTierName(opts.offload.optimizer), MemoryTierName(opts.offload.optimizer),
+               opts.offload.optimizer == MemoryTier::kNvme
+                   ? absl::StrFormat(", swap files in %s", opts.offload.dir).c_str()
+                   : "");
+  examples::PrintTierBytes(d.tiers, "rank 0, the engine's buffers", out);
+  const int64_t device = d.tiers.plan[static_cast<int>(MemoryTier::kDevice)];
+  std::fprintf(
+      out,
+      "  device bytes: %lld, without offload %lld (the plan): %lld less (%.1f%%); "
+      "ledger %s plan on every tier\n",
+      static_cast<long long>(device), static_cast<long long>(d.device_plan_without_offload),
+      static_cast<long long>(d.device_plan_without_offload - device),
+      d.device_plan_without_offload > 0
+          ? 100.0 * (d.device_plan_without_offload - device) / d.device_plan_without_offload
+          : 0.0,
+      d.tiers.ledger_equals_plan() ? "==" : "!=");
+}
+
 void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   const MlpConfig& m = opts.model;
   // Stored params: a tied alias is its owner's tensor, counted once.
@@ -418,6 +441,7 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
   PrintLoss(opts, r, out);
   PrintWeights(opts, r, out);
   PrintMemory(r, out);
+  if (opts.offload.enabled()) PrintOffload(opts, r, out);
   PrintTimes(opts, r, out);
   std::fprintf(out, "\ntotal wall time: %.1f s\n", absl::ToDoubleSeconds(absl::Now() - r.start));
 }

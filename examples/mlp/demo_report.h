@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "examples/common/tier_bytes.h"
 #include "examples/mlp/demo_options.h"
 #include "zeroshard/device.h"
 #include "zeroshard/estimate/planner.h"
@@ -60,6 +61,11 @@ struct RunResult {
   double final_loss_scale = 1.0;  // EngineStats::loss_scale after training (fp16)
   bool prefetch_active = false;   // EngineStats::prefetch_active after training (stage 3)
   double wall_seconds = 0.0;
+  // Rank 0's bytes per memory tier (plan, and ledger right after
+  // Engine::Create), and the device bytes the plan gives the same run
+  // without offload.
+  examples::TierBytes tiers;
+  int64_t device_plan_without_offload = 0;
 };
 
 struct DemoResults {

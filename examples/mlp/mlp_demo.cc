@@ -25,6 +25,8 @@
 #include "absl/time/clock.h"
 #include "examples/common/cpu_blas.h"
 #include "examples/common/median.h"
+#include "examples/common/scratch_dir.h"
+#include "examples/common/tier_bytes.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/demo_report.h"
 #include "examples/mlp/grid_trainer.h"
@@ -212,9 +214,16 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   const bool lead = comm.rank() == 0;
   const bool gpu = comm.memory_kind() == DeviceKind::kCuda;
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, MakeDevice(gpu, opts.gpu_ordinal));
-  ZS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Engine> engine,
-      Engine::Create(BuildModelSpec(opts.model), MakeTrainSpec(opts, stage, accum), *device, comm));
+  // The distributed run keeps its optimizer state on --offload's tier; the
+  // baseline on the device.
+  TrainSpec train = MakeTrainSpec(opts, stage, accum);
+  if (checkpointed) train.offload = opts.offload;
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::Create(BuildModelSpec(opts.model), train, *device, comm));
+  // The engine's bytes per tier, before a trainer adds anything of its own.
+  if (lead) {
+    ZS_ASSIGN_OR_RETURN(out->tiers, examples::ReadTierBytes(*engine, comm.size()));
+  }
   if (checkpointed && opts.resume) {
     ZS_ASSIGN_OR_RETURN(CheckpointInfo info, engine->Load(opts.checkpoint_dir));
     ZS_RETURN_IF_ERROR(CheckTrainerState(opts.model, info));
@@ -303,6 +312,13 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   }
   if (lead && cpu_trainer != nullptr) out->activation_bytes = cpu_trainer->activation_bytes();
   ZS_RETURN_IF_ERROR(GatherLedger(comm, *device, out));
+  if (lead) {
+    TrainSpec on_device = train;
+    on_device.offload = OffloadSpec();
+    ZS_ASSIGN_OR_RETURN(BufferPlan plan,
+                        PlanEngineBuffers(engine->model(), on_device, comm.size()));
+    out->device_plan_without_offload = plan.total_bytes();
+  }
 
   const EngineStats stats = engine->Stats();
   if (lead) {
@@ -310,6 +326,46 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
     out->prefetch_active = stats.prefetch_active;
   }
   return GatherTimes(comm, *device, stats, series, out);
+}
+
+// FNV-1a (64 bits) over the bytes of every weight, in order: equal for two
+// runs exactly when their final weights are the same bits (but for a
+// collision).
+uint64_t WeightsFingerprint(const std::vector<std::vector<float>>& params) {
+  uint64_t h = 14695981039346656037ull;
+  for (const std::vector<float>& p : params) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(p.data());
+    for (size_t i = 0; i < p.size() * sizeof(float); ++i) {
+      h = (h ^ bytes[i]) * 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// --result-json: what a script needs to compare two runs bit for bit.
+absl::Status WriteResultJson(const DemoOptions& opts, const DemoResults& r) {
+  const RunResult& d = r.distributed;
+  nlohmann::json tiers = nlohmann::json::object();
+  for (int t = 0; t < examples::kNumTiers; ++t) {
+    tiers[MemoryTierName(static_cast<MemoryTier>(t))] = {{"plan", d.tiers.plan[t]},
+                                                         {"ledger", d.tiers.ledger[t]}};
+  }
+  const nlohmann::json j = {
+      {"offload", MemoryTierName(opts.offload.optimizer)},
+      {"ranks", r.world},
+      {"stage", opts.stage},
+      {"precision", PrecisionName(opts.precision)},
+      {"losses", d.losses},  // doubles: nlohmann writes them to round-trip
+      {"weights_fnv1a64", absl::StrFormat("%016x", WeightsFingerprint(d.params))},
+      {"tiers_rank0", tiers},
+      {"device_plan_without_offload", d.device_plan_without_offload}};
+  std::ofstream f(opts.result_json);
+  f << j.dump(1) << "\n";
+  if (!f) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("--result-json %s: cannot write the file", opts.result_json));
+  }
+  return absl::OkStatus();
 }
 
 // One rank of a dp x tp x pp run (GridMlpTrainer); world rank 0 fills
@@ -321,7 +377,10 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
   std::unique_ptr<Device> device = CreateCpuDevice();
   ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(opts.model, shape, grid->coord()));
+  // The optimizer's tier is the planner's choice (--mem-cap --machine), else
+  // the device (opts.offload is refused with --tp/--pp).
   TrainSpec train = MakeTrainSpec(opts, stage, GridMicroBatches(opts.accum, shape));
+  train.offload = opts.offload;
   if (train.offload.optimizer == MemoryTier::kNvme && shape.tp * shape.pp > 1) {
     // The swap files are named by dp rank: each (tp, pp) position's engines
     // get a directory of their own.
@@ -490,15 +549,9 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
         absl::StrFormat("the planner's choice for --mem-cap %s", FormatSize(opts->mem_cap));
     results->planned_bytes = chosen.per_rank_bytes;
     opts->stage = chosen.stage;
+    // The engines of the grid run get this tier (GridTrainRank); an nvme
+    // choice swaps under opts->offload.dir, made by main (ChoosesOffload).
     opts->offload.optimizer = chosen.optimizer_tier;
-    if (chosen.optimizer_tier == MemoryTier::kNvme && opts->offload.dir.empty()) {
-      char dir[] = "/tmp/zeroshard_offload_XXXXXX";
-      if (mkdtemp(dir) == nullptr) {
-        return absl::InternalError(
-            "mkdtemp /tmp/zeroshard_offload_XXXXXX failed; give --offload-dir DIR");
-      }
-      opts->offload.dir = dir;
-    }
     if (lead) PrintGridPlan(*plan, GridMicroBatches(opts->accum, results->grid), stderr);
     if (lead && chosen.optimizer_tier != MemoryTier::kDevice) {
       std::fprintf(stderr, "mlp_demo: optimizer state on the %s tier%s%s\n",
@@ -621,6 +674,9 @@ int RunLocal(DemoOptions opts) {
   status = Baseline(opts, opts.ranks, &results);
   if (!status.ok()) Fail(status);
   PrintReport(opts, results, stdout);
+  if (!opts.result_json.empty()) {
+    if (absl::Status s = WriteResultJson(opts, results); !s.ok()) Fail(s);
+  }
   return 0;
 }
 
@@ -668,6 +724,9 @@ int RunMpi(DemoOptions opts) {
                       absl::StrFormat("rank %d: %s", (*comm)->rank(), status.message())));
   }
   if (lead) PrintReport(opts, results, stdout);
+  if (lead && !opts.result_json.empty()) {
+    if (absl::Status s = WriteResultJson(opts, results); !s.ok()) Fail(s);
+  }
   comm->reset();
   FinalizeMpi();
   return 0;
@@ -699,6 +758,19 @@ int main(int argc, char** argv) {
   // the final report.
   if (!zeroshard::examples::SetUpCpuBlas().warning.empty()) {
     std::fprintf(stderr, "mlp_demo: BLAS: %s\n", zeroshard::examples::CpuBlasDescription().c_str());
+  }
+  // The nvme tier's swap files: --offload-dir, else a fresh directory
+  // removed at the end (one per process: the files are named by rank).
+  // Made before the run when --mem-cap --machine may choose the tier too.
+  absl::StatusOr<zeroshard::examples::ScratchDir> swap_dir;
+  if (opts->offload.optimizer == zeroshard::MemoryTier::kNvme ||
+      zeroshard::mlp::ChoosesOffload(*opts)) {
+    swap_dir = zeroshard::examples::ScratchDir::Create(opts->offload.dir, "zs_mlp_demo_swap_");
+    if (!swap_dir.ok()) {
+      std::fprintf(stderr, "mlp_demo: %s\n", std::string(swap_dir.status().message()).c_str());
+      return 1;
+    }
+    opts->offload.dir = swap_dir->path();
   }
   return opts->backend_mpi ? zeroshard::mlp::RunMpi(*opts) : zeroshard::mlp::RunLocal(*opts);
 }

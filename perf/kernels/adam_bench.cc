@@ -74,6 +74,7 @@
 #include "kernels/cpu/norm.h"
 #include "nlohmann/json.hpp"
 #include "perf/bench_json.h"
+#include "perf/kernels/streams_baseline.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -256,46 +257,22 @@ std::function<void(size_t, size_t)> RmwWork(int bytes_per_elem) {
   };
 }
 
-// The streams baseline of an AdamW variant (see the definitions at the top):
-// its gradient of type G read, params and moments updated in place, the
-// 16-bit params written when `out` is set. Converges to fixed points, so the
-// values stay normal whatever the pass count.
-// One pass of the streams baseline over [i, e). Built for AVX-512 and AVX2
-// as well as the baseline ISA (picked at load time), so that, like the
-// kernels, it is not held back by 4-wide SSE arithmetic: it must be bound by
-// memory to be a roofline. out == nullptr: no 16-bit params (fp32 AdamW).
-#define ZS_STREAMS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-ZS_STREAMS_CLONES void StreamsPassF32(const float* __restrict grad, float* __restrict p,
-                                      float* __restrict m, float* __restrict v,
-                                      uint16_t* __restrict out, size_t i, size_t e) {
-  for (size_t k = i; k < e; ++k) {
-    const float g = grad[k];
-    p[k] = 0.5f * p[k] + 0.25f * g;
-    m[k] = 0.5f * m[k] + 0.25f * g;
-    v[k] = 0.5f * v[k] + 0.25f * g * g;
-    if (out != nullptr) out[k] = static_cast<uint16_t>(k);
-  }
-}
-ZS_STREAMS_CLONES void StreamsPassU16(const uint16_t* __restrict grad, float* __restrict p,
-                                      float* __restrict m, float* __restrict v,
-                                      uint16_t* __restrict out, size_t i, size_t e) {
-  for (size_t k = i; k < e; ++k) {
-    const float g = static_cast<float>(grad[k]) * (1.0f / 65536.0f);  // any cheap widening
-    p[k] = 0.5f * p[k] + 0.25f * g;
-    m[k] = 0.5f * m[k] + 0.25f * g;
-    v[k] = 0.5f * v[k] + 0.25f * g * g;
-    out[k] = static_cast<uint16_t>(k);
-  }
-}
-#undef ZS_STREAMS_CLONES
+// The streams baseline of an AdamW variant (see the definitions at the top;
+// the pass itself is perf/kernels/streams_baseline.h, shared with
+// offload_bench): its gradient read, params and moments updated in place,
+// the 16-bit params written when `out` is set.
 
 std::function<void(size_t, size_t)> StreamsWork(const float* grad, uint16_t* out) {
   Buffers& b = GetBuffers();
-  return [&b, grad, out](size_t i, size_t e) { StreamsPassF32(grad, b.sp, b.sm, b.sv, out, i, e); };
+  return [&b, grad, out](size_t i, size_t e) {
+    perf::StreamsPassF32(grad, b.sp, b.sm, b.sv, out, i, e);
+  };
 }
 std::function<void(size_t, size_t)> StreamsWork(const uint16_t* grad, uint16_t* out) {
   Buffers& b = GetBuffers();
-  return [&b, grad, out](size_t i, size_t e) { StreamsPassU16(grad, b.sp, b.sm, b.sv, out, i, e); };
+  return [&b, grad, out](size_t i, size_t e) {
+    perf::StreamsPassU16(grad, b.sp, b.sm, b.sv, out, i, e);
+  };
 }
 
 // Casts and norms: the other kernels of an optimizer step.

@@ -7,6 +7,8 @@ usage: make_report.py [--dir build/perf] [--check] [--expect LAYERS]
 Reads what the perf layers wrote into DIR (each optional; a missing layer is
 named in the report):
   kernels.json             perf/kernels/adam_bench --json
+  offload.json             perf/runtime/offload_bench --json (the optimizer state's
+                           host and NVMe tiers against their own limits)
   collectives_*.json       perf/comm/collective_bench --json (one per backend / world)
   step_*.json              perf/runtime/step_bench --json (local; mpi, one per world)
   machine.json             zeroshard calibrate (the machine profile)
@@ -14,9 +16,10 @@ named in the report):
                            backend and rank count): the calibrated model's step time
 and writes into DIR: report.md, report.html (the same, for a browser and the
 screenshot check), step_split.svg, scaling.svg, collectives_<backend>.svg,
-kernels.svg. --check: exit 1 unless every SVG parses as XML and every layer
-of --expect (comma separated: step,collectives,kernels,model; default: at least
-one) was found and reported (the ctest smoke run uses it).
+kernels.svg, offload.svg. --check: exit 1 unless every SVG parses as XML and
+every layer of --expect (comma separated: step,collectives,kernels,model,
+offload; default: at least one) was found and reported (the ctest smoke run
+uses it).
 
 --cpus-per-rank BACKEND RANKS prints, instead of writing the report, what
 run_perf.sh passes to `zeroshard estimate --cpus-per-rank` for that backend
@@ -564,6 +567,106 @@ def kernel_section(data, out_dir, md):
     md.append("")
 
 
+# ------------------------------------------------------------- offload layer
+
+
+def chart_offload(data, path):
+    """Per precision and tier: the optimizer phase next to its limits, ms."""
+    groups = []  # (label, [(series label, ms, colour)])
+    for r in data["results"]:
+        if "host" in r:
+            h = r["host"]
+            groups.append((f"{r['precision']} host", [
+                ("phase", h["phase_s"]["median"], "#0072B2"),
+                ("AdamW alone", h["adamw_s"]["median"], "#E69F00"),
+                ("copies alone", h["copies_s"]["median"], "#999999"),
+                ("streams baseline", h["streams_s"]["median"], "#009E73")]))
+        if "nvme" in r:
+            n = r["nvme"]
+            groups.append((f"{r['precision']} NVMe", [
+                ("phase", n["phase_s"]["median"], "#0072B2"),
+                ("AdamW alone", n["adamw_s"]["median"], "#E69F00"),
+                ("disk read + write", n["disk_s"], "#CC79A7")]))
+    row_h, panel_w = 34, 560
+    height = 100 + len(groups) * row_h + 40
+    svg = Svg(230 + panel_w + 60, height,
+              "Offload: the optimizer phase against its limits, same run (ms, median)")
+    x_max = max((ms for _, bars in groups for _, ms, _ in bars), default=1e-3) * 1e3 * 1.05
+    ticks = nice_ticks(x_max)
+    left, top = 220, 50
+    for tick in ticks:
+        x = left + panel_w * tick / ticks[-1]
+        svg.line(x, top, x, top + len(groups) * row_h, "#ddd")
+        svg.text(x, top + len(groups) * row_h + 14, fmt_tick(tick), size=11, anchor="middle")
+    svg.text(left + panel_w / 2, top + len(groups) * row_h + 32, "ms", size=12, anchor="middle")
+    for g, (label, bars) in enumerate(groups):
+        y = top + g * row_h + 3
+        svg.text(left - 8, y + 16, label, size=12, anchor="end")
+        for b, (_, ms, colour) in enumerate(bars):
+            svg.rect(left, y + b * 7, panel_w * ms * 1e3 / ticks[-1], 6, colour)
+    svg.line(left, top, left, top + len(groups) * row_h)
+    legend = [("phase", "#0072B2"), ("AdamW alone", "#E69F00"), ("copies alone", "#999999"),
+              ("streams baseline", "#009E73"), ("disk read + write", "#CC79A7")]
+    svg.legend(20, height - 12, [(l, c, "box") for l, c in legend], columns=5, col_width=160)
+    svg.save(path)
+
+
+def offload_section(data, out_dir, md):
+    chart_offload(data, os.path.join(out_dir, "offload.svg"))
+    md.append("## Offload (offload_bench)\n")
+    md.append(
+        f"CPU {data['cpu']}. {data['params']:,} params in {data['units']} units, chunks of "
+        f"{data['chunk']:,} elements, {data['repeats']} interleaved repeats (median [min, max], ms). "
+        "*Host tier*: *phase* = the optimizer phase (gradients to the host, params back, the CPU "
+        "AdamW, chunk by chunk); *AdamW* and *copies* = the same with the update or the copies "
+        "alone; *streams* = the update's same-traffic streams baseline; *ratio* = phase / "
+        "max(AdamW, copies); *hidden* = the copies' hidden fraction, 1 - (phase - AdamW) / "
+        "copies, clamped to [0, 1]. *NVMe tier*: *disk* = sequential read + write of the same "
+        "bytes through the swap files' own I/O path; *ratio* = phase / max(AdamW, disk), "
+        f"checked against {data['limit']}. Ratios and the hidden fraction are taken per repeat "
+        f"(paired) and their median shown. I/O: {data['io_backend']}.\n")
+    md.append("![offload](offload.svg)\n")
+
+    def ms(x):
+        return f"{x['median'] * 1e3:.1f} [{x['min'] * 1e3:.1f}, {x['max'] * 1e3:.1f}]"
+
+    md.append("| precision | tier | phase | AdamW | copies / I/O | streams / disk | ratio | hidden "
+              "/ check |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    for r in data["results"]:
+        if "host" in r:
+            h = r["host"]
+            md.append(f"| {r['precision']} | host | {ms(h['phase_s'])} | {ms(h['adamw_s'])} "
+                      f"| {ms(h['copies_s'])} | {ms(h['streams_s'])} | {h['ratio']:.3f} "
+                      f"| {h['hidden']:.3f} |")
+        if "nvme" in r:
+            n = r["nvme"]
+            md.append(f"| {r['precision']} | NVMe | {ms(n['phase_s'])} | {ms(n['adamw_s'])} "
+                      f"| {ms(n['io_s'])} | {n['disk_s'] * 1e3:.1f} | {n['ratio']:.3f} "
+                      f"| {'PASS' if n['pass'] else 'FAIL'} (<= {data['limit']}) |")
+    dd = data.get("dd", {})
+    if dd.get("ran"):
+        md.append(f"\n`dd` reference ({dd['note']}): {dd['bytes'] / 2**20:.1f} MiB written in "
+                  f"{dd['write_s'] * 1e3:.1f} ms, read in {dd['read_s'] * 1e3:.1f} ms.\n")
+    rows = data.get("step", {}).get("rows", [])
+    if rows:
+        m = data["step"]["model"]
+        md.append(f"Training step, mlp_demo model {m['blocks']} blocks x hidden {m['hidden']}, "
+                  f"micro-batch {m['micro_batch']}, 1 rank, stage 1; median of "
+                  f"{data['step']['repeats']} interleaved repeats of {data['step']['steps']} steps "
+                  "(the overhead per repeat against the device tier's, then the median).\n")
+        md.append("| precision | tier | step ms | optimizer ms | overhead | device B | host B | NVMe B "
+                  "| ledger = plan | losses equal |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            b = r["plan_bytes"]
+            md.append(f"| {r['precision']} | {r['tier']} | {r['step_ms']['median']:.2f} "
+                      f"| {r['optimizer_ms']:.2f} | {r['overhead_pct']:.1f}% | {b['device']:,} "
+                      f"| {b['host']:,} | {b['nvme']:,} | {'yes' if r['ledger_equals_plan'] else 'NO'} "
+                      f"| {'yes' if r['losses_equal'] else 'NO'} |")
+    md.append("")
+
+
 # ------------------------------------------------------------------ markdown
 
 
@@ -617,7 +720,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="build/perf", help="where the JSON files are and the report goes")
     parser.add_argument("--check", action="store_true", help="validate what was written")
-    parser.add_argument("--expect", default="", help="layers --check requires: step,collectives,kernels")
+    parser.add_argument("--expect", default="", help="layers --check requires: step,collectives,kernels,model,offload")
     parser.add_argument("--cpus-per-rank", nargs=2, metavar=("BACKEND", "RANKS"),
                         help="print the binding the step run measured for `estimate --cpus-per-rank` "
                              "(0: not bound) and write nothing")
@@ -677,6 +780,14 @@ def main():
         layers.append("kernels")
     else:
         md.append("## Kernels\n\nNo kernels.json: adam_bench did not run.\n")
+
+    offload_path = os.path.join(out_dir, "offload.json")
+    offload = load(offload_path) if os.path.exists(offload_path) else None
+    if offload:
+        offload_section(offload, out_dir, md)
+        layers.append("offload")
+    else:
+        md.append("## Offload\n\nNo offload.json: offload_bench did not run.\n")
 
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")

@@ -70,17 +70,26 @@ TEST(DemoOptions, VariantFlagsSetTheModel) {
   EXPECT_EQ(block.params[kLoraB2].weight_decay, 0.5);
 }
 
-TEST(DemoOptions, OffloadDirAndMachineReachTheRun) {
+TEST(DemoOptions, MachineLetsThePlannerChooseTheTier) {
   absl::StatusOr<DemoOptions> opts =
       Parse({"--mem-cap", "16MiB", "--machine", "m.json", "--offload-dir", "/scratch/swap"});
   ASSERT_TRUE(opts.ok()) << opts.status();
   EXPECT_EQ(opts->machine, "m.json");
+  EXPECT_TRUE(ChoosesOffload(*opts));
+  // The planner may choose nvme: its directory is accepted before the choice.
   EXPECT_EQ(opts->offload.dir, "/scratch/swap");
-  // The planner's choice of tier lands in the engines' TrainSpec.
-  opts->offload.optimizer = MemoryTier::kNvme;
-  const TrainSpec train = MakeTrainSpec(*opts, 2, 1);
-  EXPECT_EQ(train.offload.optimizer, MemoryTier::kNvme);
-  EXPECT_EQ(train.offload.dir, "/scratch/swap");
+  EXPECT_EQ(opts->offload.optimizer, MemoryTier::kDevice);
+  // Without --machine the tier stays the device's, and --offload-dir alone
+  // is refused as before.
+  absl::StatusOr<DemoOptions> no_machine = Parse({"--mem-cap", "16MiB", "--offload-dir", "/x"});
+  ASSERT_FALSE(no_machine.ok());
+  EXPECT_NE(no_machine.status().message().find("--offload-dir"), std::string::npos);
+  // A tier given by hand is refused with --mem-cap: the planner chooses it.
+  absl::StatusOr<DemoOptions> both =
+      Parse({"--mem-cap", "16MiB", "--machine", "m.json", "--offload", "optimizer=host"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("chooses the optimizer's tier itself"), std::string::npos)
+      << both.status();
 }
 
 TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {

@@ -2,6 +2,8 @@
 // communicator over its memory), stages 0-3, fp32 / bf16 / fp16, against the
 // same run on the CPU device: the weights, norms and loss scales are the
 // same bits. Labelled gpu; without a CUDA device every test skips visibly.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -64,6 +66,42 @@ TEST(EngineCudaTest, ThreadRanksOnOneGpuTrainTheCpuRunsModelBitForBit) {
       }
     }
   }
+}
+
+// The optimizer state on the pinned host tier and on NVMe beside the GPU
+// (OffloadSpec): the gradients and params cross PCIe on the offload's copy
+// stream, the update runs the CPU kernels; the same bits as the CPU device's
+// run without offload, and each tier's ledger equals the plan.
+TEST(EngineCudaTest, OffloadedOptimizerStateTrainsTheCpuRunsModelBitForBit) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << CreateCudaDevice(0).status();
+  char pattern[] = "/tmp/zs_cuda_offload_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string swap = pattern;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
+    for (int world : {1, 2}) {
+      for (int stage = 1; stage <= 3; ++stage) {
+        const TrainSpec train = SyntheticTrain(stage, precision, 2);
+        auto cpu = RunOn(false, world, train, 3);
+        ASSERT_TRUE(cpu.ok()) << cpu.status();
+        for (MemoryTier tier : {MemoryTier::kHost, MemoryTier::kNvme}) {
+          TrainSpec offloaded = train;
+          offloaded.offload.optimizer = tier;
+          offloaded.offload.grads = MemoryTier::kHost;
+          offloaded.offload.params = stage == 3 ? MemoryTier::kHost : MemoryTier::kDevice;
+          offloaded.offload.dir = swap;
+          offloaded.offload.chunk_numel = 1024;
+          const std::string what =
+              absl::StrFormat("%s, %d rank(s), stage %d, %s tier, %s", PrecisionName(precision),
+                              world, stage, MemoryTierName(tier), SeedTrace());
+          auto gpu = RunOn(true, world, offloaded, 3);
+          ASSERT_TRUE(gpu.ok()) << gpu.status() << " " << what;
+          EXPECT_EQ(FirstDifference(*cpu, *gpu), "") << "cpu vs offloaded gpu: " << what;
+          EXPECT_TRUE(gpu->ledger_vs_plan.empty()) << gpu->ledger_vs_plan.front() << " " << what;
+        }
+      }
+    }
+  }
+  rmdir(swap.c_str());
 }
 
 // A checkpoint written from GPU memory continues on the CPU, and one written

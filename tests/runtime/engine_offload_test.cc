@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -84,8 +85,12 @@ class TempDir {
   std::string path_;
 };
 
-TrainSpec WithOffload(TrainSpec train, MemoryTier tier, const std::string& dir) {
+TrainSpec WithOffload(TrainSpec train, MemoryTier tier, const std::string& dir,
+                      MemoryTier grads = MemoryTier::kDevice,
+                      MemoryTier params = MemoryTier::kDevice) {
   train.offload.optimizer = tier;
+  train.offload.grads = grads;
+  train.offload.params = params;
   train.offload.dir = tier == MemoryTier::kNvme ? dir : "";
   train.offload.chunk_numel = 1024;
   return train;
@@ -134,10 +139,28 @@ TEST(EngineOffloadTest, HostAndNvmeTiersTrainTheDeviceTiersModelBitForBit) {
         ASSERT_TRUE(device.ok()) << device.status() << " " << what;
         EXPECT_TRUE(device->ledger_vs_plan.empty())
             << absl::StrJoin(device->ledger_vs_plan, "; ") << " " << what;
-        for (MemoryTier tier : {MemoryTier::kHost, MemoryTier::kNvme}) {
-          const std::string where = absl::StrCat(MemoryTierName(tier), " tier: ", what);
+        // The optimizer state on each tier, the gradients streamed with the
+        // update or copied to the host during the backward.
+        // At stage 3 also the param shards on the host.
+        struct Tiers {
+          MemoryTier optimizer, grads, params;
+        };
+        std::vector<Tiers> tiers = {{MemoryTier::kHost, MemoryTier::kDevice, MemoryTier::kDevice},
+                                    {MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kDevice},
+                                    {MemoryTier::kNvme, MemoryTier::kDevice, MemoryTier::kDevice},
+                                    {MemoryTier::kNvme, MemoryTier::kHost, MemoryTier::kDevice}};
+        if (stage == 3) {
+          tiers.push_back({MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kHost});
+          tiers.push_back({MemoryTier::kNvme, MemoryTier::kDevice, MemoryTier::kHost});
+        }
+        for (const Tiers& t : tiers) {
+          const MemoryTier tier = t.optimizer;
+          const std::string where =
+              absl::StrCat(MemoryTierName(tier), " tier, grads on ", MemoryTierName(t.grads),
+                           ", params on ", MemoryTierName(t.params), ": ", what);
           std::atomic<int64_t> copies{0};
-          auto offloaded = RunTier(WithOffload(train, tier, swap.path()), world, 3, true, &copies);
+          auto offloaded = RunTier(WithOffload(train, tier, swap.path(), t.grads, t.params), world,
+                                   3, true, &copies);
           ASSERT_TRUE(offloaded.ok()) << offloaded.status() << " " << where;
           EXPECT_EQ(FirstDifference(*device, *offloaded), "") << where;
           EXPECT_GT(copies.load(), 0) << where;
@@ -176,7 +199,10 @@ TEST(EngineOffloadTest, Fp16SkippedStepsAreSkippedAlikeOnEveryTier) {
     };
     std::vector<SyntheticRunResult> results;
     for (MemoryTier tier : {MemoryTier::kDevice, MemoryTier::kHost, MemoryTier::kNvme}) {
-      run.train = WithOffload(SyntheticTrain(stage, Precision::kFp16Mixed, 2), tier, swap.path());
+      // The gradients' host copy during the backward on the offloaded tiers.
+      run.train =
+          WithOffload(SyntheticTrain(stage, Precision::kFp16Mixed, 2), tier, swap.path(),
+                      tier == MemoryTier::kDevice ? MemoryTier::kDevice : MemoryTier::kHost);
       auto r = RunSyntheticRanks(run);
       ASSERT_TRUE(r.ok()) << r.status() << " stage " << stage << ", " << MemoryTierName(tier);
       ASSERT_EQ(r->steps.size(), 8u);
@@ -220,6 +246,23 @@ TEST(EngineOffloadTest, CheckpointsMoveBetweenTiersBitForBit) {
         tail.steps.erase(tail.steps.begin(), tail.steps.begin() + 3);
         EXPECT_EQ(FirstDifference(tail, *second), "") << what;
       }
+    }
+    // The param shards on the host tier too, both ways.
+    for (bool params_first : {true, false}) {
+      const std::string what = absl::StrFormat(
+          "%s: params on the host tier %s", PrecisionName(precision),
+          params_first ? "saved, loaded on the device tier" : "loaded from the device tier");
+      const TrainSpec host_params =
+          WithOffload(base, MemoryTier::kNvme, swap.path(), MemoryTier::kHost, MemoryTier::kHost);
+      const std::string dir =
+          absl::StrCat(ckpt.path(), "/params-", params_first ? "a" : "b", PrecisionName(precision));
+      auto first = RunTier(params_first ? host_params : base, 2, 3, true, nullptr, "", dir);
+      ASSERT_TRUE(first.ok()) << first.status() << " " << what;
+      auto second = RunTier(params_first ? base : host_params, 2, 3, true, nullptr, dir);
+      ASSERT_TRUE(second.ok()) << second.status() << " " << what;
+      SyntheticRunResult tail = *whole;
+      tail.steps.erase(tail.steps.begin(), tail.steps.begin() + 3);
+      EXPECT_EQ(FirstDifference(tail, *second), "") << what;
     }
   }
 }
@@ -305,8 +348,10 @@ TEST(EngineOffloadTest, ARunKilledDuringAnNvmeStepResumesFromItsCheckpointBitFor
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    // Steps 1-3 with a checkpoint after each; in step 4 the process kills
-    // itself while the update streams (after its gradients are written).
+    // Steps 1-3 with a checkpoint after each; in step 4 a thread kills the
+    // process 200 us after the last gradient is written: during the update
+    // on a quiet machine, a little later on a loaded one. Either way the
+    // swap files stay behind and the last checkpoint is step 3's.
     SyntheticRunSpec run;
     run.world = 1;
     run.steps = 4;
@@ -316,6 +361,7 @@ TEST(EngineOffloadTest, ARunKilledDuringAnNvmeStepResumesFromItsCheckpointBitFor
       return CreateCpuDevice();
     };
     run.after_step = [&](int64_t step, int, Engine& engine) {
+      if (step > 3) return;  // the checkpoint to resume from is step 3's
       if (!engine.Save(ckpt_dir, "{}", CheckpointOptions{}).ok()) _exit(3);
       if (!engine.WaitForCheckpoint().ok()) _exit(4);
     };

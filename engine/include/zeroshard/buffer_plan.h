@@ -72,6 +72,16 @@ inline constexpr char kParamGatherBuffer[] = "param_gather";
 // the params streamed back (the updated fp32 params themselves with fp32).
 inline constexpr char kOffloadGradsBuffer[] = "offload_grads";
 inline constexpr char kOffloadParamsBuffer[] = "offload_params";
+// OffloadSpec::grads host: the host copy of the rank's reduced gradient
+// shard (the optimizer state's elements, in the gradient dtype), in place of
+// kOffloadGradsBuffer's two chunks.
+inline constexpr char kOffloadGradShardBuffer[] = "offload_grad_shard";
+// OffloadSpec::params host (stage 3): the rank's shards of the sharded
+// units' params in host memory (kParamsBuffer then holds the persistent
+// units only), and on the device one shard-sized staging buffer per gather
+// slot that Gather copies a shard into before the all-gather.
+inline constexpr char kOffloadParamShardBuffer[] = "offload_param_shard";
+inline constexpr char kParamStageBuffer[] = "param_stage";
 // NVMe tier only, host memory: three chunks of each swapped state tensor
 // (master with mixed precision, m, v): the one being updated, the next one
 // being read and the previous one being written.

@@ -154,11 +154,11 @@ class Device {
 // Host memory device.
 std::unique_ptr<Device> CreateCpuDevice();
 
-// The engine's host tier (TrainSpec::offload): host memory aligned to 4096
-// bytes (direct I/O), with CPU streams, events and ops. Its memory is
-// pageable: beside a CUDA device the copies to and from the GPU are then
-// staged by the driver (docs/offload.md).
-std::unique_ptr<Device> CreateHostTierDevice();
+// The engine's host tier (TrainSpec::offload) beside `device`: host memory
+// aligned to 4096 bytes (direct I/O), with CPU streams, events and ops.
+// Beside a CUDA device the memory is pinned (cudaHostAlloc), so that the
+// copies to and from the GPU run asynchronously on their stream.
+absl::StatusOr<std::unique_ptr<Device>> CreateHostTierDevice(const Device& device);
 
 // GPU `ordinal`'s memory through the CUDA runtime (cudaMalloc, never managed
 // memory). NotFound when there is no such GPU, Unimplemented when zeroshard

@@ -81,6 +81,19 @@ struct LossScaleSpec {
 // bits in every tier.
 struct OffloadSpec {
   MemoryTier optimizer = MemoryTier::kDevice;
+  // kHost (with the optimizer state off the device): each unit's reduced
+  // gradient shard is copied to a host copy of the rank's gradient shard as
+  // soon as it is final, during the backward, on a side stream; the update
+  // reads it there. The device keeps its gradient buffer (the reductions'
+  // target); the host holds the shard in the gradient dtype instead of two
+  // streaming chunks. kDevice: the gradients stream with the update.
+  MemoryTier grads = MemoryTier::kDevice;
+  // Stage 3, with the optimizer state off the device: kHost keeps the
+  // rank's shard of every sharded unit's params in host memory (ZeRO-Infinity
+  // to CPU). Gather copies the shard to a device staging buffer and
+  // all-gathers from there; the update writes the host shard. Persistent
+  // units stay on the device. kDevice: the shards on the device.
+  MemoryTier params = MemoryTier::kDevice;
   // The swap directory of MemoryTier::kNvme (one set of files per rank,
   // created at Engine::Create and removed when the engine is destroyed).
   std::string dir;

@@ -169,6 +169,31 @@ absl::Status TrainSpec::Validate() const {
     return bad(absl::StrFormat("offload.optimizer %d is not a MemoryTier; use device, host or nvme",
                                static_cast<int>(tier)));
   }
+  if (offload.grads != MemoryTier::kDevice && offload.grads != MemoryTier::kHost) {
+    return bad(
+        absl::StrFormat("offload.grads %s must be device or host", MemoryTierName(offload.grads)));
+  }
+  if (offload.grads == MemoryTier::kHost && tier == MemoryTier::kDevice) {
+    return bad(
+        "offload.grads host needs the optimizer state off the device (offload.optimizer host or "
+        "nvme): the gradients' host copy is what the host update reads");
+  }
+  if (offload.params == MemoryTier::kNvme) {
+    return bad(
+        "offload.params nvme: the engine keeps stage-3 param shards on the device or the host "
+        "tier only (docs/offload.md); use host");
+  }
+  if (offload.params != MemoryTier::kDevice && offload.params != MemoryTier::kHost) {
+    return bad(absl::StrFormat("offload.params %d is not a MemoryTier; use device or host",
+                               static_cast<int>(offload.params)));
+  }
+  if (offload.params == MemoryTier::kHost && (zero_stage != 3 || tier == MemoryTier::kDevice)) {
+    return bad(absl::StrFormat(
+        "offload.params host needs zero_stage 3 (got %d) and the optimizer state off the device "
+        "(offload.optimizer host or nvme, got %s): only stage 3 shards the params, and the host "
+        "update writes them",
+        zero_stage, MemoryTierName(tier)));
+  }
   if (offload.chunk_numel < 1024 || offload.chunk_numel > (int64_t{1} << 30) ||
       offload.chunk_numel % 1024 != 0) {
     return bad(absl::StrFormat("offload.chunk_numel %d must be a multiple of 1024 in [1024, 2^30]",

@@ -78,6 +78,8 @@ const TrainSpecField kFields[] = {
     // Where the optimizer state lives changes no number: a checkpoint moves
     // between tiers (the swap directory is per node and not compared).
     {"offload.optimizer", Kind::kTier, ZS_MEMBER(offload.optimizer)},
+    {"offload.grads", Kind::kTier, ZS_MEMBER(offload.grads)},
+    {"offload.params", Kind::kTier, ZS_MEMBER(offload.params)},
     {"offload.chunk_numel", Kind::kInt, ZS_MEMBER(offload.chunk_numel), 1024, int64_t{1} << 30},
 };
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/device/host_tier.h"
 #include "zeroshard/device.h"
 #include "zeroshard/status.h"
 
@@ -181,6 +182,20 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> CreatePinnedHostTierDevice(const Device& device) {
+  const int ordinal = CudaDeviceOrdinal(device);
+  auto allocate = [ordinal](int64_t bytes) -> absl::StatusOr<void*> {
+    void* ptr = nullptr;
+    // Portable: pinned for every context, so any GPU's copy engine may use it.
+    ZS_RETURN_IF_ERROR(CudaStatus(
+        cudaHostAlloc(&ptr, static_cast<size_t>(bytes > 0 ? bytes : 1), cudaHostAllocPortable),
+        ordinal, "cudaHostAlloc"));
+    return ptr;
+  };
+  auto release = [](void* ptr) { cudaFreeHost(ptr); };
+  return CreateHostDevice("pinned-host", allocate, release);
+}
 
 int CudaDeviceOrdinal(const Device& device) {
   const auto* cuda = dynamic_cast<const CudaDevice*>(&device);

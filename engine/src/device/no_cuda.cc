@@ -1,4 +1,5 @@
 // CreateCudaDevice in a build without CUDA.
+#include "engine/src/device/host_tier.h"
 #include "zeroshard/device.h"
 
 namespace zeroshard {
@@ -11,5 +12,14 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
 }
 
 int CudaDeviceCount() { return 0; }
+
+namespace internal {
+
+absl::StatusOr<std::unique_ptr<Device>> CreatePinnedHostTierDevice(const Device& device) {
+  return absl::UnimplementedError("zeroshard was built without CUDA: no pinned host tier beside " +
+                                  device.name());
+}
+
+}  // namespace internal
 
 }  // namespace zeroshard

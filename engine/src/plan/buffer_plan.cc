@@ -79,6 +79,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
   // Params: every segment full, except stage 3's sharded ones. At most the
   // full flat buffer, so the sum cannot overflow.
   int64_t params_numel = 0;
+  int64_t sharded_numel = 0;  // the sharded segments' shards (in params_numel)
   int64_t sharded_units = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const UnitSegment& seg = layout.unit(u);
@@ -86,6 +87,7 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     plan.unit_resident.push_back(resident);
     params_numel += resident ? seg.padded_numel : seg.shard_numel;
     if (!resident) {
+      sharded_numel += seg.shard_numel;
       ++sharded_units;
       plan.gather_slot_numel = std::max(plan.gather_slot_numel, seg.padded_numel);
     }
@@ -97,8 +99,14 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     for (int s : layout.SegmentsOf(u)) sharded += plan.unit_resident[s] ? 0 : 1;
     segments_per_unit = std::max(segments_per_unit, sharded);
   }
-  plan.buffers.push_back(
-      {kParamsBuffer, MemoryCategory::kParams, train.param_dtype(), params_numel});
+  // OffloadSpec::params host: the sharded segments' shards on the host.
+  const bool params_on_host = train.offload.params == MemoryTier::kHost;
+  plan.buffers.push_back({kParamsBuffer, MemoryCategory::kParams, train.param_dtype(),
+                          params_on_host ? params_numel - sharded_numel : params_numel});
+  if (params_on_host) {
+    plan.buffers.push_back({kOffloadParamShardBuffer, MemoryCategory::kParams, train.param_dtype(),
+                            sharded_numel, MemoryTier::kHost});
+  }
   plan.buffers.push_back(
       {kGradsBuffer, MemoryCategory::kGradients, grad_dtype, stage.grads_sharded ? shard : full});
   // The optimizer state lives on its tier (TrainSpec::offload).
@@ -117,8 +125,13 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     const int64_t rounded = (optimizer_numel + 1023) / 1024 * 1024;
     plan.offload_chunk_numel = std::min(train.offload.chunk_numel, rounded);
     const int64_t two = 2 * plan.offload_chunk_numel;  // below 2^31
-    plan.buffers.push_back(
-        {kOffloadGradsBuffer, MemoryCategory::kCommBuffers, grad_dtype, two, MemoryTier::kHost});
+    if (train.offload.grads == MemoryTier::kHost) {
+      plan.buffers.push_back({kOffloadGradShardBuffer, MemoryCategory::kGradients, grad_dtype,
+                              optimizer_numel, MemoryTier::kHost});
+    } else {
+      plan.buffers.push_back(
+          {kOffloadGradsBuffer, MemoryCategory::kCommBuffers, grad_dtype, two, MemoryTier::kHost});
+    }
     plan.buffers.push_back({kOffloadParamsBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
                             two, MemoryTier::kHost});
     if (state_tier == MemoryTier::kNvme) {
@@ -181,6 +194,12 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       return TooLarge(kParamGatherBuffer, "prefetch_units", train.prefetch_units);
     plan.buffers.push_back(
         {kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(), *pool});
+    if (params_on_host) {
+      // One shard of the largest sharded segment per gather slot: at most
+      // the pool's size.
+      plan.buffers.push_back({kParamStageBuffer, MemoryCategory::kCommBuffers, train.param_dtype(),
+                              slots * (plan.gather_slot_numel / layout.world_size())});
+    }
   }
   // One double per norm block of the rank's shard. The gradient norm sums
   // blocks of kNormBlockElements (the runtime checks that the kernels use

@@ -83,7 +83,6 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
       param_dtype_(train.param_dtype()),
       grad_dtype_(train.effective_grad_dtype()),
       mixed_(train.precision != Precision::kFp32),
-      host_tier_(train.offload.enabled() ? CreateHostTierDevice() : nullptr),
       buffers_(layout_, plan_, rank_, param_dtype_, grad_dtype_),
       log_(train.check_collective_sequence),
       loss_scaler_(train.precision, train.loss_scale),
@@ -104,7 +103,16 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
   reducer_ = std::make_unique<GradReducer>(model_, layout_, plan_, rank_, grad_dtype_,
                                            train_.grad_accum_steps, buffers_, services);
   // A unit's norm block sums are queued as soon as its gradient is final.
-  reducer_->set_final_grad_hook([this](int u) { return norm_.OnGradFinal(u); });
+  reducer_->set_final_grad_hook([this](int u) -> absl::Status {
+    ZS_RETURN_IF_ERROR(norm_.OnGradFinal(u));
+    if (offload_ == nullptr || train_.offload.grads != MemoryTier::kHost) {
+      return absl::OkStatus();
+    }
+    // The gradient's host copy, during the backward, after the compute
+    // stream's work on it (a stage-2 accumulation, the norm's block sums).
+    ZS_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, RecordCompute());
+    return offload_->OnGradFinal(u, done);
+  });
 }
 
 EngineImpl::~EngineImpl() {
@@ -129,7 +137,11 @@ EngineImpl::~EngineImpl() {
 }
 
 absl::Status EngineImpl::Allocate() {
-  // Exactly the plan's buffers, nothing else.
+  // Exactly the plan's buffers, nothing else; the host tier's on a host
+  // device beside ours (pinned beside a GPU).
+  if (train_.offload.enabled()) {
+    ZS_ASSIGN_OR_RETURN(host_tier_, CreateHostTierDevice(device_));
+  }
   ZS_RETURN_IF_ERROR(buffers_.Allocate(device_, host_tier_.get()));
   ZS_ASSIGN_OR_RETURN(compute_, device_.CreateStream());
   ZS_ASSIGN_OR_RETURN(ops_, CreateDeviceOps(device_, *compute_));
@@ -168,6 +180,11 @@ absl::Status EngineImpl::Allocate() {
                                                 grad_dtype_, device_, *host_tier_, std::move(swap));
   ZS_RETURN_IF_ERROR(offload_->Init());
   checkpoint_->set_offload(offload_.get());
+  if (train_.offload.params == MemoryTier::kHost) {
+    gatherer_->set_shard_fetch([this](void* device, const void* host, int64_t bytes) {
+      return offload_->FetchShard(device, host, bytes);
+    });
+  }
   return absl::OkStatus();
 }
 
@@ -537,19 +554,22 @@ absl::StatusOr<std::vector<float>> EngineImpl::GetParam(int unit, int param) {
                                  : ParamsAt(s, shard.begin);
   // An offloaded master: this rank's shard from its tier, into the memory
   // the communicator moves (host memory, or a device temporary).
+  // A shard of params on the host tier likewise.
   std::vector<float> offloaded;
   DeviceBuffer device_shard;
-  if (from_master && offload_ != nullptr) {
-    offloaded.resize(static_cast<size_t>(seg.shard_numel));
-    ZS_RETURN_IF_ERROR(
-        ReadState(StateTensor::kMaster, s, shard.begin, seg.shard_numel, offloaded.data()));
-    mine = offloaded.data();
+  const bool params_on_host = !from_master && buffers_.ParamsOnHost(s);
+  if ((from_master && offload_ != nullptr) || params_on_host) {
+    if (from_master) {
+      offloaded.resize(static_cast<size_t>(seg.shard_numel));
+      ZS_RETURN_IF_ERROR(
+          ReadState(StateTensor::kMaster, s, shard.begin, seg.shard_numel, offloaded.data()));
+      mine = offloaded.data();
+    }
     if (!device_.host_accessible()) {
       ZS_ASSIGN_OR_RETURN(
           device_shard,
           device_.Allocate(seg.shard_numel * elem, MemoryCategory::kWorkspace, "get_param_shard"));
-      ZS_RETURN_IF_ERROR(
-          CopyOnCompute(device_shard.data(), offloaded.data(), seg.shard_numel * elem));
+      ZS_RETURN_IF_ERROR(CopyOnCompute(device_shard.data(), mine, seg.shard_numel * elem));
       ZS_RETURN_IF_ERROR(SyncCompute());
       mine = device_shard.data();
     }

@@ -123,6 +123,9 @@ absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
     result.skipped = true;
     result.clip_coef = 0.0;
     ++stats_.skipped_steps;
+    // The gradients' host copies of the skipped step must be done before
+    // the next step's reductions overwrite what they read.
+    if (offload_ != nullptr) ZS_RETURN_IF_ERROR(Poison(offload_->Quiesce()));
     return result;
   }
   if (train_.max_grad_norm > 0.0) {

@@ -44,7 +44,8 @@ OffloadOptimizer::OffloadOptimizer(const FlatLayout& layout, const BufferPlan& p
       device_(device),
       host_(host),
       swap_(std::move(swap)),
-      chunk_numel_(plan.offload_chunk_numel) {
+      chunk_numel_(plan.offload_chunk_numel),
+      grads_on_host_(plan.Find(kOffloadGradShardBuffer) != nullptr) {
   const PlannedBuffer* m = plan.Find(kAdamMBuffer);
   state_numel_ = m != nullptr ? m->numel : 0;
 }
@@ -53,12 +54,14 @@ OffloadOptimizer::~OffloadOptimizer() {
   // Nothing may still read or write the buffers: finish the streams and the
   // I/O (their errors were reported by the Apply that issued them).
   if (copy_ != nullptr) copy_->Synchronize().IgnoreError();
+  if (fetch_ != nullptr) fetch_->Synchronize().IgnoreError();
   if (host_stream_ != nullptr) host_stream_->Synchronize().IgnoreError();
   if (swap_ != nullptr) swap_->WaitAll().IgnoreError();
 }
 
 absl::Status OffloadOptimizer::Init() {
   ZS_ASSIGN_OR_RETURN(copy_, device_.CreateStream());
+  ZS_ASSIGN_OR_RETURN(fetch_, device_.CreateStream());
   ZS_ASSIGN_OR_RETURN(host_stream_, host_.CreateStream());
   ZS_ASSIGN_OR_RETURN(host_ops_, CreateDeviceOps(host_, *host_stream_));
   for (int s = 0; s < 2; ++s) {
@@ -159,15 +162,41 @@ void OffloadOptimizer::BuildChunks(const std::vector<UpdateRun>& runs) {
   }
 }
 
+absl::Status OffloadOptimizer::OnGradFinal(int unit, const std::shared_ptr<Event>& after) {
+  if (!grads_on_host_) return absl::OkStatus();
+  const ElementRange owned = buffers_.OwnedRange(unit);
+  if (owned.size() <= 0) return absl::OkStatus();
+  const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
+  if (after != nullptr) ZS_RETURN_IF_ERROR(after->MakeStreamWait(*copy_));
+  char* dst =
+      buffers_.offload_grad_shard.as<char>() + buffers_.OptimizerIndex(unit, owned.begin) * gsize;
+  ZS_RETURN_IF_ERROR(
+      device_.CopyAsync(dst, buffers_.GradsAt(unit, owned.begin), owned.size() * gsize, *copy_));
+  backward_grad_bytes_ += owned.size() * gsize;
+  return absl::OkStatus();
+}
+
+absl::Status OffloadOptimizer::FetchShard(void* device, const void* host, int64_t bytes) {
+  ZS_RETURN_IF_ERROR(device_.CopyAsync(device, host, bytes, *fetch_));
+  return fetch_->Synchronize();
+}
+
+absl::Status OffloadOptimizer::Quiesce() {
+  backward_grad_bytes_ = 0;
+  return copy_->Synchronize();
+}
+
 absl::Status OffloadOptimizer::CopyIn(const Chunk& chunk, int slot) {
   const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
   const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
   char* grads = buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
   char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
   for (const Piece& p : chunk.pieces) {
-    ZS_RETURN_IF_ERROR(device_.CopyAsync(
-        grads + p.at * gsize, buffers_.GradsAt(p.unit, p.seg_begin), p.n * gsize, *copy_));
-    stats_.bytes_to_host += p.n * gsize;
+    if (!grads_on_host_) {  // else copied during the backward (OnGradFinal)
+      ZS_RETURN_IF_ERROR(device_.CopyAsync(
+          grads + p.at * gsize, buffers_.GradsAt(p.unit, p.seg_begin), p.n * gsize, *copy_));
+      stats_.bytes_to_host += p.n * gsize;
+    }
     if (!mixed_) {
       // fp32: the params are the master the update reads and writes.
       ZS_RETURN_IF_ERROR(device_.CopyAsync(
@@ -193,7 +222,10 @@ absl::Status OffloadOptimizer::Update(const ShardOptimizer& optimizer, const Chu
                                       int state_slot) {
   const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
   const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
-  const char* grads = buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
+  // The chunk's gradient: its slot, or its place in the host shard.
+  const char* grads = grads_on_host_
+                          ? buffers_.offload_grad_shard.as<char>() + chunk.index * gsize
+                          : buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
   char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
   // The chunk's state: in place on the host tier, its slot on NVMe.
   auto state = [&](StateTensor t) -> float* {
@@ -258,6 +290,8 @@ absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scal
                                      const OffloadApplyParts& parts) {
   const absl::Time begin = absl::Now();
   stats_ = OffloadStepStats();
+  stats_.bytes_to_host = backward_grad_bytes_;
+  backward_grad_bytes_ = 0;
   optimizer.BeginStep(grad_scale, lr);
   BuildChunks(optimizer.runs());
   const int n = static_cast<int>(chunks_.size());

@@ -90,6 +90,18 @@ class OffloadOptimizer {
   absl::Status Apply(ShardOptimizer& optimizer, double grad_scale, double lr,
                      const OffloadApplyParts& parts = {});
 
+  // OffloadSpec::grads host: copies the reduced gradient of `unit`'s owned
+  // range to the host shard on the copy stream, after `after` (the compute
+  // stream's work that finishes the gradient). Called by the reducer's
+  // final-gradient hook, during the backward; a no-op otherwise.
+  absl::Status OnGradFinal(int unit, const std::shared_ptr<Event>& after);
+  // Waits for the copies OnGradFinal enqueued (a skipped step's: the next
+  // step's reductions overwrite the device gradients they read).
+  absl::Status Quiesce();
+  // OffloadSpec::params host: copies `bytes` from host memory to device
+  // memory on a stream of its own and waits for it (ParamGatherer's fetch).
+  absl::Status FetchShard(void* device, const void* host, int64_t bytes);
+
   // NVMe: every swap file still is ours and whole (once per step); OK on
   // the host tier.
   absl::Status CheckFiles() const;
@@ -138,9 +150,12 @@ class OffloadOptimizer {
   Device& host_;
   std::unique_ptr<SwapFiles> swap_;
   int64_t chunk_numel_;
-  int64_t state_numel_;  // the flat space's size
+  bool grads_on_host_;               // OffloadSpec::grads host (kOffloadGradShardBuffer)
+  int64_t backward_grad_bytes_ = 0;  // copied by OnGradFinal since the last Apply
+  int64_t state_numel_;              // the flat space's size
 
   std::unique_ptr<Stream> copy_;         // a stream of the device
+  std::unique_ptr<Stream> fetch_;        // a stream of the device: FetchShard
   std::unique_ptr<Stream> host_stream_;  // a stream of the host tier
   std::unique_ptr<DeviceOps> host_ops_;
   std::unique_ptr<Event> copied_in_[2];  // on copy_: chunk slot's inputs on the host

@@ -161,10 +161,18 @@ absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
   g.issued = ++issue_counter_;
   unit_slot_[unit] = slot;
   // Every rank's shard lands at its offset in the slot: the segment,
-  // padding (zero in every shard) included.
-  g.gather = services_.comm().AllGather(
-      buffers_.ParamsAt(unit, layout_.ShardRange(unit, rank_).begin), buffers_.GatherSlotData(slot),
-      seg.shard_numel, param_dtype_, CollectiveLog::UnitTag(unit));
+  // padding (zero in every shard) included. A shard on the host tier goes
+  // to the slot's device staging buffer first.
+  const void* mine = buffers_.ParamsAt(unit, layout_.ShardRange(unit, rank_).begin);
+  if (buffers_.ParamsOnHost(unit)) {
+    void* stage = buffers_.ParamStageData(slot);
+    if (!fetch_) return absl::InternalError("stage 3: params on the host tier without a fetch");
+    ZS_RETURN_IF_ERROR(
+        fetch_(stage, mine, seg.shard_numel * static_cast<int64_t>(DTypeSize(param_dtype_))));
+    mine = stage;
+  }
+  g.gather = services_.comm().AllGather(mine, buffers_.GatherSlotData(slot), seg.shard_numel,
+                                        param_dtype_, CollectiveLog::UnitTag(unit));
   services_.log().Note(CollectiveKind::kGatherUnit, unit, seg.shard_numel);
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@
 #define ZEROSHARD_RUNTIME_PARAM_GATHERER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ class ParamGatherer {
                 DType param_dtype, const ShardBuffers& buffers, RuntimeServices& services);
   // Waits for every all-gather still in flight (peers may read our buffers).
   ~ParamGatherer();
+
+  // OffloadSpec::params host: copies `bytes` of a unit's host shard into
+  // device memory (a kParamStageBuffer slot) and returns when it is there;
+  // the all-gather then reads the device copy.
+  using ShardFetch = std::function<absl::Status(void* device, const void* host, int64_t bytes)>;
+  void set_shard_fetch(ShardFetch fetch) { fetch_ = std::move(fetch); }
 
   // The memory of spec unit `unit`'s params: per segment of
   // layout.SegmentsOf(unit), in segment coordinates, complete on every
@@ -132,6 +139,7 @@ class ParamGatherer {
   int64_t segment_gathers_ = 0;
   int64_t gathers_ahead_ = 0;
   int64_t gathers_waited_ = 0;
+  ShardFetch fetch_;
 };
 
 }  // namespace zeroshard::internal

@@ -14,11 +14,20 @@ ShardBuffers::ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int
       grad_dtype_(grad_dtype) {
   // Where each unit's params live in the params buffer: its full segment,
   // or (stage 3) this rank's shard of it.
+  // With OffloadSpec::params host the sharded units' shards are a buffer of
+  // their own, on the host.
+  params_on_host_ = plan_.Find(kOffloadParamShardBuffer) != nullptr;
   int64_t offset = 0;
+  int64_t host_offset = 0;
   int64_t tied = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    param_offset_.push_back(offset);
-    offset += plan_.unit_resident[u] ? layout_.unit(u).padded_numel : layout_.unit(u).shard_numel;
+    if (params_on_host_ && !plan_.unit_resident[u]) {
+      param_offset_.push_back(host_offset);
+      host_offset += layout_.unit(u).shard_numel;
+    } else {
+      param_offset_.push_back(offset);
+      offset += plan_.unit_resident[u] ? layout_.unit(u).padded_numel : layout_.unit(u).shard_numel;
+    }
     tied_offset_.push_back(tied);
     if (layout_.UsersOf(u).size() > 1) tied += layout_.unit(u).padded_numel;
   }
@@ -57,6 +66,12 @@ absl::Status ShardBuffers::Allocate(Device& device, Device* host) {
       offload_params = std::move(buffer);
     } else if (b.name == kOffloadStateBuffer) {
       offload_state = std::move(buffer);
+    } else if (b.name == kOffloadGradShardBuffer) {
+      offload_grad_shard = std::move(buffer);
+    } else if (b.name == kOffloadParamShardBuffer) {
+      offload_param_shard = std::move(buffer);
+    } else if (b.name == kParamStageBuffer) {
+      param_stage = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -80,7 +95,13 @@ void* ShardBuffers::ParamsAt(int unit, int64_t seg_index) const {
   const int64_t element = plan_.unit_resident[unit] ? param_offset_[unit] + seg_index
                                                     : param_offset_[unit] + seg_index -
                                                           layout_.ShardRange(unit, rank_).begin;
-  return params.as<char>() + element * static_cast<int64_t>(DTypeSize(param_dtype_));
+  const DeviceBuffer& buffer = ParamsOnHost(unit) ? offload_param_shard : params;
+  return buffer.as<char>() + element * static_cast<int64_t>(DTypeSize(param_dtype_));
+}
+
+void* ShardBuffers::ParamStageData(int slot) const {
+  return param_stage.as<char>() + slot * (plan_.gather_slot_numel / layout_.world_size()) *
+                                      static_cast<int64_t>(DTypeSize(param_dtype_));
 }
 
 void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {

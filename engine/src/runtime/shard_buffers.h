@@ -67,7 +67,15 @@ class ShardBuffers {
 
   DeviceBuffer params, grads, master, adam_m, adam_v, staging, norm_blocks, gather_pool, tied_accum;
   // Optimizer offload: the host tier's streaming chunks.
-  DeviceBuffer offload_grads, offload_params, offload_state;
+  DeviceBuffer offload_grads, offload_params, offload_state, offload_grad_shard;
+  // OffloadSpec::params host: the sharded units' shards, and the device
+  // staging buffer (one shard per gather slot).
+  DeviceBuffer offload_param_shard, param_stage;
+  // Whether `unit`'s params live on the host tier (a sharded unit with
+  // OffloadSpec::params host): ParamsAt then points to host memory.
+  bool ParamsOnHost(int unit) const { return params_on_host_ && !plan_.unit_resident[unit]; }
+  // Stage slot `slot` of kParamStageBuffer.
+  void* ParamStageData(int slot) const;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
@@ -77,7 +85,8 @@ class ShardBuffers {
   int rank_;
   DType param_dtype_;
   DType grad_dtype_;
-  std::vector<int64_t> param_offset_;  // per unit: first element in params
+  bool params_on_host_ = false;
+  std::vector<int64_t> param_offset_;  // per unit: first element in params (or the host shard)
   std::vector<int64_t> tied_offset_;   // per unit: first element in tied_accum (tied ones)
 };
 
