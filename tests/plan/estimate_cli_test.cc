@@ -135,7 +135,8 @@ TEST(EstimateCliTest, BadInputIsOneErrorLineAndExitCode2) {
            std::string("estimate --preset llama-2-7b --gpus 12"),
            std::string("estimate --preset gpt2 --seq 4096"),
            std::string("estimate --preset gpt2 --stage 4"),
-           std::string("estimate --preset gpt2 --stage 0 --offload optimizer=host,grads=host"),
+           std::string("estimate --preset gpt2 --stage 2 --offload optimizer=host,params=host"),
+           std::string("estimate --preset gpt2 --stage 3 --offload grads=host"),
            std::string("estimate --preset gpt2 --offload optimizer=tape"),
            std::string("estimate --preset gpt2 --offload optimiser=host"),
            std::string("estimate --preset gpt2 --offload params=nvme"),
@@ -417,7 +418,7 @@ TEST(EstimateCliTest, Stage1OffloadPutsAGradientShardOnTheHost) {
   const auto doc = ParseReport(r);
   bool found = false;
   for (const auto& b : doc["candidates"][0]["buffers"]) {
-    if (b["name"] == "grads_shard_host") {
+    if (b["name"] == "offload_grad_shard") {
       found = true;
       EXPECT_EQ(b["placement"], "host");
     }

@@ -1,7 +1,8 @@
-// The planner's offload rows: the optimizer state on the host or NVMe tier
-// is PlanEngineBuffers verbatim (each buffer on the tier the engine's
-// ledgers record), gradients and params on the host stay analytic and are
-// marked so; the --offload spellings; the NVMe term of the step time.
+// The planner's offload rows: every policy the engine runs (the optimizer
+// state on the host or NVMe, the gradient shard and stage 3's param shards
+// on the host) is PlanEngineBuffers verbatim, each buffer on the tier the
+// engine's ledgers record; the --offload spellings; the NVMe term of the
+// step time.
 #include <random>
 #include <string>
 
@@ -28,12 +29,12 @@ Placement PlacementOf(MemoryTier tier) {
                                      : Placement::kDevice;
 }
 
-TEST(PlannerOffloadTest, OptimizerTierRowsArePlanEngineBuffersPerTier) {
+TEST(PlannerOffloadTest, OffloadRowsArePlanEngineBuffersPerTier) {
   auto model = ModelFromPreset("gpt2");
   ASSERT_TRUE(model.ok()) << model.status();
   std::mt19937_64 rng(testing::Seed());
   const Precision precisions[] = {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed};
-  for (int trial = 0; trial < 6; ++trial) {
+  for (int trial = 0; trial < 8; ++trial) {
     const int gpus = 1 << (rng() % 4);
     const int stage = static_cast<int>(rng() % 4);
     PlanOptions options;
@@ -41,17 +42,27 @@ TEST(PlannerOffloadTest, OptimizerTierRowsArePlanEngineBuffersPerTier) {
     options.stage = stage;
     options.tp = options.pp = 1;
     options.grad_accum_steps = 1 + static_cast<int>(rng() % 3);
+    const MemoryTier grads = rng() % 2 ? MemoryTier::kHost : MemoryTier::kDevice;
+    const MemoryTier params = stage == 3 && rng() % 2 ? MemoryTier::kHost : MemoryTier::kDevice;
     const std::string where = testing::SeedTrace() + ", trial " + std::to_string(trial);
     int64_t device_bytes[3] = {0, 0, 0};
     for (MemoryTier tier : {MemoryTier::kDevice, MemoryTier::kHost, MemoryTier::kNvme}) {
-      options.offload = Offload{tier};
+      // Gradients and params leave the device only with the optimizer.
+      const Offload offload =
+          tier == MemoryTier::kDevice ? Offload::kNone : Offload{tier, grads, params};
+      options.offload = offload;
       auto plan = Planner::Plan(*model, Cluster(gpus), options);
       ASSERT_TRUE(plan.ok()) << plan.status() << " " << where;
       ASSERT_EQ(plan->candidates.size(), 1u) << where;
       const Candidate& c = plan->candidates[0];
       EXPECT_TRUE(c.engine_supported) << c.Label() << " " << where;
       // The engine's own plan for this rank, as Engine::Create would ask.
-      TrainSpec train = Planner::EngineTrainSpec(plan->options, stage, c.micro_batches, tier);
+      const TrainSpec train =
+          Planner::EngineTrainSpec(plan->options, stage, c.micro_batches, offload);
+      ASSERT_TRUE(train.Validate().ok()) << train.Validate() << " " << where;
+      EXPECT_EQ(train.offload.optimizer, offload.optimizer);
+      EXPECT_EQ(train.offload.grads, offload.grads);
+      EXPECT_EQ(train.offload.params, offload.params);
       auto engine = PlanEngineBuffers(model->spec, train, gpus);
       ASSERT_TRUE(engine.ok()) << engine.status() << " " << where;
       ASSERT_EQ(c.buffers.size(), engine->buffers.size()) << c.Label() << " " << where;
@@ -80,19 +91,23 @@ TEST(PlannerOffloadTest, OptimizerTierRowsArePlanEngineBuffersPerTier) {
       EXPECT_EQ(c.per_node_host_bytes, c.per_rank_host.total() * std::min(gpus, 8)) << where;
       device_bytes[static_cast<int>(tier)] = engine->total_bytes(MemoryTier::kDevice);
     }
-    // The device drops by the optimizer state: 4 bytes per shard element
-    // of each of master (mixed precision), m and v.
-    auto dense = PlanEngineBuffers(
-        model->spec, Planner::EngineTrainSpec(options, stage, options.grad_accum_steps), gpus);
-    ASSERT_TRUE(dense.ok());
-    const int64_t states = dense->BytesIn(MemoryCategory::kMasterParams) +
-                           dense->BytesIn(MemoryCategory::kOptimizerState);
-    EXPECT_EQ(device_bytes[0] - device_bytes[1], states) << where;
-    EXPECT_EQ(device_bytes[0] - device_bytes[2], states) << where;
+    if (params == MemoryTier::kDevice) {
+      // The device drops by the optimizer state: 4 bytes per shard element
+      // of each of master (mixed precision), m and v.
+      auto dense = PlanEngineBuffers(
+          model->spec, Planner::EngineTrainSpec(options, stage, options.grad_accum_steps), gpus);
+      ASSERT_TRUE(dense.ok());
+      const int64_t states = dense->BytesIn(MemoryCategory::kMasterParams) +
+                             dense->BytesIn(MemoryCategory::kOptimizerState);
+      EXPECT_EQ(device_bytes[0] - device_bytes[1], states) << where;
+      EXPECT_EQ(device_bytes[0] - device_bytes[2], states) << where;
+    } else {
+      EXPECT_LT(device_bytes[1], device_bytes[0]) << where;
+    }
   }
 }
 
-TEST(PlannerOffloadTest, GradsAndParamsOnTheHostAreAnalyticRows) {
+TEST(PlannerOffloadTest, ZeroInfinityToTheHostIsTheEnginesStage3) {
   auto model = ModelFromPreset("gpt2");
   ASSERT_TRUE(model.ok());
   PlanOptions options;
@@ -102,12 +117,16 @@ TEST(PlannerOffloadTest, GradsAndParamsOnTheHostAreAnalyticRows) {
   auto plan = Planner::Plan(*model, Cluster(8), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const Candidate& c = plan->candidates.at(0);
-  EXPECT_FALSE(c.engine_supported);
+  EXPECT_TRUE(c.engine_supported);
   EXPECT_EQ(c.Label(), "stage 3 + offload optimizer=nvme,grads=host,params=host");
-  EXPECT_EQ(c.per_gpu.model_states(), 0);
   EXPECT_GT(c.per_rank_nvme.optimizer, 0);
-  EXPECT_GT(c.per_rank_host.params, 0);
-  EXPECT_GT(c.per_rank_host.grads, 0);
+  EXPECT_GT(c.per_rank_host.params, 0);  // the sharded units' param shards
+  EXPECT_GT(c.per_rank_host.grads, 0);   // the reduced gradient shard
+  bool staged = false;
+  for (const PlacedBuffer& b : c.buffers) {
+    if (b.buffer.name == kParamStageBuffer) staged = b.placement == Placement::kDevice;
+  }
+  EXPECT_TRUE(staged) << "stage 3's gathers stage a host shard on the device";
 }
 
 TEST(PlannerOffloadTest, NvmeAddsTheSwapTrafficToTheStep) {
@@ -201,7 +220,8 @@ TEST(PlannerOffloadTest, ImpossibleOffloadsAreRefused) {
   };
   for (const Case& c :
        {Case{2, Offload{MemoryTier::kDevice, MemoryTier::kHost}, "offload the optimizer too"},
-        Case{0, Offload{MemoryTier::kHost, MemoryTier::kHost}, "grads=host"},
+        Case{3, Offload{MemoryTier::kDevice, MemoryTier::kDevice, MemoryTier::kHost},
+             "offload the optimizer too"},
         Case{2, Offload{MemoryTier::kHost, MemoryTier::kDevice, MemoryTier::kHost},
              "--stage 3 for params=host"}}) {
     PlanOptions options;

@@ -112,9 +112,11 @@ int Candidate::Tier() const {
 }
 
 TrainSpec Planner::EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches,
-                                   MemoryTier optimizer_tier) {
+                                   const Offload& offload) {
   TrainSpec train;
-  train.offload.optimizer = optimizer_tier;
+  train.offload.optimizer = offload.optimizer;
+  train.offload.grads = offload.grads;
+  train.offload.params = offload.params;
   train.zero_stage = stage;
   train.precision = options.precision;
   // prefetch_depth counts gather buffers: the unit in use plus those ahead.
@@ -176,14 +178,13 @@ std::vector<Shape> Enumerate(const ModelDescription& model, const ClusterSpec& c
         // Megatron refuse to shard gradients across pipelined micro-batches).
         if (pp > 1 && o.stage < 0 && s > 1) continue;
         // With a forced --offload, that policy alone; automatic: none, the
-        // optimizer on the host and on NVMe (what the engine runs), and the
-        // analytic ZeRO-Infinity row (optimizer, grads and params on the host).
+        // optimizer on the host and on NVMe, and ZeRO-Infinity to the host
+        // (optimizer, grads and params; stage 3).
         std::vector<Offload> policies = {Offload::kNone, Offload::kOptimizer,
                                          Offload::kOptimizerNvme, Offload::kOptimizerAndParams};
         if (o.offload.has_value()) policies = {*o.offload};
         for (const Offload& off : policies) {
           if (!offload_allowed(off)) continue;
-          if (off.grads != MemoryTier::kDevice && s == 0) continue;
           if (off.params != MemoryTier::kDevice && s != 3) continue;
           // Automatic offload is tried at stages 2-3 without splits only.
           const bool forced = o.offload.has_value() || o.stage >= 0;

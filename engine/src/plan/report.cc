@@ -179,9 +179,8 @@ std::string FormatTable(const Plan& plan, bool all) {
     if (!c.engine_supported) {
       absl::StrAppend(
           &out,
-          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16), the optimizer state on "
-          "the device, host or NVMe tier, without gradient or param offload or tp/pp; this "
-          "plan's buffers are computed analytically\n");
+          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) with every offload "
+          "tier, without tp/pp; this plan's buffers are computed analytically\n");
     }
   }
   if (!plan.trainer_tensors.empty()) {

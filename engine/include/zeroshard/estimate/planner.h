@@ -3,11 +3,11 @@
 //
 // Pure: sizes only, no Device, no Communicator. For every configuration the
 // engine runs today (ZeRO stages 0-3, fp32, bf16 or fp16 mixed, the
-// optimizer state on the device, host or NVMe tier, tp = pp = 1) a
-// candidate's `buffers` are PlanBuffers() verbatim, so the plan equals the
-// engine's ledgers, tier by tier, by construction. Gradient and param
-// offload and tensor/pipeline splits are derived from the same list
-// analytically (docs/memory_model.md gives every formula).
+// states on the device, host or NVMe tiers the engine accepts, tp = pp = 1)
+// a candidate's `buffers` are PlanBuffers() verbatim, so the plan equals the
+// engine's ledgers, tier by tier, by construction. Tensor/pipeline splits
+// are derived from the same list analytically (docs/memory_model.md gives
+// every formula).
 #ifndef ZEROSHARD_ESTIMATE_PLANNER_H_
 #define ZEROSHARD_ESTIMATE_PLANNER_H_
 
@@ -64,22 +64,22 @@ struct TrainerTensor {
   int64_t bytes = 0;
 };
 
-// Where the model states live (docs/estimator.md, "Offload"). The
-// optimizer state (fp32 master and Adam moments) on the host or NVMe tier
-// is what the engine runs (TrainSpec::offload.optimizer, every stage): such
-// a candidate's buffers are PlanBuffers verbatim with that tier, so its
-// device, host and NVMe bytes equal the engine's ledgers. Gradients and
-// params on the host are the planner's analytic rows (ZeRO-Offload's host
-// gradient shard, ZeRO-Infinity's param offload), not run by the engine.
+// Where the model states live (docs/estimator.md, "Offload tiers";
+// TrainSpec::offload, docs/offload.md). Every policy the engine accepts is
+// what it runs: a tp = pp = 1 candidate's buffers are PlanBuffers verbatim
+// with this OffloadSpec, so its device, host and NVMe bytes equal the
+// engine's three ledgers.
 struct Offload {
+  // The fp32 master (mixed precision) and the Adam moments.
   MemoryTier optimizer = MemoryTier::kDevice;  // device | host | nvme
-  // host: the rank's reduced gradient shard kept on the host for the CPU
-  // Adam (stages 1-2: a host copy of the shard; from stage 2 the sharded
-  // grads buffer itself). Needs the optimizer offloaded and stage >= 1.
-  MemoryTier grads = MemoryTier::kDevice;
-  // host: stage 3's params shard on the host, fetched on gather. Needs the
-  // optimizer offloaded and stage 3.
-  MemoryTier params = MemoryTier::kDevice;
+  // host: each unit's reduced gradient shard copied to a host shard during
+  // the backward (the device keeps its gradient buffer). Needs the
+  // optimizer off the device.
+  MemoryTier grads = MemoryTier::kDevice;  // device | host
+  // host: stage 3's param shards of the sharded units in host memory,
+  // staged to the device per gather. Needs stage 3 and the optimizer off
+  // the device.
+  MemoryTier params = MemoryTier::kDevice;  // device | host
 
   // The spellings of the command line (ParseOffload): "none",
   // "optimizer" (= optimizer=host), "optimizer+params" (= optimizer=host,
@@ -93,8 +93,6 @@ struct Offload {
     return optimizer != MemoryTier::kDevice || grads != MemoryTier::kDevice ||
            params != MemoryTier::kDevice;
   }
-  // True when the engine runs it: only the optimizer state moves.
-  bool engine_runs() const { return grads == MemoryTier::kDevice && params == MemoryTier::kDevice; }
   friend bool operator==(const Offload& a, const Offload& b) {
     return a.optimizer == b.optimizer && a.grads == b.grads && a.params == b.params;
   }
@@ -238,9 +236,9 @@ struct Candidate {
   int dp = 1;
   int micro_batches = 1;   // per data-parallel rank per step
   int worst_pp_stage = 0;  // the pipeline stage whose GPU needs the most memory
-  // True when this configuration runs on today's engine (tp = pp = 1, the
-  // optimizer state on any tier, grads and params on the device) and
-  // `buffers` is PlanBuffers() verbatim, each buffer placed on its tier.
+  // True when this configuration runs on today's engine (tp = pp = 1, any
+  // offload the engine accepts) and `buffers` is PlanBuffers() verbatim,
+  // each buffer placed on its tier.
   bool engine_supported = false;
   // One rank of the worst pipeline stage: every buffer it allocates.
   std::vector<PlacedBuffer> buffers;
@@ -320,10 +318,10 @@ class Planner {
                                               const PlanOptions& options);
 
   // The TrainSpec the engine gets for `stage` under `options` with
-  // `micro_batches` per step and the optimizer state on `optimizer_tier`
-  // (TrainSpec::offload.optimizer): what PlanBuffers sees.
+  // `micro_batches` per step and the states on `offload`'s tiers
+  // (TrainSpec::offload): what PlanBuffers sees.
   static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches,
-                                   MemoryTier optimizer_tier = MemoryTier::kDevice);
+                                   const Offload& offload = Offload::kNone);
 };
 
 // One way to run a ModelSpec on a dp x tp x pp grid (PlanGrid): ZeRO stage

@@ -125,14 +125,8 @@ absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
     const bool moves_states = off.grads != MemoryTier::kDevice || off.params != MemoryTier::kDevice;
     if (moves_states && off.optimizer == MemoryTier::kDevice) {
       return InvalidArgument(absl::StrFormat(
-          "--offload %s: gradients or params on the host feed the CPU Adam; offload the "
+          "--offload %s: gradients or params on the host serve the host update; offload the "
           "optimizer too (optimizer=host or optimizer=nvme)",
-          OffloadName(off)));
-    }
-    if (off.grads != MemoryTier::kDevice && o.stage == 0) {
-      return InvalidArgument(absl::StrFormat(
-          "--offload %s needs ZeRO stage 1, 2 or 3 for grads=host (stage 0 keeps no gradient "
-          "shard)",
           OffloadName(off)));
     }
     if (off.params != MemoryTier::kDevice && o.stage >= 0 && o.stage != 3) {

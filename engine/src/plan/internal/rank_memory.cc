@@ -140,40 +140,18 @@ Placement PlacementOf(MemoryTier tier) {
 }
 
 // The buffers of one rank: PlanBuffers over the split's storage segments
-// with the optimizer state on its tier (exactly what the engine allocates
-// for the slice, each buffer on the tier the engine's ledgers record:
-// gradients, master and moments over the trainable segments alone), then
-// the analytic moves of gradients and params to the host.
+// with the candidate's offload (exactly what the engine allocates for the
+// slice, each buffer on the tier the engine's ledgers record: gradients,
+// master and moments over the trainable segments alone).
 absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const SplitLayout::Stage& stage,
                                                       const PlanOptions& options,
                                                       const Candidate& c) {
-  const FlatLayout& layout = stage.layout;
-  const TrainSpec train =
-      Planner::EngineTrainSpec(options, c.stage, c.micro_batches, c.offload.optimizer);
-  ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(layout, train));
+  const TrainSpec train = Planner::EngineTrainSpec(options, c.stage, c.micro_batches, c.offload);
+  ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(stage.layout, train));
   std::vector<PlacedBuffer> out;
   for (PlannedBuffer& b : engine_plan.buffers) {
     const Placement placement = PlacementOf(b.tier);
     out.push_back({std::move(b), placement});
-  }
-  // ZeRO-Offload's host gradient shard and ZeRO-Infinity's host params:
-  // analytic (the engine keeps both on the device). Below 2^57 elements (a
-  // layout's limit), so the byte counts fit.
-  for (PlacedBuffer& p : out) {
-    const std::string& n = p.buffer.name;
-    if (n == kGradsBuffer && c.stage >= 2 && c.offload.grads == MemoryTier::kHost) {
-      p.placement = Placement::kHost;
-    }
-    if (n == kParamsBuffer && c.offload.params == MemoryTier::kHost) {
-      p.placement = Placement::kHost;
-    }
-  }
-  if (c.offload.grads == MemoryTier::kHost && c.stage < 2) {
-    // The device gradient is whole (stage 1); the CPU Adam reads the
-    // rank's reduced shard from a host buffer of its own.
-    out.push_back({{kHostGradShardBuffer, MemoryCategory::kGradients, train.effective_grad_dtype(),
-                    layout.train_shard_numel(), MemoryTier::kHost},
-                   Placement::kHost});
   }
   return out;
 }
@@ -334,15 +312,15 @@ absl::StatusOr<SplitLayout> LayOutSplit(const ModelDescription& model, const Sli
 absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cluster,
                             const PlanOptions& options, const SplitLayout& split, Candidate& c,
                             RankSizes* sizes) {
-  c.engine_supported = c.offload.engine_runs() && c.tp == 1 && c.pp == 1;
+  c.engine_supported = c.tp == 1 && c.pp == 1;
   int64_t worst_total = -1;
   *sizes = RankSizes{};
   for (const SplitLayout::Stage& stage : split.stages) {
     const FlatLayout& layout = stage.layout;
     ZS_ASSIGN_OR_RETURN(std::vector<PlacedBuffer> buffers, RankBuffers(stage, options, c));
     MemoryBreakdown gpu, host, nvme;
-    // PlanBuffers checked that all its buffers together fit; the host
-    // gradient shard is extra, so every addition is checked here.
+    // PlanBuffers checked that all its buffers together fit; the
+    // activations and workspace are extra, so every addition is checked.
     bool ok = true;
     for (const PlacedBuffer& p : buffers) {
       MemoryBreakdown& to = p.placement == Placement::kDevice ? gpu
