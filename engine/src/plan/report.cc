@@ -131,22 +131,27 @@ std::string FormatTable(const Plan& plan, bool all) {
                   "memory    GiB (2^30 bytes) per GPU; other = workspace + per-process reserve; "
                   "host = host memory per node\n\n");
   const bool costs = HasCosts(plan);
-  std::string header =
-      absl::StrFormat("  %-38s %3s %3s %4s %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8s",
-                      "candidate", "tp", "pp", "dp", "params", "grads", "master", "optim",
-                      "buffers", "activ", "other", "GPU", "host", "fits", "step s");
+  const std::vector<int> shown = ShownCandidates(plan, all);
+  // The candidate column fits the longest label shown (offload policies of
+  // three states run past the usual 38).
+  size_t label_width = 38;
+  for (int i : shown) label_width = std::max(label_width, plan.candidates[i].Label().size());
+  std::string header = absl::StrFormat(
+      "  %-*s %3s %3s %4s %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8s",
+      static_cast<int>(label_width), "candidate", "tp", "pp", "dp", "params", "grads", "master",
+      "optim", "buffers", "activ", "other", "GPU", "host", "fits", "step s");
   if (costs) absl::StrAppendFormat(&header, " %9s %10s %6s", "epoch h", "epoch $", "eff");
   absl::StrAppend(&out, header, "\n");
-  const std::vector<int> shown = ShownCandidates(plan, all);
   for (int i : shown) {
     const Candidate& c = plan.candidates[i];
     const MemoryBreakdown& m = c.per_gpu;
     std::string row = absl::StrFormat(
-        "%s %-38s %3d %3d %4d %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8.3f",
-        i == plan.chosen ? "*" : " ", c.Label(), c.tp, c.pp, c.dp, FormatGiB(m.params),
-        FormatGiB(m.grads), FormatGiB(m.master), FormatGiB(m.optimizer), FormatGiB(m.buffers),
-        FormatGiB(m.activations), FormatGiB(m.workspace + m.reserve), FormatGiB(m.total()),
-        FormatGiB(c.per_node_host_bytes), c.fits ? "yes" : "no", c.time.total);
+        "%s %-*s %3d %3d %4d %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8.3f",
+        i == plan.chosen ? "*" : " ", static_cast<int>(label_width), c.Label(), c.tp, c.pp, c.dp,
+        FormatGiB(m.params), FormatGiB(m.grads), FormatGiB(m.master), FormatGiB(m.optimizer),
+        FormatGiB(m.buffers), FormatGiB(m.activations), FormatGiB(m.workspace + m.reserve),
+        FormatGiB(m.total()), FormatGiB(c.per_node_host_bytes), c.fits ? "yes" : "no",
+        c.time.total);
     if (costs) {
       absl::StrAppendFormat(&row, " %9.1f %10.0f %6.2f", c.epoch_s / 3600.0, c.epoch_cost,
                             c.scaling_efficiency);
