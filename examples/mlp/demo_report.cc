@@ -347,11 +347,17 @@ WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
 // the device holds less than it would without offload.
 void PrintOffload(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   const RunResult& d = r.distributed;
-  std::fprintf(out, "\noptimizer state on the %s tier (--offload optimizer=%s%s)\n",
-               MemoryTierName(opts.offload.optimizer), MemoryTierName(opts.offload.optimizer),
-               opts.offload.optimizer == MemoryTier::kNvme
-                   ? absl::StrFormat(", swap files in %s", opts.offload.dir).c_str()
-                   : "");
+  const std::string swap = opts.offload.optimizer == MemoryTier::kNvme
+                               ? absl::StrFormat(", swap files in %s", opts.offload.dir)
+                               : std::string();
+  if (opts.mem_cap > 0) {
+    std::fprintf(out, "\noptimizer state on the %s tier (the planner's choice for --mem-cap%s)\n",
+                 MemoryTierName(opts.offload.optimizer), swap.c_str());
+  } else {
+    std::fprintf(out, "\noptimizer state on the %s tier (--offload optimizer=%s%s)\n",
+                 MemoryTierName(opts.offload.optimizer), MemoryTierName(opts.offload.optimizer),
+                 swap.c_str());
+  }
   examples::PrintTierBytes(d.tiers, "rank 0, the engine's buffers", out);
   const int64_t device = d.tiers.plan[static_cast<int>(MemoryTier::kDevice)];
   std::fprintf(

@@ -397,6 +397,15 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
       std::unique_ptr<Engine> engine,
       Engine::Create(shard, train, *device, grid->dp(),
                      ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+  if (lead) {
+    // The planner's tier (--mem-cap --machine): rank 0's bytes per tier, and
+    // its device plan without offload, for the report.
+    ZS_ASSIGN_OR_RETURN(out->tiers, examples::ReadTierBytes(*engine, grid->dp().size()));
+    TrainSpec on_device = train;
+    on_device.offload = OffloadSpec();
+    ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanEngineBuffers(shard, on_device, grid->dp().size()));
+    out->device_plan_without_offload = plan.total_bytes();
+  }
   ZS_RETURN_IF_ERROR(InitShardEngineParams(*engine, opts.model, *grid));
   // Before Start(), as in TrainRank: set-up after it is the first step's time.
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridMlpTrainer> trainer,
