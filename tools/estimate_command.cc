@@ -49,6 +49,9 @@ const std::set<std::string>& ValueFlags() {
                                                                         "--intra-node-bw",
                                                                         "--inter-node-bw",
                                                                         "--pcie-bw",
+                                                                        "--nvme-gbps",
+                                                                        "--nvme-read-gbps",
+                                                                        "--nvme-write-gbps",
                                                                         "--intra-node-latency",
                                                                         "--inter-node-latency",
                                                                         "--peak-tflops",
@@ -222,11 +225,22 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
       {"--intra-node-bw", &c.intra_node_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
       {"--inter-node-bw", &c.inter_node_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
       {"--pcie-bw", &c.pcie_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
+      {"--nvme-read-gbps", &c.nvme_read_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
+      {"--nvme-write-gbps", &c.nvme_write_gbps, kBandwidthGbpsRange, "GB/s per GPU"},
       {"--intra-node-latency", &c.intra_node_latency_us, kLatencyUsRange, "us"},
       {"--inter-node-latency", &c.inter_node_latency_us, kLatencyUsRange, "us"},
       {"--peak-tflops", &c.peak_tflops, kPeakTflopsRange, "TFLOPS per GPU"},
       {"--mfu", &c.mfu, kMfuRange, "fraction of peak"},
       {"--price", &o.price_per_gpu_hour, kPricePerGpuHourRange, "USD per GPU-hour"}};
+  // --nvme-gbps sets both directions; --nvme-read-gbps and
+  // --nvme-write-gbps (below) override one.
+  if (auto* v = get("--nvme-gbps")) {
+    ZS_ASSIGN_OR_RETURN(
+        c.nvme_read_gbps,
+        cli::ParseNumberFlag("--nvme-gbps", *v, kBandwidthGbpsRange.min, kBandwidthGbpsRange.max,
+                             /*lo_open=*/false, "GB/s per GPU"));
+    c.nvme_write_gbps = c.nvme_read_gbps;
+  }
   for (const NumberOption& n : numbers) {
     if (auto* v = get(n.flag)) {
       ZS_ASSIGN_OR_RETURN(*n.field, cli::ParseNumberFlag(n.flag, *v, n.range.min, n.range.max,
@@ -234,6 +248,7 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
     }
   }
   if (get("--peak-tflops")) c.peak_tflops_fp32 = c.peak_tflops;
+
   if (auto* v = get("--tokens")) {
     ZS_ASSIGN_OR_RETURN(int64_t tokens, ParseCount(*v, "--tokens"));
     o.dataset_tokens = static_cast<double>(tokens);
@@ -322,6 +337,9 @@ CLUSTER:
   --intra-node-bw GBPS   NVLink bus bandwidth per GPU, GB/s (default 300)
   --inter-node-bw GBPS   network bandwidth per GPU, GB/s (default 45)
   --pcie-bw GBPS         host<->GPU bandwidth, GB/s (default 25)
+  --nvme-read-gbps R, --nvme-write-gbps W   the NVMe tier's sequential rates per
+                         GPU's share of the drives, GB/s (default 3, 1.5; range
+                         0.001-10^6); --nvme-gbps B sets both
   --intra-node-latency US, --inter-node-latency US   per ring step (default 5, 15)
   --peak-tflops T        dense peak per GPU (default 989 bf16/fp16, 494 fp32)
   --mfu F                fraction of peak the kernels reach (default 0.4)
@@ -342,7 +360,13 @@ TRAINING:
   --prefetch-depth D     stage 3 gather buffers (default 2; never more than the sharded units)
 CHOICE:
   --stage S              auto | 0 | 1 | 2 | 3 (default auto)
-  --offload O            none | optimizer | optimizer+params (default: automatic)
+  --offload O            none, or state=tier pairs: optimizer=device|host|nvme,
+                         grads=device|host, params=device|host, e.g.
+                         optimizer=nvme,params=host; aliases: optimizer
+                         (=optimizer=host), optimizer+params (=optimizer, grads
+                         and params on the host) (default: automatic). The
+                         engine runs the optimizer tiers; grads and params on
+                         the host are estimates only
   --tp T --pp P          force a tensor x pipeline split
 COST:
   --price USD            price per GPU-hour

@@ -65,6 +65,18 @@ constexpr RateField kRateFields[] = {
     {"optimizer", "ns_per_param", &MachineProfile::optimizer_s_per_param, 1e-9, kNsPerParamRange},
 };
 
+// The optional offload section: each rate absent (0, not measured) or in
+// range.
+struct OffloadRateField {
+  const char* key;
+  double MachineProfile::Offload::*member;
+};
+constexpr OffloadRateField kOffloadRateFields[] = {
+    {"host_copy_gbps", &MachineProfile::Offload::host_copy_bytes_per_s},
+    {"nvme_read_gbps", &MachineProfile::Offload::nvme_read_bytes_per_s},
+    {"nvme_write_gbps", &MachineProfile::Offload::nvme_write_bytes_per_s},
+};
+
 // A collective fit's alpha (us in the file, s in memory) and beta (GB/s,
 // bytes/s).
 constexpr double kAlphaScale = 1e-6;
@@ -264,6 +276,20 @@ absl::Status ValidateMachineProfile(const MachineProfile& p) {
       return bad(absl::StrCat(f.section, ".", f.key), v / f.scale, f.range);
     }
   }
+  for (const OffloadRateField& f : kOffloadRateFields) {
+    const double v = p.offload.*f.member;
+    if (v != 0 && !InRange(v, kGbpsRange, 1e9)) {
+      return bad(absl::StrCat("offload.", f.key), v / 1e9, kGbpsRange);
+    }
+  }
+  for (const auto& [name, text] :
+       {std::pair<const char*, const std::string*>{"offload.io_backend", &p.offload.io_backend},
+        {"offload.dir", &p.offload.dir}}) {
+    if (absl::Status s = FieldReader::CheckString(*text); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("machine profile: field '%s' %s", name, s.message()));
+    }
+  }
   for (const auto& [backend, by_ranks] : p.collectives) {
     if (backend.empty() || !FieldReader::CheckString(backend).ok()) {
       return absl::InvalidArgumentError(
@@ -328,6 +354,22 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(absl::string_view json,
     ZS_ASSIGN_OR_RETURN(const double v,
                         r.Number(*section, f.key, absl::StrCat(f.section, ".", f.key), f.range));
     p.*f.member = v * f.scale;
+  }
+
+  if (j.contains("offload")) {
+    ZS_ASSIGN_OR_RETURN(const Json* offload, r.Object(j, "offload", "offload"));
+    for (const OffloadRateField& f : kOffloadRateFields) {
+      if (!offload->contains(f.key)) continue;
+      ZS_ASSIGN_OR_RETURN(const double v,
+                          r.Number(*offload, f.key, absl::StrCat("offload.", f.key), kGbpsRange));
+      p.offload.*f.member = v * 1e9;
+    }
+    for (const auto& [key, member] :
+         {std::pair<const char*, std::string*>{"io_backend", &p.offload.io_backend},
+          {"dir", &p.offload.dir}}) {
+      if (!offload->contains(key)) continue;
+      ZS_ASSIGN_OR_RETURN(*member, r.String(*offload, key));
+    }
   }
 
   ZS_ASSIGN_OR_RETURN(const Json* colls, r.Object(j, "collectives", "collectives"));
@@ -406,6 +448,19 @@ std::string MachineProfileJson(const MachineProfile& p) {
          "update), per param"}}},
       {"collectives", colls},
   };
+  Json offload = Json::object();
+  for (const OffloadRateField& f : kOffloadRateFields) {
+    if (p.offload.*f.member > 0) offload[f.key] = p.offload.*f.member / 1e9;
+  }
+  if (!offload.empty()) {
+    if (!p.offload.io_backend.empty()) offload["io_backend"] = p.offload.io_backend;
+    if (!p.offload.dir.empty()) offload["dir"] = p.offload.dir;
+    offload["what"] =
+        "host_copy: the Device's copy of a gradient chunk to the host and a param chunk back; "
+        "nvme: sequential reads and writes of swap files through SwapFiles (the engine's I/O "
+        "path) in dir, with io_backend";
+    j["offload"] = offload;
+  }
   return j.dump(1) + "\n";
 }
 

@@ -68,6 +68,22 @@ struct MachineProfile {
   double optimizer_s_per_param = 0;
   // collectives[backend][ranks].
   std::map<std::string, std::map<int, CollectiveProfile>> collectives;
+  // The offload tier's rates (`zeroshard calibrate --what offload`); 0 when
+  // not measured (a profile from before issue 21, or --what without
+  // offload). The file's optional "offload" section.
+  struct Offload {
+    // A gradient chunk to the host and a param chunk back, through the
+    // Device's copy (on this CPU build a memcpy between two ledgers), bytes
+    // per second, counted once.
+    double host_copy_bytes_per_s = 0;
+    // Sequential reads and writes of swap files (SwapFiles, the engine's
+    // own I/O path: aligned chunks, direct I/O where the filesystem takes
+    // it), bytes per second.
+    double nvme_read_bytes_per_s = 0;
+    double nvme_write_bytes_per_s = 0;
+    std::string io_backend;  // SwapFiles' backend that ran: "io_uring" or "threads"
+    std::string dir;         // where the swap files were measured
+  } offload;
 };
 
 // Every field has a closed range, in the file's units (docs/estimator.md,
@@ -78,7 +94,9 @@ struct MachineProfile {
 // [0.001, 10^6] ns; every alpha_us in [0, 10^6] us; the measured points
 // (sizes_bytes in [0, 2^62], seconds in [0, 10^6], paired, at most 4096);
 // machine, cpu, date, blas and backend names at most 256 bytes without
-// control characters; rank counts in [2, 2^20]. The ranges hold anything a
+// control characters; rank counts in [2, 2^20]; the optional offload
+// section's host_copy_gbps, nvme_read_gbps and nvme_write_gbps in
+// [0.001, 10^6] when present (absent: 0, not measured). The ranges hold anything a
 // machine measures and keep every predicted time finite.
 
 // Parses a profile written by MachineProfileJson (or by hand). `source`

@@ -122,7 +122,7 @@ struct MlpLayout {
 // The engine's own plan for the workload's ModelSpec (`blocks` units of
 // W1 [4h, h], b1 [4h], W2 [h, 4h], b2 [h]) at stage 1, fp32: its Adam
 // moments are one rank's shard, and ranks x shard is the padded whole.
-absl::StatusOr<MlpLayout> LayOut(const MlpWorkload& w, int ranks) {
+ModelSpec MlpSpec(const MlpWorkload& w) {
   ModelSpec spec;
   spec.units.resize(static_cast<size_t>(w.blocks));
   const int64_t h = w.hidden;
@@ -135,9 +135,17 @@ absl::StatusOr<MlpLayout> LayOut(const MlpWorkload& w, int ranks) {
       ParamSpec param;
       param.name = name;
       param.shape = shape;
+      // Megatron's split (the grid trainer's): W1 and b1 by rows, W2 by
+      // columns, b2 replicated.
+      param.tp_split_dim = name == std::string("w2") ? 1 : name == std::string("b2") ? -1 : 0;
       unit.params.push_back(std::move(param));
     }
   }
+  return spec;
+}
+
+absl::StatusOr<MlpLayout> LayOut(const MlpWorkload& w, int ranks) {
+  const ModelSpec spec = MlpSpec(w);
   TrainSpec train;  // fp32, as the calibrated trainer runs
   train.zero_stage = 1;
   ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(spec, train, ranks));
@@ -251,6 +259,156 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& w, 
   out.total = std::max(out.critical_path, n * out.cpu_work / out.usable_cores);
   out.contention = out.total - out.critical_path;
   ZS_RETURN_IF_ERROR(CheckFigures(out));
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<const CollectiveProfile*> Collectives(const MachineProfile& p,
+                                                     absl::string_view backend, int ranks) {
+  const auto by_backend = p.collectives.find(std::string(backend));
+  if (by_backend == p.collectives.end() || by_backend->second.count(ranks) == 0) {
+    const bool mpi = backend == "mpi";
+    return absl::NotFoundError(absl::StrFormat(
+        "the machine profile has no %s collectives for %d ranks; add them with `%szeroshard "
+        "calibrate --backend %s%s --what collectives --out PROFILE` (it keeps the rest)",
+        backend, ranks, mpi ? absl::StrFormat("mpirun -np %d ", ranks) : std::string(), backend,
+        mpi ? std::string() : absl::StrFormat(" --ranks %d", ranks)));
+  }
+  return &by_backend->second.at(ranks);
+}
+
+}  // namespace
+
+absl::StatusOr<GridStepPrediction> PredictMlpGridStep(const MlpWorkload& w, const MlpGridRun& run,
+                                                      absl::string_view backend,
+                                                      const MachineProfile& p) {
+  if (w.hidden < 1 || w.hidden > (1 << 16) || w.blocks < 1 || w.blocks > kMaxUnits ||
+      w.micro_batch < 1 || w.micro_batch > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mlp workload: hidden %d (1-65536), blocks %d (1-%d), micro-batch %d (1-2^20) out of range",
+        w.hidden, w.blocks, kMaxUnits, w.micro_batch));
+  }
+  if (run.tp < 1 || run.pp < 1 || run.dp < 1 || run.pp > w.blocks || run.stage < 0 ||
+      run.stage > 3 || run.accum < 1 || run.accum > (1 << 20) ||
+      int64_t{run.tp} * run.pp * run.dp > (1 << 20) || static_cast<int>(run.optimizer_tier) < 0 ||
+      static_cast<int>(run.optimizer_tier) >= kNumMemoryTiers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mlp grid run: tp %d, pp %d (<= blocks %d), dp %d, stage %d, accum %d, optimizer tier %d "
+        "out of range",
+        run.tp, run.pp, w.blocks, run.dp, run.stage, run.accum,
+        static_cast<int>(run.optimizer_tier)));
+  }
+  ZS_RETURN_IF_ERROR(ValidateMachineProfile(p));
+  const bool nvme = run.optimizer_tier == MemoryTier::kNvme;
+  if (nvme && (p.offload.nvme_read_bytes_per_s <= 0 || p.offload.nvme_write_bytes_per_s <= 0)) {
+    return absl::NotFoundError(
+        "the machine profile has no NVMe rates; add them with `zeroshard calibrate --what "
+        "offload --offload-dir DIR --out PROFILE` (it keeps the rest)");
+  }
+  GridStepPrediction out;
+  const int64_t m64 = int64_t{run.accum} * run.tp * run.pp;
+  if (m64 > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mlp grid run: %d micro-batches per step (accum x tp x pp) is more than 2^20", m64));
+  }
+  out.micro_batches = static_cast<int>(m64);
+  const double m = static_cast<double>(m64);
+
+  // The rank's slice: the largest pipeline stage's blocks, each block's
+  // 4h inner width split over tp (the products and GELUs shrink by tp; the
+  // b x h residual passes do not).
+  MlpWorkload slice = w;
+  slice.blocks = (w.blocks + run.pp - 1) / run.pp;
+  TrainerWork work = TrainerMicroBatch(slice);
+  const double tp = static_cast<double>(run.tp);
+  work.gemm_flops /= tp;
+  work.gelu_elements /= tp;
+  work.gelu_grad_elements /= tp;
+  const double h = static_cast<double>(w.hidden);
+  const double b = static_cast<double>(w.micro_batch);
+  const double unit_numel = 8.0 * h * h + 5.0 * h;
+  work.copy_bytes = slice.blocks * (3.0 * unit_numel * 4.0 / tp + b * 12.0 * h * 4.0);
+  const double micro = Seconds(work, p);
+  out.compute = m * micro;
+  out.bubble = static_cast<double>(run.pp - 1) * micro;
+  const double activation_bytes = b * h * 4.0;
+  if (run.tp > 1) {
+    ZS_ASSIGN_OR_RETURN(const CollectiveProfile* c, Collectives(p, backend, run.tp));
+    out.tp_comm = 2.0 * slice.blocks * m * c->all_reduce.Seconds(activation_bytes);
+  }
+  if (run.pp > 1) out.pp_comm = 2.0 * m * activation_bytes / p.copy_bytes_per_s;
+
+  // The shard the engine of the largest stage updates, by its own plan.
+  const ModelSpec spec = MlpSpec(w);
+  TrainSpec train;
+  train.zero_stage = run.stage;
+  train.grad_accum_steps = out.micro_batches;
+  train.offload.optimizer = run.optimizer_tier;
+  int64_t updated = 0, unit_numel_shard = 0;
+  int units_on_stage = 0;
+  for (int pp_rank = 0; pp_rank < run.pp; ++pp_rank) {
+    ZS_ASSIGN_OR_RETURN(const ModelSpec shard, ShardModelSpec(spec, run.tp, 0, run.pp, pp_rank));
+    ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(shard, train, run.dp));
+    const PlannedBuffer* moments = plan.Find(kAdamMBuffer);
+    if (moments == nullptr) {
+      return absl::InternalError("the engine's plan has no Adam moment buffer; please report this");
+    }
+    if (moments->numel > updated) {
+      updated = moments->numel;
+      units_on_stage = static_cast<int>(shard.units.size());
+      // The padded whole of one unit of the slice: the stage-1 shard times
+      // dp over its units (every unit of the MLP alike).
+      TrainSpec stage1 = train;
+      stage1.zero_stage = 1;
+      stage1.offload.optimizer = MemoryTier::kDevice;
+      ZS_ASSIGN_OR_RETURN(const BufferPlan sharded, PlanEngineBuffers(shard, stage1, run.dp));
+      unit_numel_shard = sharded.Find(kAdamMBuffer)->numel * run.dp / units_on_stage;
+    }
+  }
+  const double shard = static_cast<double>(updated);
+  out.optimizer = shard * p.optimizer_s_per_param;
+  if (run.optimizer_tier != MemoryTier::kDevice) {
+    const double copy_rate =
+        p.offload.host_copy_bytes_per_s > 0 ? p.offload.host_copy_bytes_per_s : p.copy_bytes_per_s;
+    out.offload_copy = 2.0 * shard * 4.0 / copy_rate;  // fp32 grads out, params back
+  }
+  if (nvme) {
+    const double state_bytes = 2.0 * shard * 4.0;  // fp32: m and v (no separate master)
+    out.offload_io = state_bytes / p.offload.nvme_read_bytes_per_s +
+                     state_bytes / p.offload.nvme_write_bytes_per_s;
+  }
+  out.optimizer_phase = std::max(out.optimizer, out.offload_io) + out.offload_copy;
+
+  double dp_total = 0;
+  if (run.dp > 1) {
+    ZS_ASSIGN_OR_RETURN(const CollectiveProfile* c, Collectives(p, backend, run.dp));
+    const double bytes = static_cast<double>(unit_numel_shard) * 4.0;
+    const CollectiveFit& reduce = run.stage < 2 ? c->all_reduce : c->reduce_scatter;
+    const double reductions_per_unit = run.stage >= 2 ? m : 1.0;
+    const double gathers_per_unit = run.stage == 0 ? 0.0 : run.stage == 3 ? 2.0 * m : 1.0;
+    const double r = reduce.Seconds(bytes);
+    const double g = c->all_gather.Seconds(bytes);
+    dp_total = units_on_stage * (reductions_per_unit * r + gathers_per_unit * g);
+    const double first = r + (gathers_per_unit > 0 ? g : 0.0);
+    out.dp_exposed = first + std::max(0.0, dp_total - first - out.compute);
+  }
+  out.critical_path =
+      out.compute + out.bubble + out.tp_comm + out.pp_comm + out.dp_exposed + out.optimizer_phase;
+  const double cores = static_cast<double>(p.cores);
+  const double world = static_cast<double>(int64_t{run.tp} * run.pp * run.dp);
+  out.cpu_work = out.compute + out.optimizer + out.offload_copy +
+                 (out.tp_comm + out.pp_comm + dp_total) * std::min(1.0, cores / world);
+  out.total = std::max(out.critical_path, world * out.cpu_work / cores);
+  for (double v : {out.compute, out.bubble, out.tp_comm, out.pp_comm, out.dp_exposed,
+                   out.optimizer_phase, out.total}) {
+    if (!(v >= 0 && v <= kMaxPredictedStepSeconds)) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "the predicted grid step (%s s) passes the model's bound of %s s; lower --hidden, "
+          "--blocks or --micro-batch, or check the profile",
+          FormatNumber(v), FormatNumber(kMaxPredictedStepSeconds)));
+    }
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "tools/machine_profile.h"
+#include "zeroshard/memory_category.h"
 
 namespace zeroshard {
 
@@ -83,6 +84,57 @@ absl::StatusOr<EngineStepPrediction> PredictMlpEngineStep(const MlpWorkload& wor
                                                           int ranks, absl::string_view backend,
                                                           const MachineProfile& profile,
                                                           int cpus_per_rank = 0);
+
+// One candidate of the MLP demo's --mem-cap choice (PlanGrid): the grid,
+// the ZeRO stage over dp, where the optimizer state lives, and the
+// dp-only run's micro-batches per rank (the grid runs accum x tp x pp).
+struct MlpGridRun {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int stage = 0;
+  MemoryTier optimizer_tier = MemoryTier::kDevice;
+  int accum = 1;
+};
+
+// Seconds per step of a grid candidate, by cause; see PredictMlpGridStep.
+struct GridStepPrediction {
+  int micro_batches = 1;       // accum x tp x pp per dp rank
+  double compute = 0;          // micro_batches x one micro-batch of the rank's slice
+  double bubble = 0;           // (pp - 1) x one micro-batch (1F1B fill and drain)
+  double tp_comm = 0;          // 2 all-reduces of b x h per block per micro-batch over tp
+  double pp_comm = 0;          // 2 sends of b x h per micro-batch, at the copy rate
+  double dp_exposed = 0;       // the dp collectives not hidden behind compute
+  double optimizer = 0;        // the rank's shard x t_param (the host AdamW on a CPU build)
+  double offload_copy = 0;     // gradient chunks to the host and params back, at host_copy
+  double offload_io = 0;       // NVMe: read + write of master (mixed) + m + v of the shard
+  double optimizer_phase = 0;  // optimizer + copies, and max(., io) on NVMe (reads/writes overlap)
+  double critical_path = 0;
+  double cpu_work = 0;
+  double total = 0;  // max(critical_path, world x cpu_work / cores)
+};
+
+// Predicts one step of `run` for `workload` on tp x pp x dp ranks of
+// `backend` from `profile` (docs/parallelism.md, "Choosing by time"): the
+// rank's slice of the MLP (blocks / pp blocks, W1 and W2 split over tp)
+// runs micro_batches micro-batches at the calibrated rates; pp adds a 1F1B
+// bubble of pp - 1 micro-batches and the activation sends; tp adds its
+// all-reduces (fully exposed: the next half-block waits for them); dp adds
+// the calibrated model's collectives over the shard's units (every
+// micro-batch's reduction at stages 2-3); the optimizer phase is the
+// PlanEngineBuffers shard x t_param, plus with optimizer_tier host the
+// chunk copies (grads and params of the shard at offload.host_copy_gbps,
+// or elementwise.copy_gbps when the profile has no offload section) and
+// with nvme the swap traffic (the state tensors read at nvme_read_gbps and
+// written at nvme_write_gbps), overlapped with the update as the engine
+// does. fp32 (the MLP demo's --mem-cap runs). InvalidArgument for a bad
+// workload, run or profile; NotFound when the profile lacks collectives
+// the run needs or NVMe rates for an nvme run, naming the calibrate
+// command that adds them.
+absl::StatusOr<GridStepPrediction> PredictMlpGridStep(const MlpWorkload& workload,
+                                                      const MlpGridRun& run,
+                                                      absl::string_view backend,
+                                                      const MachineProfile& profile);
 
 }  // namespace zeroshard
 

@@ -51,6 +51,10 @@ void PrintUsage(std::FILE* out) {
       "  --mem-cap SIZE     per-rank byte cap (e.g. 16MiB): the planner chooses tp, pp,\n"
       "                     dp and the ZeRO stage (instead of --tp, --pp, --stage),\n"
       "                     prints them, then trains that grid\n"
+      "  --machine PROFILE  with --mem-cap: a `zeroshard calibrate` profile; the planner\n"
+      "                     also considers the optimizer on the host and NVMe tiers and\n"
+      "                     picks the fastest candidate that fits by its step model\n"
+      "                     (--offload-dir: the NVMe tier's directory, if it picks it)\n"
       "  --sync-data        make each micro-batch on the trainer's thread when it is\n"
       "                     needed (all of it input wait: an input-bound run) instead\n"
       "                     of on the data loader's thread, %d micro-batches ahead\n"
@@ -167,6 +171,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Int("tp", &opts.tp, 1, cli::kMaxCount)
       .Int("pp", &opts.pp, 1, cli::kMaxCount)
       .Size("mem-cap", &opts.mem_cap)
+      .String("machine", &opts.machine)
       .String("checkpoint-dir", &opts.checkpoint_dir)
       .Int("save-every", &opts.save_every, 1, cli::kMaxCount)
       .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
@@ -212,11 +217,22 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   ZS_RETURN_IF_ERROR(CheckModelVariantFlags(opts));
-  ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(opts.offload));
+  if (!opts.machine.empty() && opts.mem_cap == 0) {
+    return absl::InvalidArgumentError(
+        "--machine PROFILE times the planner's candidates; give it with --mem-cap SIZE");
+  }
   if (UsesGrid(opts) && opts.offload.enabled()) {
     return absl::InvalidArgumentError(
         "--offload runs on the data-parallel trainer for now; drop --tp, --pp and --mem-cap (or "
-        "--offload)");
+        "--offload); --mem-cap with --machine chooses the optimizer's tier itself");
+  }
+  if (ChoosesOffload(opts)) {
+    // The planner may choose the nvme tier: --offload-dir is its directory.
+    OffloadSpec may_swap = opts.offload;
+    may_swap.optimizer = MemoryTier::kNvme;
+    ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(may_swap));
+  } else {
+    ZS_RETURN_IF_ERROR(cli::CheckOffloadFlags(opts.offload));
   }
   if (UsesGrid(opts)) {
     if (opts.mem_cap > 0 && opts.tp * opts.pp > 1) {

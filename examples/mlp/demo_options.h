@@ -65,6 +65,12 @@ struct DemoOptions {
   // Per-rank byte cap: the planner (PlanGrid) chooses tp, pp, dp and the
   // ZeRO stage that fit it; 0: not given.
   int64_t mem_cap = 0;
+  // --machine PROFILE (with --mem-cap): a `zeroshard calibrate` profile;
+  // the planner then also considers the optimizer on the host or NVMe
+  // tier and picks the fastest candidate that fits by the calibrated model
+  // (tools/mlp_step_model.h), and sets offload.optimizer below to its
+  // choice. Without it: the device tier, preference order.
+  std::string machine;
   // --print-spec: print the model's ModelSpec as a `zeroshard estimate
   // --spec` file (JSON) to stdout and exit without training.
   bool print_spec = false;
@@ -81,6 +87,12 @@ struct DemoOptions {
 
 // True when the run uses a model-parallel grid (GridMlpTrainer).
 inline bool UsesGrid(const DemoOptions& opts) { return opts.tp * opts.pp > 1 || opts.mem_cap > 0; }
+
+// True when the planner chooses the optimizer's tier (--mem-cap --machine):
+// the run may swap to NVMe under offload.dir.
+inline bool ChoosesOffload(const DemoOptions& opts) {
+  return opts.mem_cap > 0 && !opts.machine.empty();
+}
 
 // The MLP trainer's data loader (--sync-data).
 DataLoaderOptions MakeDataLoaderOptions(const DemoOptions& opts);

@@ -245,7 +245,48 @@ std::string FormatSize(int64_t bytes) {
                    : absl::StrFormat("%.1f %s", value, units[unit]);
 }
 
+namespace {
+
+// With optimizer tiers or step times: one row per candidate, its bytes per
+// tier, its predicted step and why it was or was not chosen.
+void PrintGridCandidates(const GridPlan& plan, std::FILE* out) {
+  std::fprintf(out,
+               "mlp_demo: planner (PlanGrid), cap %s per device rank on %d ranks; %s\n"
+               "          (bytes per rank of the largest pipeline stage, by tier; < chosen)\n",
+               FormatSize(plan.per_rank_cap_bytes).c_str(), plan.world,
+               plan.by_time ? "the fastest that fits by the calibrated step model (--machine)"
+                            : "the first that fits in preference order");
+  std::fprintf(out, "    %-12s %5s %-9s %11s %11s %11s %11s  %s\n", "tp x pp x dp", "stage",
+               "optimizer", "device", "host", "nvme", "step (s)", "why");
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const GridCandidate& c = plan.candidates[i];
+    const std::string step =
+        plan.by_time ? absl::StrFormat("%.4f", c.step_seconds) : std::string("-");
+    std::fprintf(out, "    %-12s %5d %-9s %11s %11s %11s %11s%s %s\n",
+                 absl::StrFormat("%d x %d x %d", c.tp, c.pp, c.dp).c_str(), c.stage,
+                 MemoryTierName(c.optimizer_tier), FormatSize(c.per_rank_bytes).c_str(),
+                 FormatSize(c.host_bytes).c_str(), FormatSize(c.nvme_bytes).c_str(), step.c_str(),
+                 static_cast<int>(i) == plan.chosen ? "<" : " ", c.reason.c_str());
+  }
+}
+
+}  // namespace
+
 void PrintGridPlan(const GridPlan& plan, int micro_batches, std::FILE* out) {
+  const bool tiers =
+      std::any_of(plan.candidates.begin(), plan.candidates.end(),
+                  [](const GridCandidate& c) { return c.optimizer_tier != MemoryTier::kDevice; });
+  if (tiers || plan.by_time) {
+    PrintGridCandidates(plan, out);
+    const GridCandidate& chosen = plan.chosen_candidate();
+    std::fprintf(out, "mlp_demo: chosen: %s\n", plan.description.c_str());
+    std::fprintf(out,
+                 "mlp_demo: grid dp %d x tp %d x pp %d, ZeRO stage %d over dp, optimizer on "
+                 "the %s tier, %d micro-batches per dp rank\n",
+                 chosen.dp, chosen.tp, chosen.pp, chosen.stage,
+                 MemoryTierName(chosen.optimizer_tier), micro_batches);
+    return;
+  }
   std::fprintf(out,
                "mlp_demo: planner (PlanGrid), cap %s per rank on %d ranks; per-rank bytes of "
                "each candidate\n"
@@ -307,11 +348,17 @@ WeightComparison CompareWeights(const std::vector<std::vector<float>>& a,
 void PrintOffload(const DemoOptions& opts, const DemoResults& r, std::FILE* out) {
   const RunResult& d = r.distributed;
   const OffloadSpec& o = opts.offload;
-  std::fprintf(
-      out, "\noptimizer state on the %s tier (--offload optimizer=%s,grads=%s,params=%s%s)\n",
-      MemoryTierName(o.optimizer), MemoryTierName(o.optimizer), MemoryTierName(o.grads),
-      MemoryTierName(o.params),
-      o.optimizer == MemoryTier::kNvme ? absl::StrFormat("; swap files in %s", o.dir).c_str() : "");
+  const std::string swap =
+      o.optimizer == MemoryTier::kNvme ? absl::StrFormat("; swap files in %s", o.dir) : "";
+  if (opts.mem_cap > 0) {
+    std::fprintf(out, "\noptimizer state on the %s tier (the planner's choice for --mem-cap%s)\n",
+                 MemoryTierName(o.optimizer), swap.c_str());
+  } else {
+    std::fprintf(out,
+                 "\noptimizer state on the %s tier (--offload optimizer=%s,grads=%s,params=%s%s)\n",
+                 MemoryTierName(o.optimizer), MemoryTierName(o.optimizer),
+                 MemoryTierName(o.grads), MemoryTierName(o.params), swap.c_str());
+  }
   examples::PrintTierBytes(d.tiers, "rank 0, the engine's buffers", out);
   const int64_t device = d.tiers.plan[static_cast<int>(MemoryTier::kDevice)];
   std::fprintf(

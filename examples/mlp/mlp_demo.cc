@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,8 @@
 #include "examples/mlp/grid_trainer.h"
 #include "examples/mlp/mlp.h"
 #include "nlohmann/json.hpp"
+#include "tools/machine_profile.h"
+#include "tools/mlp_step_model.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -375,11 +379,35 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
   std::unique_ptr<Device> device = CreateCpuDevice();
   ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildShardModelSpec(opts.model, shape, grid->coord()));
+  // The optimizer's tier is the planner's choice (--mem-cap --machine), else
+  // the device (opts.offload is refused with --tp/--pp).
+  TrainSpec train = MakeTrainSpec(opts, stage, GridMicroBatches(opts.accum, shape));
+  train.offload = opts.offload;
+  if (train.offload.optimizer == MemoryTier::kNvme && shape.tp * shape.pp > 1) {
+    // The swap files are named by dp rank: each (tp, pp) position's engines
+    // get a directory of their own.
+    train.offload.dir =
+        absl::StrFormat("%s/tp%d_pp%d", train.offload.dir, grid->coord().tp, grid->coord().pp);
+    std::error_code error;
+    std::filesystem::create_directories(train.offload.dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "cannot create the swap directory %s: %s", train.offload.dir, error.message()));
+    }
+  }
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
-      Engine::Create(shard, MakeTrainSpec(opts, stage, GridMicroBatches(opts.accum, shape)),
-                     *device, grid->dp(),
+      Engine::Create(shard, train, *device, grid->dp(),
                      ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+  if (lead) {
+    // The planner's tier (--mem-cap --machine): rank 0's bytes per tier, and
+    // its device plan without offload, for the report.
+    ZS_ASSIGN_OR_RETURN(out->tiers, examples::ReadTierBytes(*engine, grid->dp().size()));
+    TrainSpec on_device = train;
+    on_device.offload = OffloadSpec();
+    ZS_ASSIGN_OR_RETURN(BufferPlan plan, PlanEngineBuffers(shard, on_device, grid->dp().size()));
+    out->device_plan_without_offload = plan.total_bytes();
+  }
   ZS_RETURN_IF_ERROR(InitShardEngineParams(*engine, opts.model, *grid));
   // Before Start(), as in TrainRank: set-up after it is the first step's time.
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridMlpTrainer> trainer,
@@ -468,6 +496,19 @@ absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) 
   AbortJob(1);
 }
 
+// The machine profile of --machine.
+absl::StatusOr<MachineProfile> ReadMachineProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrFormat(
+        "--machine %s: cannot read the file; write it with `zeroshard calibrate --out %s`", path,
+        path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseMachineProfile(text.str(), path);
+}
+
 // The distributed run's grid: dp only, the --tp/--pp split, or (--mem-cap)
 // the planner's choice, which may also set the ZeRO stage in `opts`.
 // `lead` prints the choice.
@@ -476,10 +517,38 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
   if (!UsesGrid(*opts)) return absl::OkStatus();
   if (opts->mem_cap > 0) {
     // The planner sizes every candidate with the engine's own buffer plan
-    // for this run's TrainSpec (its stage is the planner's to choose).
+    // for this run's TrainSpec (its stage and, with --machine, its
+    // optimizer tier are the planner's to choose).
+    GridOptions grid_options;
+    MachineProfile profile;
+    if (!opts->machine.empty()) {
+      ZS_ASSIGN_OR_RETURN(profile, ReadMachineProfile(opts->machine));
+      grid_options.optimizer_tiers = {MemoryTier::kDevice, MemoryTier::kHost};
+      // NVMe only when the profile has its rates (zeroshard calibrate
+      // --what offload): the model cannot time it otherwise.
+      if (profile.offload.nvme_read_bytes_per_s > 0) {
+        grid_options.optimizer_tiers.push_back(MemoryTier::kNvme);
+      } else if (lead) {
+        std::fprintf(stderr,
+                     "mlp_demo: %s has no NVMe rates; the NVMe tier is not considered (add them "
+                     "with `zeroshard calibrate --what offload`)\n",
+                     opts->machine.c_str());
+      }
+      const MlpWorkload workload{opts->model.hidden, opts->model.blocks, opts->model.micro_batch};
+      const std::string backend = opts->backend_mpi ? "mpi" : "local";
+      const int accum = opts->accum;
+      grid_options.step_time = [workload, backend, accum,
+                                &profile](const GridCandidate& c) -> absl::StatusOr<double> {
+        ZS_ASSIGN_OR_RETURN(
+            const GridStepPrediction p,
+            PredictMlpGridStep(workload, {c.tp, c.pp, c.dp, c.stage, c.optimizer_tier, accum},
+                               backend, profile));
+        return p.total;
+      };
+    }
     absl::StatusOr<GridPlan> plan =
         PlanGrid(BuildModelSpec(opts->model), MakeTrainSpec(*opts, opts->stage, opts->accum), world,
-                 opts->mem_cap);
+                 opts->mem_cap, grid_options);
     if (!plan.ok()) {
       return absl::Status(plan.status().code(),
                           absl::StrFormat("--mem-cap %s on %d ranks: %s", FormatSize(opts->mem_cap),
@@ -491,7 +560,16 @@ absl::Status ChooseGrid(DemoOptions* opts, int world, bool lead, DemoResults* re
         absl::StrFormat("the planner's choice for --mem-cap %s", FormatSize(opts->mem_cap));
     results->planned_bytes = chosen.per_rank_bytes;
     opts->stage = chosen.stage;
+    // The engines of the grid run get this tier (GridTrainRank); an nvme
+    // choice swaps under opts->offload.dir, made by main (ChoosesOffload).
+    opts->offload.optimizer = chosen.optimizer_tier;
     if (lead) PrintGridPlan(*plan, GridMicroBatches(opts->accum, results->grid), stderr);
+    if (lead && chosen.optimizer_tier != MemoryTier::kDevice) {
+      std::fprintf(stderr, "mlp_demo: optimizer state on the %s tier%s%s\n",
+                   MemoryTierName(chosen.optimizer_tier),
+                   chosen.optimizer_tier == MemoryTier::kNvme ? ", swap files under " : "",
+                   chosen.optimizer_tier == MemoryTier::kNvme ? opts->offload.dir.c_str() : "");
+    }
     return absl::OkStatus();
   }
   if (world % (opts->tp * opts->pp) != 0) {
@@ -530,6 +608,28 @@ absl::Status AgreeGridFlags(const DemoOptions& opts, Communicator& comm) {
           "rank %d was started with %s but rank 0 with %s; give every rank the same --tp, --pp "
           "and --mem-cap (they choose the grid)",
           r, flags(r), flags(0)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// With --mem-cap --machine each rank times the candidates with its own
+// profile file; ranks that chose differently would enter different
+// collectives, so the choices are compared first (one all-gather).
+absl::Status AgreeGridChoice(const DemoOptions& opts, const GridShape& grid, Communicator& comm) {
+  if (opts.device_cuda || opts.mem_cap == 0) return absl::OkStatus();
+  const int64_t mine[5] = {grid.dp, grid.tp, grid.pp, opts.stage,
+                           static_cast<int64_t>(opts.offload.optimizer)};
+  std::vector<int64_t> all(static_cast<size_t>(5) * comm.size());
+  ZS_RETURN_IF_ERROR(comm.AllGatherSync(mine, all.data(), 5, DType::kInt64));
+  for (int r = 1; r < comm.size(); ++r) {
+    if (!std::equal(all.begin() + 5 * r, all.begin() + 5 * r + 5, all.begin())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rank %d chose dp %d x tp %d x pp %d, stage %d, optimizer tier %d under --mem-cap but "
+          "rank 0 chose dp %d x tp %d x pp %d, stage %d, optimizer tier %d; give every rank the "
+          "same --machine profile",
+          r, all[5 * r], all[5 * r + 1], all[5 * r + 2], all[5 * r + 3], all[5 * r + 4], all[0],
+          all[1], all[2], all[3], all[4]));
     }
   }
   return absl::OkStatus();
@@ -625,6 +725,7 @@ int RunMpi(DemoOptions opts) {
   if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   }
+  if (absl::Status s = AgreeGridChoice(opts, results.grid, **comm); !s.ok()) Fail(s);
   absl::Status status = DistributedRank(opts, **comm, &results);
   // The baseline is one rank: rank 0 runs it alone, the others are done.
   if (status.ok() && lead) status = Baseline(opts, results.world, &results);
@@ -671,8 +772,10 @@ int main(int argc, char** argv) {
   }
   // The nvme tier's swap files: --offload-dir, else a fresh directory
   // removed at the end (one per process: the files are named by rank).
+  // Made before the run when --mem-cap --machine may choose the tier too.
   absl::StatusOr<zeroshard::examples::ScratchDir> swap_dir;
-  if (opts->offload.optimizer == zeroshard::MemoryTier::kNvme) {
+  if (opts->offload.optimizer == zeroshard::MemoryTier::kNvme ||
+      zeroshard::mlp::ChoosesOffload(*opts)) {
     swap_dir = zeroshard::examples::ScratchDir::Create(opts->offload.dir, "zs_mlp_demo_swap_");
     if (!swap_dir.ok()) {
       std::fprintf(stderr, "mlp_demo: %s\n", std::string(swap_dir.status().message()).c_str());

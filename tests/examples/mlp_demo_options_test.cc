@@ -70,6 +70,28 @@ TEST(DemoOptions, VariantFlagsSetTheModel) {
   EXPECT_EQ(block.params[kLoraB2].weight_decay, 0.5);
 }
 
+TEST(DemoOptions, MachineLetsThePlannerChooseTheTier) {
+  absl::StatusOr<DemoOptions> opts =
+      Parse({"--mem-cap", "16MiB", "--machine", "m.json", "--offload-dir", "/scratch/swap"});
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(opts->machine, "m.json");
+  EXPECT_TRUE(ChoosesOffload(*opts));
+  // The planner may choose nvme: its directory is accepted before the choice.
+  EXPECT_EQ(opts->offload.dir, "/scratch/swap");
+  EXPECT_EQ(opts->offload.optimizer, MemoryTier::kDevice);
+  // Without --machine the tier stays the device's, and --offload-dir alone
+  // is refused as before.
+  absl::StatusOr<DemoOptions> no_machine = Parse({"--mem-cap", "16MiB", "--offload-dir", "/x"});
+  ASSERT_FALSE(no_machine.ok());
+  EXPECT_NE(no_machine.status().message().find("--offload-dir"), std::string::npos);
+  // A tier given by hand is refused with --mem-cap: the planner chooses it.
+  absl::StatusOr<DemoOptions> both =
+      Parse({"--mem-cap", "16MiB", "--machine", "m.json", "--offload", "optimizer=host"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("chooses the optimizer's tier itself"), std::string::npos)
+      << both.status();
+}
+
 TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
   struct Case {
     std::vector<std::string> args;
@@ -83,6 +105,7 @@ TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
       {{"--lora-alpha", "4"}, "give --lora R"},
       {{"--adapter-lr-scale", "3"}, "give --lora R"},
       {{"--vocab", "1"}, "--vocab"},
+      {{"--machine", "machine.json"}, "give it with --mem-cap SIZE"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<DemoOptions> opts = Parse(c.args);

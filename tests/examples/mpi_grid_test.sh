@@ -10,8 +10,10 @@
 # pipeline run reorders only the dp accumulation). The pipeline run reports
 # its bubble. Then: --mem-cap makes every rank plan the same grid and train
 # it (plan = ledger); a cap nothing fits ends the job with the planner's
-# ResourceExhausted text; and ranks started with other grid flags are
-# refused at start-up, naming the rank.
+# ResourceExhausted text; ranks started with other grid flags are refused
+# at start-up, naming the rank; --mem-cap --machine trains the fastest fit
+# (the optimizer on the host here, plan = ledger), and ranks whose profiles
+# lead to other choices are refused before training, naming the rank.
 #
 #   mpi_grid_test.sh MPIEXEC DEMO
 set -u
@@ -78,4 +80,33 @@ wait_for_exit 120 || fail "mismatched flags: still running after 120 s"
 grep -q "rank 3 was started with --tp 1 --pp 2 --mem-cap (none) but rank 0 with --tp 2 --pp 1" \
   "$out" || fail "mismatched flags: the error does not name rank 3 and both flag sets"
 echo "mismatched --tp/--pp: refused (status $rc) in $(seconds $(($(now_ms) - start_ms))) s"
+# --mem-cap --machine: the fastest fit by the calibrated model of a fixed
+# profile (its local collectives given to mpi): the host tier, trained.
+testdata=$(dirname "$0")/../plan/testdata
+sed 's/"local"/"mpi"/' "$testdata/machine-2-cores-offload.json" >"$work/machine.json"
+sed 's/"host_copy_gbps": 4.0/"host_copy_gbps": 0.001/' "$work/machine.json" >"$work/slow.json"
+offload_flags=(--steps 3 --blocks 8 --hidden 64 --micro-batch 512 --mem-cap 2.25MiB --comm-timeout 30)
+out=$work/mem_cap_machine.out
+start_ms=$(now_ms)
+"$mpiexec" "${common[@]}" -np 2 "$demo" --backend mpi "${offload_flags[@]}" \
+  --machine "$work/machine.json" >"$out" 2>&1 &
+launcher=$!
+wait_for_exit 120 || fail "--mem-cap --machine: still running after 120 s"
+[ "$rc" = 0 ] || fail "--mem-cap --machine: mpirun exited with $rc"
+grep -q "chosen: tp 1 x pp 1 x dp 2, stage 2, optimizer on host" "$out" ||
+  fail "--mem-cap --machine: the host tier is not chosen"
+grep -q "ledger, largest rank: .*(equal)" "$out" || fail "--mem-cap --machine: plan and ledger differ"
+echo "--mem-cap --machine: host tier, ok in $(seconds $(($(now_ms) - start_ms))) s"
+
+out=$work/machine_mismatch.out
+start_ms=$(now_ms)
+"$mpiexec" "${common[@]}" -np 1 "$demo" --backend mpi "${offload_flags[@]}" \
+  --machine "$work/machine.json" : -np 1 "$demo" --backend mpi "${offload_flags[@]}" \
+  --machine "$work/slow.json" >"$out" 2>&1 &
+launcher=$!
+wait_for_exit 120 || fail "mismatched profiles: still running after 120 s"
+[ "$rc" != 0 ] || fail "mismatched profiles: exited with 0, expected a failure"
+grep -q "rank 1 chose dp 1 x tp 2 x pp 1, stage 0, optimizer tier 0 under --mem-cap but rank 0 chose" \
+  "$out" || fail "mismatched profiles: the error does not name rank 1 and both choices"
+echo "mismatched --machine profiles: refused (status $rc) in $(seconds $(($(now_ms) - start_ms))) s"
 echo PASS

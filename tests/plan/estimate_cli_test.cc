@@ -135,7 +135,13 @@ TEST(EstimateCliTest, BadInputIsOneErrorLineAndExitCode2) {
            std::string("estimate --preset llama-2-7b --gpus 12"),
            std::string("estimate --preset gpt2 --seq 4096"),
            std::string("estimate --preset gpt2 --stage 4"),
-           std::string("estimate --preset gpt2 --stage 0 --offload optimizer"),
+           std::string("estimate --preset gpt2 --stage 2 --offload optimizer=host,params=host"),
+           std::string("estimate --preset gpt2 --stage 3 --offload grads=host"),
+           std::string("estimate --preset gpt2 --offload optimizer=tape"),
+           std::string("estimate --preset gpt2 --offload optimiser=host"),
+           std::string("estimate --preset gpt2 --offload params=nvme"),
+           std::string("estimate --preset gpt2 --nvme-read-gbps 0"),
+           std::string("estimate --preset gpt2 --nvme-gbps 2e6"),
            std::string("estimate --preset gpt2 --precision fp8"),
            std::string("estimate --preset gpt2 --params 7B"),
            std::string("estimate"),
@@ -407,12 +413,12 @@ TEST(EstimateCliTest, PlansClustersAbove1024GpusQuickly) {
 TEST(EstimateCliTest, Stage1OffloadPutsAGradientShardOnTheHost) {
   const Result r = RunCli(
       "estimate --preset llama-2-7b --gpus 8 --stage 1 "
-      "--offload optimizer --tp 1 --pp 1 --json");
+      "--offload optimizer=host,grads=host --tp 1 --pp 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto doc = ParseReport(r);
   bool found = false;
   for (const auto& b : doc["candidates"][0]["buffers"]) {
-    if (b["name"] == "grads_shard_host") {
+    if (b["name"] == "offload_grad_shard") {
       found = true;
       EXPECT_EQ(b["placement"], "host");
     }
@@ -619,6 +625,63 @@ TEST(EstimateCliTest, ConfigIsHfConfigAndGptExampleListsTheTrainersTensors) {
                          " --activations gpt-example --recompute "
                          "selective",
                      "--recompute none or full");
+}
+
+// --offload optimizer=host|nvme: the bytes per tier, in the table's tiers
+// line and the JSON; the device drops by the optimizer state; the NVMe
+// rates price the swap traffic; a bad value names itself and the allowed.
+TEST(EstimateCliTest, OffloadOptimizerTiersPrintTheBytesPerTier) {
+  const std::string base = "estimate --preset gpt2 --gpus 8 --stage 2 --tp 1 --pp 1 ";
+  int64_t device[3], host[3], nvme[3], states = 0;
+  double offload_s[3];
+  const char* tiers[] = {"none", "optimizer=host", "optimizer=nvme"};
+  for (int t = 0; t < 3; ++t) {
+    const Result text = RunCli(base + "--offload " + tiers[t]);
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("tiers:    per rank: device "), std::string::npos) << text.out;
+    const Result r = RunCli(base + "--offload " + tiers[t] + " --nvme-read-gbps 0.5 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto doc = ParseReport(r);
+    const auto& c = doc["candidates"][0];
+    EXPECT_EQ(c["offload"], tiers[t]);
+    EXPECT_TRUE(c["engine_supported"].get<bool>()) << tiers[t];
+    device[t] = c["per_rank_tier_bytes"]["device"].get<int64_t>();
+    host[t] = c["per_rank_tier_bytes"]["host"].get<int64_t>();
+    nvme[t] = c["per_rank_tier_bytes"]["nvme"].get<int64_t>();
+    offload_s[t] = c["step_time_s"]["offload"].get<double>();
+    if (t == 0) {
+      states = c["per_gpu_bytes"]["master"].get<int64_t>() +
+               c["per_gpu_bytes"]["optimizer"].get<int64_t>();
+    }
+    int64_t listed[3] = {0, 0, 0};
+    for (const auto& b : c["buffers"]) {
+      const std::string placement = b["placement"];
+      listed[placement == "device" ? 0 : placement == "host" ? 1 : 2] += b["bytes"].get<int64_t>();
+    }
+    EXPECT_EQ(listed[1], host[t]) << tiers[t];
+    EXPECT_EQ(listed[2], nvme[t]) << tiers[t];
+    EXPECT_EQ(doc["cluster"]["nvme_read_gbps"].get<double>(), 0.5);
+  }
+  EXPECT_GT(states, 0);
+  EXPECT_EQ(device[0] - device[1], states);
+  EXPECT_EQ(device[0] - device[2], states);
+  EXPECT_EQ(host[0], 0);
+  EXPECT_GT(host[1], 0);
+  EXPECT_EQ(nvme[1], 0);
+  EXPECT_EQ(nvme[2], states);  // master, m and v: the swap files' contents
+  EXPECT_EQ(offload_s[0], 0.0);
+  EXPECT_GT(offload_s[2], offload_s[1]);
+
+  const Result bad = RunCli(base + "--offload optimizer=tape");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("'tape' is not a tier optimizer may take (device, host, nvme)"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("optimizer=device|host|nvme, grads=device|host, params=device|host"),
+            std::string::npos)
+      << bad.err;
+  const Result unknown = RunCli(base + "--offload moments=host");
+  EXPECT_NE(unknown.err.find("unknown state 'moments'"), std::string::npos) << unknown.err;
 }
 
 }  // namespace

@@ -4,7 +4,11 @@
 // fits. The engine's ledger is checked against these figures in
 // grid_vs_ledger_test.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -12,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/grid_test_util.h"
+#include "tests/test_seed.h"
 #include "zeroshard/buffer_plan.h"
 #include "zeroshard/estimate/planner.h"
 
@@ -146,6 +151,171 @@ TEST(PlanGridTest, NothingFitsIsResourceExhaustedWithTheSmallestNeed) {
   EXPECT_NE(message.find("would fit it"), std::string::npos) << message;
   EXPECT_EQ(PlanFor(model, 0, 1024).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PlanFor(model, 4, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Every tier, every split: the three per-tier figures are the engine's own
+// PlanEngineBuffers with TrainSpec::offload.optimizer set, on every pipeline
+// stage's shard; the offloaded optimizer leaves the device.
+TEST(PlanGridTest, OffloadCandidatesArePlanEngineBuffersPerTier) {
+  std::mt19937_64 rng(testing::Seed());
+  const int units = 2 + static_cast<int>(rng() % 3);
+  const int64_t h = 8 * (1 + static_cast<int64_t>(rng() % 6));
+  const ModelSpec model = testing::MlpGridSpec(units, h);
+  TrainSpec base = BaseTrain();
+  base.offload.chunk_numel = 1024 * (1 + static_cast<int64_t>(rng() % 4));
+  GridOptions options;
+  options.optimizer_tiers = {MemoryTier::kDevice, MemoryTier::kHost, MemoryTier::kNvme};
+  auto plan = PlanGrid(model, base, 4, int64_t{1} << 40, options);
+  ASSERT_TRUE(plan.ok()) << plan.status() << " " << testing::SeedTrace();
+  std::map<std::tuple<int, int, int, int>, int64_t> device_bytes;  // (tp, pp, stage, tier)
+  int per_tier[3] = {0, 0, 0};
+  for (const GridCandidate& c : plan->candidates) {
+    ++per_tier[static_cast<int>(c.optimizer_tier)];
+    int64_t host = 0, nvme = 0;
+    for (int pp_rank = 0; pp_rank < c.pp; ++pp_rank) {
+      auto shard = ShardModelSpec(model, c.tp, 0, c.pp, pp_rank);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      TrainSpec train = base;
+      train.zero_stage = c.stage;
+      train.grad_accum_steps *= c.tp * c.pp;
+      train.offload.optimizer = c.optimizer_tier;
+      auto buffers = PlanEngineBuffers(*shard, train, c.dp);
+      ASSERT_TRUE(buffers.ok()) << buffers.status();
+      EXPECT_EQ(c.stage_bytes[pp_rank], buffers->total_bytes(MemoryTier::kDevice)) << c.Label();
+      host = std::max(host, buffers->total_bytes(MemoryTier::kHost));
+      nvme = std::max(nvme, buffers->total_bytes(MemoryTier::kNvme));
+      const TrainSpec grid_train = GridTrainSpec(base, c);
+      EXPECT_EQ(grid_train.offload.optimizer, c.optimizer_tier);
+      EXPECT_EQ(grid_train.grad_accum_steps, train.grad_accum_steps);
+    }
+    EXPECT_EQ(c.host_bytes, host) << c.Label() << " " << testing::SeedTrace();
+    EXPECT_EQ(c.nvme_bytes, nvme) << c.Label();
+    switch (c.optimizer_tier) {
+      case MemoryTier::kDevice:
+        EXPECT_EQ(c.host_bytes, 0) << c.Label();
+        EXPECT_EQ(c.nvme_bytes, 0) << c.Label();
+        break;
+      case MemoryTier::kHost:
+        EXPECT_GT(c.host_bytes, 0) << c.Label();
+        EXPECT_EQ(c.nvme_bytes, 0) << c.Label();
+        EXPECT_NE(c.Label().find(", optimizer on host"), std::string::npos) << c.Label();
+        break;
+      default:
+        EXPECT_GT(c.nvme_bytes, 0) << c.Label();
+        EXPECT_GT(c.host_bytes, 0) << c.Label();  // the streaming chunks
+        break;
+    }
+    device_bytes[{c.tp, c.pp, c.stage, static_cast<int>(c.optimizer_tier)}] = c.per_rank_bytes;
+  }
+  EXPECT_EQ(per_tier[0], per_tier[1]);
+  EXPECT_EQ(per_tier[0], per_tier[2]);
+  for (const auto& [key, bytes] : device_bytes) {
+    const auto [tp, pp, stage, tier] = key;
+    if (tier == 0) continue;
+    // bf16: the fp32 master and both moments (12 bytes per param of the
+    // shard) leave the device.
+    EXPECT_LT(bytes, device_bytes.at({tp, pp, stage, 0}))
+        << "tp " << tp << " pp " << pp << " stage " << stage << " tier " << tier;
+  }
+}
+
+// The cap of the test below: every tensor/pipeline split's smallest need,
+// and, at that cap, offload and a split fit while no device-tier
+// sharding-alone candidate does.
+struct TimeChoiceSetup {
+  ModelSpec model = testing::MlpGridSpec(4, 32);
+  GridOptions options;
+  int64_t cap = 0;
+};
+
+TimeChoiceSetup MakeTimeChoiceSetup() {
+  TimeChoiceSetup s;
+  s.options.optimizer_tiers = {MemoryTier::kDevice, MemoryTier::kHost, MemoryTier::kNvme};
+  auto all = PlanGrid(s.model, BaseTrain(), 4, int64_t{1} << 40, s.options);
+  if (!all.ok()) return s;
+  s.cap = int64_t{1} << 62;
+  for (const GridCandidate& c : all->candidates) {
+    if (c.model_parallel_ranks() > 1 && c.optimizer_tier == MemoryTier::kDevice) {
+      s.cap = std::min(s.cap, c.per_rank_bytes);
+    }
+  }
+  return s;
+}
+
+TEST(PlanGridTest, PicksTheFastestFitByTheStepTimeModel) {
+  TimeChoiceSetup s = MakeTimeChoiceSetup();
+  ASSERT_GT(s.cap, 0);
+  std::mt19937_64 rng(testing::Seed());
+  std::uniform_real_distribution<double> jitter(0.0, 0.1);
+  const double offload_s = 1.0 + jitter(rng);
+  const double split_s = 2.0 + jitter(rng);
+  // A fake time model: offload cheap, splits dear; and the other way round.
+  for (bool offload_faster : {true, false}) {
+    GridOptions options = s.options;
+    options.step_time = [&](const GridCandidate& c) -> absl::StatusOr<double> {
+      const bool offloaded = c.optimizer_tier != MemoryTier::kDevice;
+      const bool split = c.model_parallel_ranks() > 1;
+      double t = 5.0 + 0.01 * c.stage;
+      if (offloaded && !split) t = offload_faster ? offload_s : split_s + 1.0;
+      if (split && !offloaded) t = offload_faster ? split_s : offload_s - 0.5;
+      return t + 0.001 * c.stage;
+    };
+    auto plan = PlanGrid(s.model, BaseTrain(), 4, s.cap, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->by_time);
+    bool offload_fits = false, device_alone_fits = false;
+    for (const GridCandidate& c : plan->candidates) {
+      EXPECT_TRUE(std::isfinite(c.step_seconds)) << c.Label();
+      EXPECT_FALSE(c.reason.empty()) << c.Label();
+      if (c.model_parallel_ranks() == 1) {
+        if (c.optimizer_tier == MemoryTier::kDevice) device_alone_fits |= c.fits;
+        if (c.optimizer_tier != MemoryTier::kDevice) offload_fits |= c.fits;
+      }
+    }
+    ASSERT_TRUE(offload_fits) << "the test's cap must let offload fit";
+    ASSERT_FALSE(device_alone_fits) << "the test's cap must exclude sharding alone";
+    const GridCandidate& chosen = plan->chosen_candidate();
+    // The fastest fit: no fitting candidate is faster.
+    for (const GridCandidate& c : plan->candidates) {
+      if (c.fits) EXPECT_GE(c.step_seconds, chosen.step_seconds) << c.Label();
+      if (!c.fits) EXPECT_NE(c.reason.find("over the cap by"), std::string::npos) << c.reason;
+    }
+    EXPECT_EQ(chosen.reason, "chosen: the fastest that fits");
+    if (offload_faster) {
+      EXPECT_NE(chosen.optimizer_tier, MemoryTier::kDevice) << chosen.Label();
+      EXPECT_EQ(chosen.model_parallel_ranks(), 1) << chosen.Label();
+    } else {
+      EXPECT_EQ(chosen.optimizer_tier, MemoryTier::kDevice) << chosen.Label();
+      EXPECT_GT(chosen.model_parallel_ranks(), 1) << chosen.Label();
+    }
+    EXPECT_NE(plan->description.find("the fastest of "), std::string::npos) << plan->description;
+  }
+}
+
+TEST(PlanGridTest, ABadStepTimeIsRefusedNamingTheCandidate) {
+  TimeChoiceSetup s = MakeTimeChoiceSetup();
+  GridOptions options = s.options;
+  for (double bad :
+       {std::numeric_limits<double>::quiet_NaN(), -1.0, std::numeric_limits<double>::infinity()}) {
+    options.step_time = [bad](const GridCandidate& c) -> absl::StatusOr<double> {
+      return c.optimizer_tier == MemoryTier::kNvme ? bad : 1.0;
+    };
+    auto plan = PlanGrid(s.model, BaseTrain(), 4, s.cap, options);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("optimizer on nvme"), std::string::npos)
+        << plan.status();
+  }
+  options.step_time = [](const GridCandidate&) -> absl::StatusOr<double> {
+    return absl::NotFoundError("no nvme rates in the profile");
+  };
+  auto plan = PlanGrid(s.model, BaseTrain(), 4, s.cap, options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(plan.status().message().find("no nvme rates"), std::string::npos) << plan.status();
+  options.optimizer_tiers.clear();
+  EXPECT_EQ(PlanGrid(s.model, BaseTrain(), 4, s.cap, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -200,8 +200,8 @@ void RandomCluster(Draw& d, ClusterSpec& c, PlanOptions& o) {
   o.prefetch_depth = d.Int(1, 64);
   if (d.Coin(0.3)) o.stage = d.Int(0, 3);
   if (d.Coin(0.2))
-    o.offload =
-        d.Pick<Offload>({Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams});
+    o.offload = d.Pick<Offload>({Offload::kNone, Offload::kOptimizer, Offload::kOptimizerNvme,
+                                 Offload::kOptimizerAndParams});
   if (d.Coin(0.2)) o.tp = 1 << d.Int(0, 3);
   if (d.Coin(0.2)) o.pp = 1 << d.Int(0, 3);
   if (d.Coin(0.3)) o.price_per_gpu_hour = std::exp2(d.Int(-10, 19));
@@ -254,12 +254,14 @@ void CheckPlan(const Plan& plan, const RandomModel& model, const std::string& tr
     ASSERT_EQ(static_cast<U128>(c.per_node_host_bytes), Sum(c.per_rank_host) * ranks_per_node)
         << where;
     // The breakdown is the buffer list, category by category.
-    MemoryBreakdown device, host;
+    MemoryBreakdown device, host, nvme;
     for (const PlacedBuffer& b : c.buffers) {
       ASSERT_GE(b.buffer.numel, 0) << b.buffer.name << " " << where;
       const U128 bytes = Mul(b.buffer.numel, DTypeSize(b.buffer.dtype));
       ASSERT_EQ(static_cast<U128>(b.buffer.bytes()), bytes) << b.buffer.name << " " << where;
-      MemoryBreakdown& m = b.placement == Placement::kDevice ? device : host;
+      MemoryBreakdown& m = b.placement == Placement::kDevice ? device
+                           : b.placement == Placement::kHost ? host
+                                                             : nvme;
       int64_t& field = b.buffer.category == MemoryCategory::kParams           ? m.params
                        : b.buffer.category == MemoryCategory::kGradients      ? m.grads
                        : b.buffer.category == MemoryCategory::kMasterParams   ? m.master
@@ -272,6 +274,7 @@ void CheckPlan(const Plan& plan, const RandomModel& model, const std::string& tr
     ASSERT_EQ(device.buffers, c.per_gpu.buffers) << where;
     ASSERT_EQ(device.workspace + cl.workspace_bytes, c.per_gpu.workspace) << where;
     ASSERT_EQ(host.total(), c.per_rank_host.total()) << where;
+    ASSERT_EQ(nvme.total(), c.per_rank_nvme.total()) << where;
     ASSERT_EQ(c.fits,
               c.per_gpu.total() <= cl.gpu_mem_bytes && c.per_node_host_bytes <= cl.host_mem_bytes)
         << where;

@@ -105,23 +105,31 @@ TEST(PlannerTest, Stage3OffloadAndFp16AreDerivedFromTheSameLayout) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->candidates.size(), 1u);
   const Candidate& c = plan->candidates[0];
-  EXPECT_FALSE(c.engine_supported);
-  const PlacedBuffer* params = FindBuffer(c, kParamsBuffer);
-  ASSERT_NE(params, nullptr);
-  EXPECT_EQ(params->buffer.numel, layout->shard_numel());
-  EXPECT_EQ(params->buffer.dtype, DType::kFloat16);
-  EXPECT_EQ(params->placement, Placement::kHost);
+  // ZeRO-Infinity to the host is what the engine runs (OffloadSpec grads
+  // and params host): the sharded params' shards on the host, staged to
+  // the device per gather.
+  EXPECT_TRUE(c.engine_supported);
+  const PlacedBuffer* shards = FindBuffer(c, kOffloadParamShardBuffer);
+  ASSERT_NE(shards, nullptr);
+  EXPECT_EQ(shards->buffer.dtype, DType::kFloat16);
+  EXPECT_EQ(shards->placement, Placement::kHost);
   const PlacedBuffer* gather = FindBuffer(c, kParamGatherBuffer);
   ASSERT_NE(gather, nullptr);
   EXPECT_EQ(gather->buffer.numel, 2 * layout->max_unit_numel());
   EXPECT_EQ(gather->placement, Placement::kDevice);
-  for (const char* host : {kMasterBuffer, kAdamMBuffer, kAdamVBuffer, kGradsBuffer}) {
+  for (const char* host : {kMasterBuffer, kAdamMBuffer, kAdamVBuffer, kOffloadGradShardBuffer}) {
     ASSERT_NE(FindBuffer(c, host), nullptr) << host;
     EXPECT_EQ(FindBuffer(c, host)->placement, Placement::kHost) << host;
   }
-  EXPECT_EQ(c.per_gpu.model_states(), 0);
-  // 2 (params) + 2 (grads) + 12 (master, m, v) bytes per shard element.
-  EXPECT_EQ(c.per_rank_host.model_states(), 16 * layout->shard_numel());
+  // The device keeps the sharded gradient (the reductions' target) and the
+  // persistent units' params.
+  EXPECT_EQ(c.per_gpu.grads, 2 * layout->shard_numel());
+  // On the host: 2 (gradient shard) + 12 (master, m, v) bytes per shard
+  // element, and the sharded units' param shards.
+  EXPECT_EQ(c.per_rank_host.grads, 2 * layout->shard_numel());
+  EXPECT_EQ(c.per_rank_host.master + c.per_rank_host.optimizer, 12 * layout->shard_numel());
+  EXPECT_EQ(c.per_rank_host.params, shards->buffer.bytes());
+  EXPECT_GT(c.per_rank_host.params, 0);
   EXPECT_EQ(c.per_node_host_bytes, 8 * c.per_rank_host.total());
 }
 
@@ -229,9 +237,11 @@ TEST(PlannerTest, ImpossibleInputsAreInvalidArgument) {
   PlanOptions pp5;
   pp5.pp = 5;
   expect_invalid(pp5, Cluster(40), "--pp 5");
+  // The engine offloads at stage 0 too, but params live on the host only
+  // at stage 3 (the only stage that shards them).
   PlanOptions offload0;
   offload0.stage = 0;
-  offload0.offload = Offload::kOptimizer;
+  offload0.offload = Offload::kOptimizerAndParams;
   expect_invalid(offload0, Cluster(8), "--offload");
   ClusterSpec ragged = Cluster(12);
   ragged.gpus_per_node = 8;
@@ -363,16 +373,19 @@ TEST(PlannerTest, PlansClustersOfUpTo2To20GpusExactlyAndFast) {
   EXPECT_EQ(plan->candidates[0].per_gpu.model_states(), 16 * layout->total_numel());
 }
 
-// ZeRO-Offload at stage 1: the GPU keeps the whole gradient (it is reduced
-// there), the CPU Adam reads the rank's shard from a host buffer.
+// The engine's host gradient shard (grads=host) at stage 1: the GPU keeps
+// the whole gradient (it is reduced there), the host update reads the
+// rank's shard from a host buffer, as at stage 2.
 TEST(PlannerTest, Stage1OptimizerOffloadKeepsAGradientShardOnTheHost) {
   auto model = ModelFromPreset("llama-2-7b");
   ASSERT_TRUE(model.ok());
   auto layout = FlatLayout::Create(model->spec, 8);
   ASSERT_TRUE(layout.ok());
-  const Candidate s1 = Only(Planner::Plan(*model, Cluster(8), Forced(1, Offload::kOptimizer)));
+  const Offload host_grads{MemoryTier::kHost, MemoryTier::kHost, MemoryTier::kDevice};
+  const Candidate s1 = Only(Planner::Plan(*model, Cluster(8), Forced(1, host_grads)));
+  EXPECT_TRUE(s1.engine_supported);
   EXPECT_EQ(s1.per_gpu.grads, 2 * layout->total_numel());
-  const PlacedBuffer* shard = FindBuffer(s1, internal::kHostGradShardBuffer);
+  const PlacedBuffer* shard = FindBuffer(s1, kOffloadGradShardBuffer);
   ASSERT_NE(shard, nullptr);
   EXPECT_EQ(shard->placement, Placement::kHost);
   EXPECT_EQ(shard->buffer.numel, layout->shard_numel());
@@ -380,9 +393,11 @@ TEST(PlannerTest, Stage1OptimizerOffloadKeepsAGradientShardOnTheHost) {
   EXPECT_EQ(s1.per_rank_host.grads, 2 * layout->shard_numel());
   // 2 (grad shard) + 12 (master, m, v) bytes per shard element, as stage 2.
   EXPECT_EQ(s1.per_rank_host.model_states(), 14 * layout->shard_numel());
-  const Candidate s2 = Only(Planner::Plan(*model, Cluster(8), Forced(2, Offload::kOptimizer)));
+  EXPECT_EQ(s1.per_rank_nvme.total(), 0);
+  const Candidate s2 = Only(Planner::Plan(*model, Cluster(8), Forced(2, host_grads)));
   EXPECT_EQ(s2.per_rank_host.model_states(), s1.per_rank_host.model_states());
-  EXPECT_EQ(FindBuffer(s2, internal::kHostGradShardBuffer), nullptr);
+  ASSERT_NE(FindBuffer(s2, kOffloadGradShardBuffer), nullptr);
+  EXPECT_EQ(s2.per_gpu.grads, 2 * layout->shard_numel());
   EXPECT_EQ(s1.per_node_host_bytes, 8 * s1.per_rank_host.total());
 }
 

@@ -44,6 +44,9 @@ struct Options {
   std::vector<int> ranks = {2, 4};  // local backend
   bool measure_compute = true;
   bool measure_collectives = true;
+  bool measure_offload = false;
+  std::string offload_dir = ".";
+  int64_t offload_bytes = int64_t{256} << 20;
   std::vector<int64_t> sizes = {4096, 65536, 1 << 20, 4 << 20};
   MeasureShapes shapes;
 };
@@ -57,6 +60,9 @@ predicts with:
   sgemm          cblas_sgemm FLOP/s at the example MLP's shapes, T threads
   elementwise    exact GELU and its derivative (ns per element), a block's memcpy
   optimizer      Engine::Step() on one rank, fp32 AdamW + clipping (ns per param)
+  offload        (--what offload) the device-host copy of 4 MiB chunks, and a swap
+                 file's sequential write and read through SwapFiles, the engine's
+                 NVMe path, in --offload-dir (GB/s; the I/O backend is recorded)
   collectives    all-reduce, reduce-scatter, all-gather on the backend:
                  t = alpha + bytes / beta, fitted over --sizes
 With --backend mpi run it under mpirun (mpirun -np N zeroshard calibrate
@@ -69,7 +75,12 @@ without MPI).
   --backend B           local (threads, default) or mpi (under mpirun)
   --ranks LIST          local rank counts for the collectives (default 2,4)
   --threads T           BLAS threads while measuring sgemm (default 1, as the trainer)
-  --what LIST           compute, collectives (default both; mpi: collectives)
+  --what LIST           compute, collectives, offload (default compute,collectives;
+                        mpi: collectives)
+  --offload-dir DIR     offload: where the swap file is written and read
+                        (default the current directory; give a directory on the
+                        NVMe drive the run will use)
+  --offload-bytes N     offload: the swap file's size (default 268435456)
   --hidden H            the model's hidden size (default 256)
   --blocks B            its residual blocks (default 5)
   --micro-batch M       samples per micro-batch (default 16)
@@ -80,12 +91,12 @@ without MPI).
 absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* help) {
   Options o;
   bool what_given = false;
-  ZS_ASSIGN_OR_RETURN(
-      const auto flags,
-      cli::ParseFlagMap(args,
-                        {"--out", "--backend", "--ranks", "--sizes", "--threads", "--what",
-                         "--hidden", "--blocks", "--micro-batch", "--min-seconds"},
-                        {"--help", "-h"}, "zeroshard calibrate --help"));
+  ZS_ASSIGN_OR_RETURN(const auto flags,
+                      cli::ParseFlagMap(args,
+                                        {"--out", "--backend", "--ranks", "--sizes", "--threads",
+                                         "--what", "--hidden", "--blocks", "--micro-batch",
+                                         "--min-seconds", "--offload-dir", "--offload-bytes"},
+                                        {"--help", "-h"}, "zeroshard calibrate --help"));
   if (flags.count("--help") != 0 || flags.count("-h") != 0) {
     *help = true;
     return o;
@@ -111,12 +122,18 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* he
       o.shapes.blas_threads = static_cast<int>(n);
     } else if (name == "--what") {
       what_given = true;
-      o.measure_compute = o.measure_collectives = false;
+      o.measure_compute = o.measure_collectives = o.measure_offload = false;
       for (absl::string_view part : absl::StrSplit(value, ',')) {
-        ZS_ASSIGN_OR_RETURN(const int what,
-                            cli::ParseChoiceFlag(name, part, {"compute", "collectives"}));
-        (what == 0 ? o.measure_compute : o.measure_collectives) = true;
+        ZS_ASSIGN_OR_RETURN(const int what, cli::ParseChoiceFlag(
+                                                name, part, {"compute", "collectives", "offload"}));
+        (what == 0   ? o.measure_compute
+         : what == 1 ? o.measure_collectives
+                     : o.measure_offload) = true;
       }
+    } else if (name == "--offload-dir") {
+      o.offload_dir = value;
+    } else if (name == "--offload-bytes") {
+      ZS_ASSIGN_OR_RETURN(o.offload_bytes, cli::ParseIntFlag(name, value, 4096, int64_t{1} << 40));
     } else if (name == "--hidden") {
       ZS_ASSIGN_OR_RETURN(o.shapes.hidden, cli::ParseIntFlag(name, value, 1, 1 << 14));
     } else if (name == "--blocks") {
@@ -130,6 +147,11 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* he
     }
   }
   if (o.mpi && !what_given) o.measure_compute = false;
+  if (o.mpi && o.measure_offload) {
+    return absl::InvalidArgumentError(
+        "--backend mpi measures collectives only; measure offload without MPI: `zeroshard "
+        "calibrate --what offload --out FILE`");
+  }
   if (o.mpi && o.measure_compute) {
     return absl::InvalidArgumentError(
         "--backend mpi measures collectives only (the other processes would share the cores "
@@ -243,6 +265,18 @@ int RunLocal(const Options& o, MachineProfile p) {
     const absl::Status s = MeasureLocalCollectives(o, &p);
     if (!s.ok()) return Fail(s, kExitFailed);
   }
+  if (o.measure_offload) {
+    Progress(absl::StrFormat(
+        "[offload] device-host copy of 4 MiB chunks; a %d-byte swap file in %s (write, read)",
+        o.offload_bytes, o.offload_dir));
+    const absl::Status s =
+        MeasureOffloadRates(o.offload_dir, o.offload_bytes, o.shapes.min_seconds, &p.offload);
+    if (!s.ok()) return Fail(s, kExitFailed);
+    Progress(absl::StrFormat("  host copy %.2f GB/s; NVMe write %.2f GB/s, read %.2f GB/s (%s)",
+                             p.offload.host_copy_bytes_per_s / 1e9,
+                             p.offload.nvme_write_bytes_per_s / 1e9,
+                             p.offload.nvme_read_bytes_per_s / 1e9, p.offload.io_backend));
+  }
   const absl::Status s = WriteProfile(o.out, p);
   if (!s.ok()) return Fail(s, kExitBadInput);
   Progress(absl::StrCat("wrote ", o.out));
@@ -304,10 +338,12 @@ int Main(const std::vector<std::string>& args) {
       exists ? ParseMachineProfile(**text, o->out)
              : absl::StatusOr<MachineProfile>(MachineProfile{});
   if (!o->measure_compute) {
-    // Collectives alone are added to a profile that holds the rest.
+    // Collectives or offload rates alone are added to a profile that holds
+    // the rest.
     if (!exists) {
       return Fail(absl::InvalidArgumentError(absl::StrFormat(
-                      "--out %s does not exist; measuring collectives alone adds them to an "
+                      "--out %s does not exist; measuring collectives or offload alone adds them "
+                      "to an "
                       "existing profile: run `zeroshard calibrate --out %s` first",
                       o->out, o->out)),
                   kExitBadInput);

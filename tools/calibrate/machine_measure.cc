@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/src/offload/swap_files.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/model_spec.h"
@@ -197,6 +198,50 @@ double MeasureCopyBytesPerS(const MeasureShapes& s) {
     block = (block + 1) % s.blocks;
   });
   return static_cast<double>(numel * sizeof(float)) / seconds;
+}
+
+absl::Status MeasureOffloadRates(const std::string& dir, int64_t nvme_bytes, double min_seconds,
+                                 MachineProfile::Offload* rates) {
+  // The engine's default chunk: OffloadSpec::chunk_numel fp32 elements.
+  const int64_t chunk_bytes = OffloadSpec{}.chunk_numel * 4;
+  {
+    std::unique_ptr<Device> device = CreateCpuDevice();
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device->CreateStream());
+    const std::vector<float> grads = Normals(static_cast<size_t>(chunk_bytes / 4), 70);
+    std::vector<float> host(grads.size()), params(grads.size());
+    const double seconds = TimePerRep(min_seconds, 4, [&] {
+      // Out and back, as one chunk of the optimizer phase moves.
+      (void)device->CopyAsync(host.data(), grads.data(), chunk_bytes, *stream);
+      (void)device->CopyAsync(params.data(), host.data(), chunk_bytes, *stream);
+      (void)stream->Synchronize();
+    });
+    rates->host_copy_bytes_per_s = 2.0 * static_cast<double>(chunk_bytes) / seconds;
+  }
+  internal::SwapOptions options;
+  options.dir = dir;
+  options.rank = 0;
+  const int64_t bytes = internal::RoundUpToSwapAlignment(std::max(nvme_bytes, chunk_bytes));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<internal::SwapFiles> files,
+                      internal::SwapFiles::Create(options, {{"calibrate", bytes}}));
+  constexpr int kInFlight = 2;
+  ZS_ASSIGN_OR_RETURN(internal::AlignedBuffer buffer,
+                      internal::AlignedBuffer::Allocate(chunk_bytes * kInFlight));
+  const std::vector<float> fill =
+      Normals(static_cast<size_t>(buffer.size() / 4), 71);  // never zeros
+  std::memcpy(buffer.data(), fill.data(), static_cast<size_t>(buffer.size()));
+  // The write first, so that the read finds written blocks (not holes).
+  ZS_ASSIGN_OR_RETURN(const double write_s,
+                      internal::MeasureSequentialSeconds(*files, 0, buffer.data(), chunk_bytes,
+                                                         /*write=*/true, kInFlight));
+  ZS_ASSIGN_OR_RETURN(const double read_s,
+                      internal::MeasureSequentialSeconds(*files, 0, buffer.data(), chunk_bytes,
+                                                         /*write=*/false, kInFlight));
+  const double disk_bytes = static_cast<double>(files->rounded_bytes(0));
+  rates->nvme_write_bytes_per_s = disk_bytes / std::max(write_s, 1e-9);
+  rates->nvme_read_bytes_per_s = disk_bytes / std::max(read_s, 1e-9);
+  rates->io_backend = files->describe();
+  rates->dir = dir;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> MeasureOptimizerSPerParam(const MeasureShapes& s) {

@@ -54,6 +54,22 @@ absl::StatusOr<CollectiveProfile> MeasureCollectives(Communicator& comm,
                                                      const std::vector<int64_t>& sizes,
                                                      double min_seconds);
 
+// The offload tier's rates (MachineProfile::Offload), into `rates`:
+//   host copy  a gradient chunk to the host and a param chunk back as the
+//              engine streams them (OffloadSpec::chunk_numel fp32 elements,
+//              4 MiB), through the CPU Device's CopyAsync (this build's
+//              device-host copy), bytes per second;
+//   NVMe       one swap file of `nvme_bytes` in `dir` through SwapFiles,
+//              the engine's I/O path (io_uring or its thread pool, O_DIRECT
+//              where the file system takes it), written then read once,
+//              sequentially in 4 MiB chunks, two in flight
+//              (MeasureSequentialSeconds), bytes per second. The file is
+//              removed at the end. `rates.io_backend` is SwapFiles'
+//              describe(): which backend ran and why.
+// Errors: SwapFiles' (the directory missing or full, named), the device's.
+absl::Status MeasureOffloadRates(const std::string& dir, int64_t nvme_bytes, double min_seconds,
+                                 MachineProfile::Offload* rates);
+
 // Least-squares fit of t = alpha + bytes / beta (alpha >= 0; a slope <= 0,
 // from noise, falls back to the largest size's bytes / time).
 CollectiveFit FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/plan/gpt_example_tensors.h"
 #include "engine/src/plan/internal/plan_inputs.h"
@@ -21,24 +22,71 @@
 
 namespace zeroshard {
 
-const char* OffloadName(Offload o) {
-  switch (o) {
-    case Offload::kNone:
-      return "none";
-    case Offload::kOptimizer:
-      return "optimizer";
-    case Offload::kOptimizerAndParams:
-      return "optimizer+params";
+const char* PlacementName(Placement p) {
+  switch (p) {
+    case Placement::kDevice:
+      return "device";
+    case Placement::kHost:
+      return "host";
+    case Placement::kNvme:
+      return "nvme";
   }
   return "?";
 }
 
-absl::StatusOr<Offload> ParseOffload(absl::string_view name) {
-  if (name == "none") return Offload::kNone;
-  if (name == "optimizer") return Offload::kOptimizer;
-  if (name == "optimizer+params") return Offload::kOptimizerAndParams;
-  return absl::InvalidArgumentError(
-      absl::StrFormat("--offload: '%s' is not one of none, optimizer, optimizer+params", name));
+std::string OffloadName(const Offload& o) {
+  std::vector<std::string> parts;
+  const std::pair<const char*, MemoryTier> states[] = {
+      {"optimizer", o.optimizer}, {"grads", o.grads}, {"params", o.params}};
+  for (const auto& [state, tier] : states) {
+    if (tier != MemoryTier::kDevice)
+      parts.push_back(absl::StrCat(state, "=", MemoryTierName(tier)));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, ",");
+}
+
+absl::StatusOr<Offload> ParseOffload(absl::string_view text) {
+  if (text == "none") return Offload::kNone;
+  if (text == "optimizer") return Offload::kOptimizer;
+  if (text == "optimizer+params") return Offload::kOptimizerAndParams;
+  constexpr char kAllowed[] =
+      "give none, optimizer, optimizer+params, or state=tier pairs separated by commas: "
+      "optimizer=device|host|nvme, grads=device|host, params=device|host (e.g. "
+      "optimizer=nvme,params=host)";
+  Offload out;
+  bool seen[3] = {false, false, false};
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const size_t eq = part.find('=');
+    const absl::string_view key = part.substr(0, eq);
+    const absl::string_view value = eq == absl::string_view::npos ? "" : part.substr(eq + 1);
+    int k = -1;
+    if (key == "optimizer") k = 0;
+    if (key == "grads") k = 1;
+    if (key == "params") k = 2;
+    if (k < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--offload %s: unknown state '%s'; %s", text, key, kAllowed));
+    }
+    if (seen[k]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--offload %s: '%s' is given twice; %s", text, key, kAllowed));
+    }
+    seen[k] = true;
+    MemoryTier tier;
+    if (value == "device") {
+      tier = MemoryTier::kDevice;
+    } else if (value == "host") {
+      tier = MemoryTier::kHost;
+    } else if (value == "nvme" && k == 0) {
+      tier = MemoryTier::kNvme;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--offload %s: '%s' is not a tier %s may take (%s); %s", text, value, key,
+                          k == 0 ? "device, host, nvme" : "device, host", kAllowed));
+    }
+    (k == 0 ? out.optimizer : k == 1 ? out.grads : out.params) = tier;
+  }
+  return out;
 }
 
 std::optional<int64_t> MemoryBreakdown::CheckedTotal() const {
@@ -53,18 +101,22 @@ std::optional<int64_t> MemoryBreakdown::CheckedTotal() const {
 
 std::string Candidate::Label() const {
   std::string s = absl::StrCat("stage ", stage);
-  if (offload != Offload::kNone) absl::StrAppend(&s, " + offload ", OffloadName(offload));
+  if (offload.enabled()) absl::StrAppend(&s, " + offload ", OffloadName(offload));
   if (tp > 1 || pp > 1) s = absl::StrCat("tp ", tp, " x pp ", pp, ", ", s);
   return s;
 }
 
 int Candidate::Tier() const {
   if (tp > 1 || pp > 1) return 3;
-  return offload == Offload::kNone ? 1 : 2;
+  return offload.enabled() ? 2 : 1;
 }
 
-TrainSpec Planner::EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches) {
+TrainSpec Planner::EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches,
+                                   const Offload& offload) {
   TrainSpec train;
+  train.offload.optimizer = offload.optimizer;
+  train.offload.grads = offload.grads;
+  train.offload.params = offload.params;
   train.zero_stage = stage;
   train.precision = options.precision;
   // prefetch_depth counts gather buffers: the unit in use plus those ahead.
@@ -125,17 +177,22 @@ std::vector<Shape> Enumerate(const ModelDescription& model, const ClusterSpec& c
         // Pipelines run with ZeRO 0-1 in automatic mode (DeepSpeed and
         // Megatron refuse to shard gradients across pipelined micro-batches).
         if (pp > 1 && o.stage < 0 && s > 1) continue;
-        for (Offload off : {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams}) {
+        // With a forced --offload, that policy alone; automatic: none, the
+        // optimizer on the host and on NVMe, and ZeRO-Infinity to the host
+        // (optimizer, grads and params; stage 3).
+        std::vector<Offload> policies = {Offload::kNone, Offload::kOptimizer,
+                                         Offload::kOptimizerNvme, Offload::kOptimizerAndParams};
+        if (o.offload.has_value()) policies = {*o.offload};
+        for (const Offload& off : policies) {
           if (!offload_allowed(off)) continue;
-          if (off != Offload::kNone && s == 0) continue;
-          if (off == Offload::kOptimizerAndParams && s != 3) continue;
+          if (off.params != MemoryTier::kDevice && s != 3) continue;
           // Automatic offload is tried at stages 2-3 without splits only.
           const bool forced = o.offload.has_value() || o.stage >= 0;
-          if (off != Offload::kNone && !forced && (split || s < 2)) continue;
+          if (off.enabled() && !forced && (split || s < 2)) continue;
           const Shape shape{s, off, tp, pp};
           if (split) {
             tier3.push_back(shape);
-          } else if (off == Offload::kNone) {
+          } else if (!off.enabled()) {
             tier1.push_back(shape);
           } else {
             tier2.push_back(shape);
@@ -145,9 +202,14 @@ std::vector<Shape> Enumerate(const ModelDescription& model, const ClusterSpec& c
     }
   }
   std::vector<Shape> all = tier1;
-  // Offload rows in order of increasing host traffic: stage 2 then 3.
-  std::stable_sort(tier2.begin(), tier2.end(), [](const Shape& a, const Shape& b) {
-    return static_cast<int>(a.offload) < static_cast<int>(b.offload);
+  // Offload rows in order of increasing traffic: the optimizer on the host,
+  // then on NVMe, then params too; stage 2 then 3 within each.
+  auto rank = [](const Offload& off) {
+    return std::make_tuple(off.params != MemoryTier::kDevice, off.grads != MemoryTier::kDevice,
+                           static_cast<int>(off.optimizer));
+  };
+  std::stable_sort(tier2.begin(), tier2.end(), [&](const Shape& a, const Shape& b) {
+    return rank(a.offload) < rank(b.offload);
   });
   all.insert(all.end(), tier2.begin(), tier2.end());
   std::stable_sort(tier3.begin(), tier3.end(), [](const Shape& a, const Shape& b) {
@@ -316,7 +378,9 @@ absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const Cl
     if (chosen_tier < 3) {
       plan.why = absl::StrFormat(
           "%s is the least-communication configuration that fits (%s)%s", c.Label(), uses,
-          chosen_tier == 2 ? "; sharding alone does not fit, so the optimizer moves to the host"
+          chosen_tier == 2 ? absl::StrCat("; sharding alone does not fit, so the states move off "
+                                          "the GPU (",
+                                          OffloadName(c.offload), ")")
                            : "");
     } else {
       int fitting = 0;

@@ -131,22 +131,27 @@ std::string FormatTable(const Plan& plan, bool all) {
                   "memory    GiB (2^30 bytes) per GPU; other = workspace + per-process reserve; "
                   "host = host memory per node\n\n");
   const bool costs = HasCosts(plan);
-  std::string header =
-      absl::StrFormat("  %-38s %3s %3s %4s %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8s",
-                      "candidate", "tp", "pp", "dp", "params", "grads", "master", "optim",
-                      "buffers", "activ", "other", "GPU", "host", "fits", "step s");
+  const std::vector<int> shown = ShownCandidates(plan, all);
+  // The candidate column fits the longest label shown (offload policies of
+  // three states run past the usual 38).
+  size_t label_width = 38;
+  for (int i : shown) label_width = std::max(label_width, plan.candidates[i].Label().size());
+  std::string header = absl::StrFormat(
+      "  %-*s %3s %3s %4s %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8s",
+      static_cast<int>(label_width), "candidate", "tp", "pp", "dp", "params", "grads", "master",
+      "optim", "buffers", "activ", "other", "GPU", "host", "fits", "step s");
   if (costs) absl::StrAppendFormat(&header, " %9s %10s %6s", "epoch h", "epoch $", "eff");
   absl::StrAppend(&out, header, "\n");
-  const std::vector<int> shown = ShownCandidates(plan, all);
   for (int i : shown) {
     const Candidate& c = plan.candidates[i];
     const MemoryBreakdown& m = c.per_gpu;
     std::string row = absl::StrFormat(
-        "%s %-38s %3d %3d %4d %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8.3f",
-        i == plan.chosen ? "*" : " ", c.Label(), c.tp, c.pp, c.dp, FormatGiB(m.params),
-        FormatGiB(m.grads), FormatGiB(m.master), FormatGiB(m.optimizer), FormatGiB(m.buffers),
-        FormatGiB(m.activations), FormatGiB(m.workspace + m.reserve), FormatGiB(m.total()),
-        FormatGiB(c.per_node_host_bytes), c.fits ? "yes" : "no", c.time.total);
+        "%s %-*s %3d %3d %4d %7s %7s %7s %7s %7s %7s %6s %8s %8s %4s %8.3f",
+        i == plan.chosen ? "*" : " ", static_cast<int>(label_width), c.Label(), c.tp, c.pp, c.dp,
+        FormatGiB(m.params), FormatGiB(m.grads), FormatGiB(m.master), FormatGiB(m.optimizer),
+        FormatGiB(m.buffers), FormatGiB(m.activations), FormatGiB(m.workspace + m.reserve),
+        FormatGiB(m.total()), FormatGiB(c.per_node_host_bytes), c.fits ? "yes" : "no",
+        c.time.total);
     if (costs) {
       absl::StrAppendFormat(&row, " %9.1f %10.0f %6.2f", c.epoch_s / 3600.0, c.epoch_cost,
                             c.scaling_efficiency);
@@ -168,11 +173,19 @@ std::string FormatTable(const Plan& plan, bool all) {
                           c.time.total, c.time.compute, c.time.bubble, c.time.dp_comm,
                           c.time.tp_comm, c.time.pp_comm, c.time.offload,
                           WithCommas(c.tokens_per_s));
+    absl::StrAppendFormat(
+        &out,
+        "tiers:    per rank: device %s GiB (%s bytes), host %s GiB (%s bytes, pinned), NVMe %s GiB "
+        "(%s bytes); host %s GiB per node\n",
+        FormatGiB(c.per_gpu.total()), WithCommas(c.per_gpu.total()),
+        FormatGiB(c.per_rank_host.total()), WithCommas(c.per_rank_host.total()),
+        FormatGiB(c.per_rank_nvme.total()), WithCommas(c.per_rank_nvme.total()),
+        FormatGiB(c.per_node_host_bytes));
     if (!c.engine_supported) {
       absl::StrAppend(
           &out,
-          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) without offload or "
-          "tp/pp; this plan's buffers are computed analytically\n");
+          "note:     today's engine runs stages 0-3 (fp32, bf16, fp16) with every offload "
+          "tier, without tp/pp; this plan's buffers are computed analytically\n");
     }
   }
   if (!plan.trainer_tensors.empty()) {
@@ -242,6 +255,8 @@ std::string FormatJson(const Plan& plan, bool all) {
       {"intra_node_gbps", cl.intra_node_gbps},
       {"inter_node_gbps", cl.inter_node_gbps},
       {"pcie_gbps", cl.pcie_gbps},
+      {"nvme_read_gbps", cl.nvme_read_gbps},
+      {"nvme_write_gbps", cl.nvme_write_gbps},
       {"intra_node_latency_us", cl.intra_node_latency_us},
       {"inter_node_latency_us", cl.inter_node_latency_us},
       {"peak_tflops", o.precision == Precision::kFp32 ? cl.peak_tflops_fp32 : cl.peak_tflops},
@@ -277,7 +292,7 @@ std::string FormatJson(const Plan& plan, bool all) {
                          {"dtype", DTypeName(p.buffer.dtype)},
                          {"numel", p.buffer.numel},
                          {"bytes", p.buffer.bytes()},
-                         {"placement", p.placement == Placement::kDevice ? "device" : "host"}});
+                         {"placement", PlacementName(p.placement)}});
     }
     json entry = {
         {"index", i},
@@ -296,6 +311,11 @@ std::string FormatJson(const Plan& plan, bool all) {
         {"shown", std::find(shown.begin(), shown.end(), static_cast<int>(i)) != shown.end()},
         {"per_gpu_bytes", Breakdown(c.per_gpu)},
         {"per_rank_host_bytes", Breakdown(c.per_rank_host)},
+        {"per_rank_nvme_bytes", Breakdown(c.per_rank_nvme)},
+        {"per_rank_tier_bytes",
+         {{"device", c.per_gpu.total()},
+          {"host", c.per_rank_host.total()},
+          {"nvme", c.per_rank_nvme.total()}}},
         {"per_node_host_bytes", c.per_node_host_bytes},
         {"step_time_s",
          {{"compute", c.time.compute},

@@ -2,15 +2,17 @@
 // allocated, and says what every rank will hold.
 //
 // Pure: sizes only, no Device, no Communicator. For every configuration the
-// engine runs today (ZeRO stages 0-3, fp32, bf16 or fp16 mixed, no offload,
-// tp = pp = 1) a candidate's `buffers` are PlanBuffers() verbatim, so the
-// plan equals the engine's ledger by construction. Offload and
-// tensor/pipeline splits are derived from the same list analytically
-// (docs/memory_model.md gives every formula).
+// engine runs today (ZeRO stages 0-3, fp32, bf16 or fp16 mixed, the
+// states on the device, host or NVMe tiers the engine accepts, tp = pp = 1)
+// a candidate's `buffers` are PlanBuffers() verbatim, so the plan equals the
+// engine's ledgers, tier by tier, by construction. Tensor/pipeline splits
+// are derived from the same list analytically (docs/memory_model.md gives
+// every formula).
 #ifndef ZEROSHARD_ESTIMATE_PLANNER_H_
 #define ZEROSHARD_ESTIMATE_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,16 +64,55 @@ struct TrainerTensor {
   int64_t bytes = 0;
 };
 
-// Where the optimizer step and the fp32 states live.
-enum class Offload {
-  kNone,
-  kOptimizer,           // grads shard, fp32 master, m, v on the host; CPU Adam (ZeRO-Offload)
-  kOptimizerAndParams,  // also the params shard (stage 3 only; ZeRO-Infinity to CPU)
-};
-const char* OffloadName(Offload o);  // "none", "optimizer", "optimizer+params"
-absl::StatusOr<Offload> ParseOffload(absl::string_view name);
+// Where the model states live (docs/estimator.md, "Offload tiers";
+// TrainSpec::offload, docs/offload.md). Every policy the engine accepts is
+// what it runs: a tp = pp = 1 candidate's buffers are PlanBuffers verbatim
+// with this OffloadSpec, so its device, host and NVMe bytes equal the
+// engine's three ledgers.
+struct Offload {
+  // The fp32 master (mixed precision) and the Adam moments.
+  MemoryTier optimizer = MemoryTier::kDevice;  // device | host | nvme
+  // host: each unit's reduced gradient shard copied to a host shard during
+  // the backward (the device keeps its gradient buffer). Needs the
+  // optimizer off the device.
+  MemoryTier grads = MemoryTier::kDevice;  // device | host
+  // host: stage 3's param shards of the sharded units in host memory,
+  // staged to the device per gather. Needs stage 3 and the optimizer off
+  // the device.
+  MemoryTier params = MemoryTier::kDevice;  // device | host
 
-enum class Placement { kDevice, kHost };
+  // The spellings of the command line (ParseOffload): "none",
+  // "optimizer" (= optimizer=host), "optimizer+params" (= optimizer=host,
+  // grads=host, params=host).
+  static const Offload kNone;
+  static const Offload kOptimizer;
+  static const Offload kOptimizerNvme;
+  static const Offload kOptimizerAndParams;
+
+  bool enabled() const {
+    return optimizer != MemoryTier::kDevice || grads != MemoryTier::kDevice ||
+           params != MemoryTier::kDevice;
+  }
+  friend bool operator==(const Offload& a, const Offload& b) {
+    return a.optimizer == b.optimizer && a.grads == b.grads && a.params == b.params;
+  }
+  friend bool operator!=(const Offload& a, const Offload& b) { return !(a == b); }
+};
+inline const Offload Offload::kNone{};
+inline const Offload Offload::kOptimizer{MemoryTier::kHost};
+inline const Offload Offload::kOptimizerNvme{MemoryTier::kNvme};
+inline const Offload Offload::kOptimizerAndParams{MemoryTier::kHost, MemoryTier::kHost,
+                                                  MemoryTier::kHost};
+// "none", or the states not on the device: "optimizer=nvme,params=host".
+std::string OffloadName(const Offload& o);
+// "none", "optimizer", "optimizer+params", or a comma list of state=tier
+// with state optimizer (device, host, nvme), grads or params (device,
+// host). InvalidArgument naming the unknown key or tier and listing the
+// allowed ones, or a key given twice.
+absl::StatusOr<Offload> ParseOffload(absl::string_view text);
+
+enum class Placement { kDevice, kHost, kNvme };
+const char* PlacementName(Placement p);  // "device", "host", "nvme"
 
 // A closed range [min, max] of a number Planner::Plan accepts. The CLI
 // checks its flags against the same constants, so the two cannot disagree.
@@ -112,6 +153,11 @@ struct ClusterSpec {
   double mfu = 0.40;                    // fraction of peak the kernels reach
   double comm_overlap = 0.8;            // fraction of data-parallel traffic hidden behind compute
   double cpu_adam_gparams_per_s = 1.0;  // host Adam throughput per GPU's share of cores
+  // The NVMe tier, per GPU's share of the node's drives, GB/s: sequential
+  // reads and writes of the swap files (`zeroshard calibrate --what
+  // offload` measures them). Defaults: a PCIe 4 drive shared by two GPUs.
+  double nvme_read_gbps = 3.0;
+  double nvme_write_gbps = 1.5;
   int64_t reserve_bytes = int64_t{1} << 30;      // per process: CUDA context, allocator slack
   int64_t workspace_bytes = int64_t{256} << 20;  // cuBLASLt and kernel workspaces
 };
@@ -176,7 +222,9 @@ struct StepTime {
   double dp_comm = 0;  // data-parallel collectives, exposed part
   double tp_comm = 0;  // tensor-parallel all-reduces (not overlapped)
   double pp_comm = 0;  // pipeline sends
-  double offload = 0;  // PCIe transfers and CPU Adam
+  // PCIe copies of gradients and params, the CPU Adam, and on NVMe the
+  // swap files' read + write of the optimizer state.
+  double offload = 0;
   double total = 0;
 };
 
@@ -188,13 +236,15 @@ struct Candidate {
   int dp = 1;
   int micro_batches = 1;   // per data-parallel rank per step
   int worst_pp_stage = 0;  // the pipeline stage whose GPU needs the most memory
-  // True when this configuration runs on today's engine and `buffers` is
-  // PlanBuffers() verbatim.
+  // True when this configuration runs on today's engine (tp = pp = 1, any
+  // offload the engine accepts) and `buffers` is PlanBuffers() verbatim,
+  // each buffer placed on its tier.
   bool engine_supported = false;
   // One rank of the worst pipeline stage: every buffer it allocates.
   std::vector<PlacedBuffer> buffers;
   MemoryBreakdown per_gpu;
-  MemoryBreakdown per_rank_host;    // this rank's host buffers
+  MemoryBreakdown per_rank_host;    // this rank's host buffers (pinned)
+  MemoryBreakdown per_rank_nvme;    // this rank's swap files (offload optimizer=nvme)
   int64_t per_node_host_bytes = 0;  // gpus_per_node ranks' host buffers
   bool fits = false;
   std::string verdict;  // "fits" or why not: "94.1 GiB per GPU > 80.0 GiB"
@@ -267,45 +317,65 @@ class Planner {
                                               const ClusterSpec& cluster,
                                               const PlanOptions& options);
 
-  // The TrainSpec the engine gets for `stage` (capped at 2) under `options`
-  // with `micro_batches` per step: what PlanBuffers sees.
-  static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches);
+  // The TrainSpec the engine gets for `stage` under `options` with
+  // `micro_batches` per step and the states on `offload`'s tiers
+  // (TrainSpec::offload): what PlanBuffers sees.
+  static TrainSpec EngineTrainSpec(const PlanOptions& options, int stage, int micro_batches,
+                                   const Offload& offload = Offload::kNone);
 };
 
 // One way to run a ModelSpec on a dp x tp x pp grid (PlanGrid): ZeRO stage
 // `stage` over the dp ranks of each (tp, pp) position, whose shard is
-// ShardModelSpec(model, tp, tp_rank, pp, pp_rank).
+// ShardModelSpec(model, tp, tp_rank, pp, pp_rank), with the optimizer state
+// (fp32 master and Adam moments) on `optimizer_tier` (TrainSpec::offload).
 struct GridCandidate {
   int tp = 1;
   int pp = 1;
   int dp = 1;
   int stage = 0;
-  // Per pipeline stage: the bytes each of its ranks allocates, the total of
-  // PlanEngineBuffers(shard spec, train at `stage` with grad_accum_steps
-  // base accum x tp x pp, dp) — exactly what
-  // Engine::Create on that shard puts in the ledger. Every tp rank (and dp
-  // rank) of a pipeline stage holds the same shapes, so one figure covers
-  // every grid position of the stage.
+  MemoryTier optimizer_tier = MemoryTier::kDevice;
+  // Per pipeline stage: the device bytes each of its ranks allocates, the
+  // device total of PlanEngineBuffers(shard spec, train at `stage` with
+  // grad_accum_steps base accum x tp x pp and offload.optimizer
+  // optimizer_tier, dp) — exactly what Engine::Create on that shard puts in
+  // the device's ledger. Every tp rank (and dp rank) of a pipeline stage
+  // holds the same shapes, so one figure covers every grid position of the
+  // stage.
   std::vector<int64_t> stage_bytes;
   int64_t per_rank_bytes = 0;  // max of stage_bytes: the figure compared to the cap
   int worst_pp_stage = 0;      // the first stage with per_rank_bytes
-  bool fits = false;           // per_rank_bytes <= the cap
+  // The largest per-rank host (pinned) and NVMe bytes over the pipeline
+  // stages: the engine's host and NVMe ledgers (Engine::tier_ledger).
+  int64_t host_bytes = 0;
+  int64_t nvme_bytes = 0;
+  bool fits = false;  // per_rank_bytes <= the cap
+  // Seconds per optimizer step from GridOptions::step_time; NaN without one.
+  double step_seconds = 0;
+  // Why it was or was not chosen: "chosen: fastest that fits", "over the
+  // cap by 1.2 MiB", "fits, 0.031 s slower than the choice".
+  std::string reason;
 
   int model_parallel_ranks() const { return tp * pp; }
-  // "tp 2 x pp 1 x dp 2, stage 1".
+  // "tp 2 x pp 1 x dp 2, stage 1", with ", optimizer on host" (or nvme)
+  // when offloaded.
   std::string Label() const;
 };
 
 struct GridPlan {
   int world = 1;
   int64_t per_rank_cap_bytes = 0;
-  // Every (tp, pp, stage) with tp x pp dividing world, tp dividing every
-  // split dimension and pp <= units, in preference order: sharding alone
-  // first (tp = pp = 1, stages 0-3), then the fewest model-parallel ranks
-  // (tp x pp), tp before pp at the same count (a tp group stays inside a
-  // node), then the lowest stage.
+  // Every (tp, pp, stage, optimizer tier) with tp x pp dividing world, tp
+  // dividing every split dimension, pp <= units and the tier among
+  // GridOptions::optimizer_tiers, in preference order: sharding alone first
+  // (tp = pp = 1, stages 0-3), then the fewest model-parallel ranks (tp x
+  // pp), tp before pp at the same count (a tp group stays inside a node),
+  // then the optimizer on the device before the host before NVMe, then the
+  // lowest stage.
   std::vector<GridCandidate> candidates;
-  int chosen = -1;  // index of the first candidate that fits
+  int chosen = -1;  // index of the chosen candidate
+  // True when the choice is the fastest fit by GridOptions::step_time;
+  // false when it is the first fit in preference order (no time model).
+  bool by_time = false;
   // "tp 2 x pp 1 x dp 2, stage 1: 3.1 MiB per rank <= cap 4.0 MiB; stages
   // 0-3 alone need >= 5.2 MiB".
   std::string description;
@@ -313,21 +383,51 @@ struct GridPlan {
   const GridCandidate& chosen_candidate() const { return candidates[chosen]; }
 };
 
-// The planner's tensor/pipeline fallback for a ModelSpec on `world` ranks
-// (docs/parallelism.md): sizes every candidate above exactly, by the
-// engine's own PlanEngineBuffers, and chooses the first in preference order
-// whose largest per-rank need is at most `per_rank_cap_bytes`. `base` gives
-// everything but the stage (precision, accumulation, buffers, prefetch; its
-// zero_stage is ignored). base.grad_accum_steps is the dp-only run's: a
-// tp x pp candidate keeps its global batch, so its engines accumulate
-// base.grad_accum_steps x tp x pp micro-batches (create them so, or the
-// ledger differs from the plan: stages 0-1 stage gradients only when
-// accumulating). Pure: nothing is allocated. InvalidArgument for an
-// invalid spec or train spec, world outside [1, 2^20] or a cap < 1;
-// ResourceExhausted when no candidate fits, naming the smallest per-rank
-// need, the candidate that has it and the cap (or world) that would fit.
+// The predicted seconds per optimizer step of one candidate (its tp, pp,
+// dp, stage, optimizer_tier and bytes are filled in). A calibrated model
+// lives with its trainer (tools/mlp_step_model.h for the example MLP), so
+// PlanGrid takes it as a callback and stays pure. An error is returned by
+// PlanGrid, prefixed with the candidate's label.
+using GridStepTime = std::function<absl::StatusOr<double>(const GridCandidate&)>;
+
+struct GridOptions {
+  // The optimizer tiers to consider beside tp/pp and the stage; kHost and
+  // kNvme size the engine's offload buffers (PlanEngineBuffers with
+  // TrainSpec::offload.optimizer set; base.offload.chunk_numel applies).
+  std::vector<MemoryTier> optimizer_tiers = {MemoryTier::kDevice};
+  // When set: every candidate gets step_seconds, and the choice is the
+  // fastest that fits (ties go to the earlier in preference order). When
+  // empty: the first that fits in preference order.
+  GridStepTime step_time;
+};
+
+// The planner's tensor/pipeline/offload fallback for a ModelSpec on `world`
+// ranks (docs/parallelism.md): sizes every candidate above exactly, by the
+// engine's own PlanEngineBuffers, and chooses among those whose largest
+// per-rank device need is at most `per_rank_cap_bytes` (the host and NVMe
+// bytes are reported, not capped). `base` gives everything but the stage
+// and the optimizer tier (precision, accumulation, buffers, prefetch,
+// offload chunk; its zero_stage and offload.optimizer are ignored).
+// base.grad_accum_steps is the dp-only run's: a tp x pp candidate keeps its
+// global batch, so its engines accumulate base.grad_accum_steps x tp x pp
+// micro-batches (create them so, or the ledger differs from the plan:
+// stages 0-1 stage gradients only when accumulating). Pure: nothing is
+// allocated. InvalidArgument for an invalid spec or train spec, world
+// outside [1, 2^20], a cap < 1, no tier or a tier outside the enum, or a
+// step time that is not finite and >= 0 (naming the candidate); the step
+// time's own error, prefixed with the candidate; ResourceExhausted when no
+// candidate fits, naming the smallest per-rank need, the candidate that has
+// it and the cap (or world) that would fit.
+absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base, int world,
+                                  int64_t per_rank_cap_bytes, const GridOptions& options);
+// The device tier alone, in preference order (no time model).
 absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base, int world,
                                   int64_t per_rank_cap_bytes);
+
+// `base` as the engines of `candidate` run it: its stage, its optimizer
+// tier, and base.grad_accum_steps x tp x pp micro-batches per step
+// (base.offload.dir is kept: the caller names the NVMe directory).
+TrainSpec GridTrainSpec(const TrainSpec& base, const GridCandidate& candidate);
 
 }  // namespace zeroshard
 

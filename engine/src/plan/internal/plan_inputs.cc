@@ -81,6 +81,8 @@ absl::Status ValidateCluster(const ClusterSpec& c) {
   return CheckRanges({{"--intra-node-bw", c.intra_node_gbps, kBandwidthGbpsRange},
                       {"--inter-node-bw", c.inter_node_gbps, kBandwidthGbpsRange},
                       {"--pcie-bw", c.pcie_gbps, kBandwidthGbpsRange},
+                      {"--nvme-read-gbps", c.nvme_read_gbps, kBandwidthGbpsRange},
+                      {"--nvme-write-gbps", c.nvme_write_gbps, kBandwidthGbpsRange},
                       {"--peak-tflops", c.peak_tflops, kPeakTflopsRange},
                       {"--peak-tflops (fp32)", c.peak_tflops_fp32, kPeakTflopsRange},
                       {"--mfu", c.mfu, kMfuRange},
@@ -118,12 +120,18 @@ absl::StatusOr<PlanOptions> ResolveOptions(const ModelDescription& model,
   if (o.stage < -1 || o.stage > 3) {
     return InvalidArgument(absl::StrFormat("--stage %d is not auto, 0, 1, 2 or 3", o.stage));
   }
-  if (o.offload.has_value() && o.stage >= 0) {
-    if (*o.offload != Offload::kNone && o.stage == 0) {
-      return InvalidArgument("--offload needs ZeRO stage 1, 2 or 3 (stage 0 keeps no shard)");
+  if (o.offload.has_value()) {
+    const Offload& off = *o.offload;
+    const bool moves_states = off.grads != MemoryTier::kDevice || off.params != MemoryTier::kDevice;
+    if (moves_states && off.optimizer == MemoryTier::kDevice) {
+      return InvalidArgument(absl::StrFormat(
+          "--offload %s: gradients or params on the host serve the host update; offload the "
+          "optimizer too (optimizer=host or optimizer=nvme)",
+          OffloadName(off)));
     }
-    if (*o.offload == Offload::kOptimizerAndParams && o.stage != 3) {
-      return InvalidArgument("--offload optimizer+params needs --stage 3 (params are sharded)");
+    if (off.params != MemoryTier::kDevice && o.stage >= 0 && o.stage != 3) {
+      return InvalidArgument(absl::StrFormat(
+          "--offload %s needs --stage 3 for params=host (params are sharded)", OffloadName(off)));
     }
   }
   if (o.tp < 0 || o.pp < 0) return InvalidArgument("--tp and --pp must be >= 1");

@@ -128,48 +128,30 @@ bool AddTo(MemoryBreakdown& m, MemoryCategory category, int64_t bytes) {
   return true;
 }
 
+Placement PlacementOf(MemoryTier tier) {
+  switch (tier) {
+    case MemoryTier::kHost:
+      return Placement::kHost;
+    case MemoryTier::kNvme:
+      return Placement::kNvme;
+    default:
+      return Placement::kDevice;
+  }
+}
+
 // The buffers of one rank: PlanBuffers over the split's storage segments
-// (exactly what the engine allocates for the slice: gradients, master and
-// moments over the trainable segments alone), then the analytic changes for
-// offload.
+// with the candidate's offload (exactly what the engine allocates for the
+// slice, each buffer on the tier the engine's ledgers record: gradients,
+// master and moments over the trainable segments alone).
 absl::StatusOr<std::vector<PlacedBuffer>> RankBuffers(const SplitLayout::Stage& stage,
                                                       const PlanOptions& options,
                                                       const Candidate& c) {
-  const FlatLayout& layout = stage.layout;
-  const TrainSpec train = Planner::EngineTrainSpec(options, c.stage, c.micro_batches);
-  ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(layout, train));
+  const TrainSpec train = Planner::EngineTrainSpec(options, c.stage, c.micro_batches, c.offload);
+  ZS_ASSIGN_OR_RETURN(BufferPlan engine_plan, PlanBuffers(stage.layout, train));
   std::vector<PlacedBuffer> out;
-  for (PlannedBuffer& b : engine_plan.buffers) out.push_back({std::move(b), Placement::kDevice});
-  if (c.offload != Offload::kNone) {
-    // ZeRO-Offload: the fp32 states and the optimizer step move to the host;
-    // a sharded gradient is copied there for the CPU Adam. Below 2^57
-    // elements (a layout's limit), so the byte counts fit.
-    const int64_t shard = c.stage == 0 ? layout.train_total_numel() : layout.train_shard_numel();
-    bool has_master = false;
-    for (PlacedBuffer& p : out) {
-      const std::string& n = p.buffer.name;
-      if (n == kMasterBuffer || n == kAdamMBuffer || n == kAdamVBuffer || n == kNormBlocksBuffer ||
-          (n == kGradsBuffer && c.stage >= 2)) {
-        p.placement = Placement::kHost;
-      }
-      if (n == kParamsBuffer && c.offload == Offload::kOptimizerAndParams) {
-        p.placement = Placement::kHost;
-      }
-      has_master = has_master || n == kMasterBuffer;
-    }
-    if (!has_master) {
-      // fp32: the device params are the working copy; the host Adam needs
-      // its own fp32 copy of the shard.
-      out.push_back({{kMasterBuffer, MemoryCategory::kMasterParams, DType::kFloat32, shard},
-                     Placement::kHost});
-    }
-    if (c.stage < 2) {
-      // The device gradient is whole (stage 1); the CPU Adam reads the
-      // rank's reduced shard from a host buffer of its own.
-      out.push_back(
-          {{kHostGradShardBuffer, MemoryCategory::kGradients, train.effective_grad_dtype(), shard},
-           Placement::kHost});
-    }
+  for (PlannedBuffer& b : engine_plan.buffers) {
+    const Placement placement = PlacementOf(b.tier);
+    out.push_back({std::move(b), placement});
   }
   return out;
 }
@@ -330,19 +312,21 @@ absl::StatusOr<SplitLayout> LayOutSplit(const ModelDescription& model, const Sli
 absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cluster,
                             const PlanOptions& options, const SplitLayout& split, Candidate& c,
                             RankSizes* sizes) {
-  c.engine_supported = c.offload == Offload::kNone && c.tp == 1 && c.pp == 1;
+  c.engine_supported = c.tp == 1 && c.pp == 1;
   int64_t worst_total = -1;
   *sizes = RankSizes{};
   for (const SplitLayout::Stage& stage : split.stages) {
     const FlatLayout& layout = stage.layout;
     ZS_ASSIGN_OR_RETURN(std::vector<PlacedBuffer> buffers, RankBuffers(stage, options, c));
-    MemoryBreakdown gpu, host;
-    // PlanBuffers checked that all its buffers together fit; the offload
-    // copies are extra, so every addition is checked here.
+    MemoryBreakdown gpu, host, nvme;
+    // PlanBuffers checked that all its buffers together fit; the
+    // activations and workspace are extra, so every addition is checked.
     bool ok = true;
     for (const PlacedBuffer& p : buffers) {
-      ok = ok && AddTo(p.placement == Placement::kDevice ? gpu : host, p.buffer.category,
-                       p.buffer.bytes());
+      MemoryBreakdown& to = p.placement == Placement::kDevice ? gpu
+                            : p.placement == Placement::kHost ? host
+                                                              : nvme;
+      ok = ok && AddTo(to, p.buffer.category, p.buffer.bytes());
     }
     if (options.activations == ActivationModel::kGptExample) {
       // The trainer's own tensors, each in the category its ledger records.
@@ -356,7 +340,8 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
     ok = ok && AddTo(gpu, MemoryCategory::kWorkspace, cluster.workspace_bytes);
     gpu.reserve = cluster.reserve_bytes;
     const std::optional<int64_t> gpu_total = gpu.CheckedTotal();
-    if (!ok || !gpu_total.has_value() || !host.CheckedTotal().has_value()) {
+    if (!ok || !gpu_total.has_value() || !host.CheckedTotal().has_value() ||
+        !nvme.CheckedTotal().has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "pipeline stage %d: the per-GPU bytes (model states, buffers, activations, workspace "
           "and reserve) pass 2^63; the model does not fit",
@@ -377,6 +362,7 @@ absl::Status FillRankMemory(const ModelDescription& model, const ClusterSpec& cl
       c.buffers = std::move(buffers);
       c.per_gpu = gpu;
       c.per_rank_host = host;
+      c.per_rank_nvme = nvme;
     }
   }
   const int ranks_per_node = std::min(cluster.gpus_per_node, cluster.gpus);

@@ -1,6 +1,6 @@
 // Per-rank memory of one candidate: the rank's slice of the model (tensor
-// split, pipeline stage), its buffers (PlanBuffers, then the analytic
-// changes for stage 3, offload and fp16) and its activations. Every byte
+// split, pipeline stage), its buffers (PlanBuffers with the candidate's
+// stage and offload) and its activations. Every byte
 // count is checked: a sum that would pass 2^63 is an error, never a wrapped
 // number.
 #ifndef ZEROSHARD_PLAN_INTERNAL_RANK_MEMORY_H_
@@ -20,12 +20,6 @@
 
 namespace zeroshard {
 namespace internal {
-
-// Optimizer offload at stage 0-1: the GPU keeps the whole gradient, so the
-// CPU Adam gets its own copy of the rank's gradient shard on the host
-// (DeepSpeed ZeRO-Offload). From stage 2 the sharded `grads` buffer itself
-// moves to the host instead.
-inline constexpr char kHostGradShardBuffer[] = "grads_shard_host";
 
 // What the time model needs to know about the rank with the most params.
 struct RankSizes {

@@ -122,15 +122,26 @@ StepTime EstimateStepTime(const ModelDescription& model, const ClusterSpec& clus
     const double send = sbh_bytes / (options.sequence_parallel ? c.tp : 1);
     time.pp_comm = m * 2.0 * (lat * 1e-6 + send / (gbps * 1e9));
   }
-  if (c.offload != Offload::kNone) {
-    // The CPU Adam steps the trainable shard; offloaded params move whole.
+  if (c.offload.enabled()) {
+    // The CPU Adam steps the trainable shard; its gradient goes to the host
+    // and its updated params come back over PCIe (the engine streams them
+    // in chunks); offloaded params move whole, twice per micro-batch.
     const double shard = static_cast<double>(c.stage == 0 ? sizes.trainable_full_numel
                                                           : sizes.trainable_shard_numel);
     const double params_shard = static_cast<double>(sizes.shard_numel);
     const double pcie = cluster.pcie_gbps * 1e9;
-    time.offload = shard * 2.0 * ParamBytes(options.precision) / pcie +
-                   shard / (cluster.cpu_adam_gparams_per_s * 1e9);
-    if (c.offload == Offload::kOptimizerAndParams) {
+    const double adam = shard / (cluster.cpu_adam_gparams_per_s * 1e9);
+    double swap = 0;
+    if (c.offload.optimizer == MemoryTier::kNvme) {
+      // The fp32 master (mixed precision) and both moments are read and
+      // written back every step; the engine overlaps the I/O with the
+      // update, so the slower of the two counts.
+      const double state_bytes = shard * 4.0 * (options.precision == Precision::kFp32 ? 2.0 : 3.0);
+      swap = state_bytes / (cluster.nvme_read_gbps * 1e9) +
+             state_bytes / (cluster.nvme_write_gbps * 1e9);
+    }
+    time.offload = shard * 2.0 * ParamBytes(options.precision) / pcie + std::max(adam, swap);
+    if (c.offload.params != MemoryTier::kDevice) {
       time.offload += m * 2.0 * params_shard * ParamBytes(options.precision) / pcie;
     }
   }
