@@ -15,7 +15,8 @@ const char kOffloadFlagsUsage[] =
     "                     master, Adam moments) lives: device (default), host (the\n"
     "                     CPU AdamW) or nvme (swap files under --offload-dir); grads=host:\n"
     "                     a host copy of the gradient shard written during the backward;\n"
-    "                     params=host: stage 3's param shards in host memory\n"
+    "                     params=host|nvme: stage 3's param shards in host memory\n"
+    "                     or in a swap file (nvme needs optimizer=nvme)\n"
     "                     (docs/offload.md)\n"
     "  --offload-dir DIR  the nvme tier's swap files (default: a fresh directory\n"
     "                     under /tmp, removed at the end)\n"
@@ -36,7 +37,7 @@ absl::Status ParseOffloadFlag(absl::string_view flag, absl::string_view text, Of
   };
   const State states[] = {{"optimizer", {"device", "host", "nvme"}, &OffloadSpec::optimizer},
                           {"grads", {"device", "host"}, &OffloadSpec::grads},
-                          {"params", {"device", "host"}, &OffloadSpec::params}};
+                          {"params", {"device", "host", "nvme"}, &OffloadSpec::params}};
   OffloadSpec parsed = *spec;
   std::vector<std::string> seen;
   for (absl::string_view part : absl::StrSplit(text, ',')) {

@@ -19,18 +19,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/layout/flat_layout.h"
-#include "engine/src/offload/swap_files.h"
-#include "engine/src/plan/buffer_plan.h"
-#include "engine/src/runtime/offload_optimizer.h"
-#include "engine/src/runtime/shard_buffers.h"
-#include "engine/src/runtime/shard_optimizer.h"
-#include "examples/common/rng.h"
 #include "perf/kernels/streams_baseline.h"
 #include "perf/runtime/mlp_bench_train_spec.h"
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
 #include "zeroshard/model_spec.h"
+#include "zeroshard/offload.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::perf {
@@ -44,8 +38,6 @@ Spread SpreadOf(std::vector<double> v) {
 namespace {
 
 namespace fs = std::filesystem;
-using internal::OffloadApplyParts;
-using internal::OffloadOptimizer;
 
 double SecondsOf(const std::function<absl::Status()>& fn, absl::Status* status) {
   const auto start = std::chrono::steady_clock::now();
@@ -56,30 +48,17 @@ double SecondsOf(const std::function<absl::Status()>& fn, absl::Status* status) 
   return seconds;
 }
 
-// Element `index` of stream `key`: a value in [-0.5, 0.5).
-float ValueAt(uint64_t key, int64_t index) {
-  return static_cast<float>(examples::UniformAt(key, static_cast<uint64_t>(index)) - 0.5);
-}
-
-// One tier's OffloadOptimizer over the synthetic model, built as
-// EngineImpl::Allocate builds it; heap-allocated (its parts refer to each
-// other).
+// One tier's offloaded optimizer over the synthetic model (the engine's
+// own, through zeroshard/offload.h).
 struct Rig {
   Precision precision;
   MemoryTier tier;
-  ModelSpec model;
   TrainSpec train;
-  std::optional<internal::FlatLayout> layout;
-  BufferPlan plan;
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Device> host;
-  std::unique_ptr<internal::ShardBuffers> buffers;
-  std::unique_ptr<internal::ShardOptimizer> optimizer;
-  std::unique_ptr<OffloadOptimizer> offload;
+  std::unique_ptr<OffloadPhase> phase;
   int64_t state_numel = 0;
 
+  const BufferPlan& plan() const { return phase->plan(); }
   DType grad_dtype() const { return train.effective_grad_dtype(); }
-  DType param_dtype() const { return train.param_dtype(); }
   bool mixed() const { return precision != Precision::kFp32; }
 };
 
@@ -101,103 +80,17 @@ ModelSpec SyntheticModel(const PhaseOptions& opts) {
   return model;
 }
 
-// Fills `numel` elements of `dtype` at device memory `dst` with small
-// values, through a host bounce buffer and device copies.
-absl::Status FillDevice(Device& device, Stream& stream, void* dst, int64_t numel, DType dtype,
-                        uint64_t key, float scale) {
-  constexpr int64_t kPiece = int64_t{1} << 20;
-  const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
-  std::vector<char> host(static_cast<size_t>(kPiece * elem));
-  for (int64_t at = 0; at < numel; at += kPiece) {
-    const int64_t n = std::min(kPiece, numel - at);
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = scale * ValueAt(key, at + i);
-      if (dtype == DType::kFloat32) {
-        std::memcpy(host.data() + i * 4, &x, 4);
-      } else {
-        const uint16_t h = dtype == DType::kBFloat16 ? Fp32ToBf16(x) : Fp32ToFp16(x);
-        std::memcpy(host.data() + i * 2, &h, 2);
-      }
-    }
-    ZS_RETURN_IF_ERROR(
-        device.CopyAsync(static_cast<char*>(dst) + at * elem, host.data(), n * elem, stream));
-    ZS_RETURN_IF_ERROR(stream.Synchronize());
-  }
-  return absl::OkStatus();
-}
-
-// The state (master with mixed precision, m, v) through the tier, as Load
-// would write it.
-absl::Status FillState(Rig& rig) {
-  constexpr int64_t kPiece = int64_t{1} << 20;
-  std::vector<float> host(static_cast<size_t>(kPiece));
-  using internal::StateTensor;
-  for (StateTensor t : {StateTensor::kMaster, StateTensor::kAdamM, StateTensor::kAdamV}) {
-    if (t == StateTensor::kMaster && !rig.mixed()) continue;
-    const uint64_t key = 7 + static_cast<uint64_t>(t);
-    for (int64_t at = 0; at < rig.state_numel; at += kPiece) {
-      const int64_t n = std::min(kPiece, rig.state_numel - at);
-      for (int64_t i = 0; i < n; ++i) {
-        const float r = ValueAt(key, at + i);
-        host[i] = t == StateTensor::kMaster  ? 0.05f * r
-                  : t == StateTensor::kAdamM ? 1e-4f * r
-                                             : 1e-8f * (r * r + 0.01f);
-      }
-      ZS_RETURN_IF_ERROR(rig.offload->Write(t, at, n, host.data()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<Rig>> MakeRig(const PhaseOptions& opts, Precision precision,
                                              MemoryTier tier, const std::string& dir) {
   auto rig = std::make_unique<Rig>();
   rig->precision = precision;
   rig->tier = tier;
-  rig->model = SyntheticModel(opts);
   rig->train = perf::MlpBenchTrainSpec(/*stage=*/1, precision, /*prefetch_units=*/1);
   rig->train.offload.optimizer = tier;
   rig->train.offload.dir = tier == MemoryTier::kNvme ? dir : "";
   rig->train.offload.chunk_numel = opts.chunk;
-  ZS_RETURN_IF_ERROR(rig->train.Validate());
-  ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
-                      internal::FlatLayout::Create(rig->model, /*world_size=*/1));
-  rig->layout.emplace(std::move(layout));
-  ZS_ASSIGN_OR_RETURN(rig->plan, internal::PlanBuffers(*rig->layout, rig->train));
-  const PlannedBuffer* m = rig->plan.Find(kAdamMBuffer);
-  if (m == nullptr) return absl::InternalError("offload_bench: the plan has no adam_m buffer");
-  rig->state_numel = m->numel;
-  rig->device = CreateCpuDevice();
-  ZS_ASSIGN_OR_RETURN(rig->host, CreateHostTierDevice(*rig->device));
-  rig->buffers = std::make_unique<internal::ShardBuffers>(*rig->layout, rig->plan, /*rank=*/0,
-                                                          rig->param_dtype(), rig->grad_dtype());
-  ZS_RETURN_IF_ERROR(rig->buffers->Allocate(*rig->device, rig->host.get()));
-  const internal::ShardBuffers& buffers = *rig->buffers;
-  rig->optimizer = std::make_unique<internal::ShardOptimizer>(
-      rig->train, internal::BuildUpdateRuns(*rig->layout, rig->model,
-                                            [&buffers](int u) { return buffers.OwnedRange(u); }));
-  std::unique_ptr<internal::SwapFiles> swap;
-  if (tier == MemoryTier::kNvme) {
-    std::vector<internal::SwapTensor> tensors;
-    for (const PlannedBuffer& b : rig->plan.buffers) {
-      if (b.tier == MemoryTier::kNvme) tensors.push_back({b.name, b.bytes()});
-    }
-    internal::SwapOptions options;
-    options.dir = dir;
-    ZS_ASSIGN_OR_RETURN(swap, internal::SwapFiles::Create(options, tensors));
-  }
-  rig->offload = std::make_unique<OffloadOptimizer>(
-      *rig->layout, rig->plan, *rig->buffers, rig->mixed(), rig->param_dtype(), rig->grad_dtype(),
-      *rig->device, *rig->host, std::move(swap));
-  ZS_RETURN_IF_ERROR(rig->offload->Init());
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, rig->device->CreateStream());
-  const PlannedBuffer* params = rig->plan.Find(kParamsBuffer);
-  const PlannedBuffer* grads = rig->plan.Find(kGradsBuffer);
-  ZS_RETURN_IF_ERROR(FillDevice(*rig->device, *stream, rig->buffers->params.data(), params->numel,
-                                params->dtype, 1, 0.05f));
-  ZS_RETURN_IF_ERROR(FillDevice(*rig->device, *stream, rig->buffers->grads.data(), grads->numel,
-                                grads->dtype, 2, 1e-3f));
-  ZS_RETURN_IF_ERROR(FillState(*rig));
+  ZS_ASSIGN_OR_RETURN(rig->phase, OffloadPhase::Create(SyntheticModel(opts), rig->train));
+  rig->state_numel = rig->phase->state_numel();
   return rig;
 }
 
@@ -208,13 +101,11 @@ int64_t UpdateBytesPerElement(const Rig& rig) {
   return 24 + static_cast<int64_t>(DTypeSize(rig.grad_dtype())) + (rig.mixed() ? 2 : 0);
 }
 
-absl::Status Apply(Rig& rig, OffloadApplyParts parts) {
-  return rig.offload->Apply(*rig.optimizer, /*grad_scale=*/1.0, /*lr=*/1e-4, parts);
-}
-constexpr OffloadApplyParts kEverything{true, true, true};
-constexpr OffloadApplyParts kUpdateOnly{false, true, false};
-constexpr OffloadApplyParts kCopiesOnly{true, false, false};
-constexpr OffloadApplyParts kIoOnly{false, false, true};
+absl::Status Apply(Rig& rig, OffloadPhaseParts parts) { return rig.phase->Run(parts); }
+constexpr OffloadPhaseParts kEverything{true, true, true};
+constexpr OffloadPhaseParts kUpdateOnly{false, true, false};
+constexpr OffloadPhaseParts kCopiesOnly{true, false, false};
+constexpr OffloadPhaseParts kIoOnly{false, false, true};
 
 // Page-aligned host memory backed by transparent huge pages where the
 // kernel allows (as adam_bench's buffers, and as the host tier's 4 KiB
@@ -288,52 +179,18 @@ class StreamsBaseline {
 };
 
 // The disk's own time for the NVMe tier's bytes: swap files of the same
-// tensors (rank 1's names, beside the rig's), read and written
-// sequentially through SwapFiles' own path.
-class DiskProbe {
- public:
-  static absl::StatusOr<std::unique_ptr<DiskProbe>> Create(const Rig& rig, const std::string& dir,
-                                                           int in_flight) {
-    auto probe = std::unique_ptr<DiskProbe>(new DiskProbe());
-    std::vector<internal::SwapTensor> tensors;
-    for (const PlannedBuffer& b : rig.plan.buffers) {
-      if (b.tier == MemoryTier::kNvme) tensors.push_back({"probe_" + b.name, b.bytes()});
-    }
-    internal::SwapOptions options;
-    options.dir = dir;
-    options.rank = 1;
-    ZS_ASSIGN_OR_RETURN(probe->files_, internal::SwapFiles::Create(options, tensors));
-    probe->chunk_bytes_ = rig.plan.offload_chunk_numel * static_cast<int64_t>(sizeof(float));
-    probe->in_flight_ = in_flight;
-    ZS_ASSIGN_OR_RETURN(probe->buf_,
-                        internal::AlignedBuffer::Allocate(probe->chunk_bytes_ * in_flight));
-    std::memset(probe->buf_.data(), 0x3c, static_cast<size_t>(probe->buf_.size()));
-    return probe;
+// sizes (rank 1's names, beside the rig's), read and written sequentially
+// through the engine's own I/O path.
+absl::StatusOr<std::unique_ptr<SwapFileProbe>> MakeDiskProbe(const Rig& rig, const std::string& dir,
+                                                             int in_flight) {
+  std::vector<int64_t> sizes;
+  for (const PlannedBuffer& b : rig.plan().buffers) {
+    if (b.tier == MemoryTier::kNvme) sizes.push_back(b.bytes());
   }
-  // One sequential pass over every tensor.
-  absl::StatusOr<double> Pass(bool write) {
-    double seconds = 0;
-    for (int t = 0; t < files_->num_tensors(); ++t) {
-      ZS_ASSIGN_OR_RETURN(double s, internal::MeasureSequentialSeconds(
-                                        *files_, t, buf_.data(), chunk_bytes_, write, in_flight_));
-      seconds += s;
-    }
-    return seconds;
-  }
-  int64_t bytes() const {
-    int64_t total = 0;
-    for (int t = 0; t < files_->num_tensors(); ++t) total += files_->rounded_bytes(t);
-    return total;
-  }
-  std::string describe() const { return files_->describe(); }
-
- private:
-  DiskProbe() = default;
-  std::unique_ptr<internal::SwapFiles> files_;
-  internal::AlignedBuffer buf_;
-  int64_t chunk_bytes_ = 0;
-  int in_flight_ = 1;
-};
+  return SwapFileProbe::Create(dir, sizes,
+                               rig.plan().offload_chunk_numel * static_cast<int64_t>(sizeof(float)),
+                               in_flight, /*rank=*/1);
+}
 
 // One `dd` command: dd's own seconds (its last line), else the wall time.
 absl::StatusOr<double> RunDd(const std::string& command) {
@@ -396,19 +253,19 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
   result.precision = precision;
   std::unique_ptr<Rig> host, nvme;
   std::unique_ptr<StreamsBaseline> streams;
-  std::unique_ptr<DiskProbe> probe;
+  std::unique_ptr<SwapFileProbe> probe;
   if (opts.host) {
     ZS_ASSIGN_OR_RETURN(host, MakeRig(opts, precision, MemoryTier::kHost, dir));
-    streams = std::make_unique<StreamsBaseline>(host->state_numel, host->plan.offload_chunk_numel,
+    streams = std::make_unique<StreamsBaseline>(host->state_numel, host->plan().offload_chunk_numel,
                                                 host->mixed(), host->grad_dtype());
     result.state_numel = host->state_numel;
-    result.chunk = host->plan.offload_chunk_numel;
+    result.chunk = host->plan().offload_chunk_numel;
   }
   if (opts.nvme) {
     ZS_ASSIGN_OR_RETURN(nvme, MakeRig(opts, precision, MemoryTier::kNvme, dir));
-    ZS_ASSIGN_OR_RETURN(probe, DiskProbe::Create(*nvme, dir, opts.in_flight));
+    ZS_ASSIGN_OR_RETURN(probe, MakeDiskProbe(*nvme, dir, opts.in_flight));
     result.state_numel = nvme->state_numel;
-    result.chunk = nvme->plan.offload_chunk_numel;
+    result.chunk = nvme->plan().offload_chunk_numel;
   }
   // One untimed pass of each: first touches, the file system's allocation.
   for (Rig* rig : {host.get(), nvme.get()}) {
@@ -429,8 +286,7 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
                  opts.repeats);
     if (host) {
       h_phase.push_back(SecondsOf([&] { return Apply(*host, kEverything); }, &status));
-      hr.copy_bytes =
-          host->offload->last_stats().bytes_to_host + host->offload->last_stats().bytes_to_device;
+      hr.copy_bytes = host->phase->last_bytes().to_host + host->phase->last_bytes().to_device;
       hr.update_bytes = host->state_numel * UpdateBytesPerElement(*host);
       h_adamw.push_back(SecondsOf([&] { return Apply(*host, kUpdateOnly); }, &status));
       h_copies.push_back(SecondsOf([&] { return Apply(*host, kCopiesOnly); }, &status));
@@ -443,8 +299,7 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
     }
     if (nvme) {
       n_phase.push_back(SecondsOf([&] { return Apply(*nvme, kEverything); }, &status));
-      nr.io_bytes =
-          nvme->offload->last_stats().bytes_read + nvme->offload->last_stats().bytes_written;
+      nr.io_bytes = nvme->phase->last_bytes().read + nvme->phase->last_bytes().written;
       n_adamw.push_back(SecondsOf([&] { return Apply(*nvme, kUpdateOnly); }, &status));
       n_io.push_back(SecondsOf([&] { return Apply(*nvme, kIoOnly); }, &status));
       absl::StatusOr<double> rd = probe->Pass(/*write=*/false);
@@ -472,7 +327,7 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
     hr.ratio = SpreadOf(ratio);
     hr.hidden = SpreadOf(hidden);
     hr.adamw_vs_streams = hr.streams.median / hr.adamw.median;
-    hr.describe = host->offload->Describe();
+    hr.describe = host->phase->Describe();
     result.host = hr;
   }
   if (nvme) {
@@ -489,8 +344,8 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
     nr.disk = SpreadOf(disk);
     nr.ratio = SpreadOf(ratio);
     nr.pass = nr.ratio.median <= opts.limit;
-    nr.describe = nvme->offload->Describe();
-    nr.io_backend = probe->describe();
+    nr.describe = nvme->phase->Describe();
+    nr.io_backend = probe->Describe();
     result.nvme = nr;
   }
   return result;

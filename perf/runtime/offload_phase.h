@@ -1,6 +1,7 @@
 // The optimizer phase of the host and NVMe tiers, timed part by part next
 // to each part's own limit (perf/runtime/offload_bench.cc says what each
-// figure is). It drives the engine's OffloadOptimizer over a synthetic model
+// figure is). It drives the engine's offloaded optimizer (zeroshard::
+// OffloadPhase, zeroshard/offload.h) over a synthetic model
 // of `params` elements on one rank (stage 1, world 1: the rank owns the
 // whole state) with the CPU device.
 #ifndef ZEROSHARD_PERF_RUNTIME_OFFLOAD_PHASE_H_

@@ -37,11 +37,12 @@ TEST(OffloadFlagTest, EachTierSetsTheOptimizerAndKeepsTheOtherFields) {
   }
 }
 
-TEST(OffloadFlagTest, GradsAndParamsTakeDeviceOrHostInAnyOrder) {
+TEST(OffloadFlagTest, GradsAndParamsTakeTheirTiersInAnyOrder) {
   std::mt19937_64 rng(Seed());
-  const char* words[] = {"device", "host"};
-  for (int round = 0; round < 20; ++round) {
-    const int g = static_cast<int>(rng() % 2), p = static_cast<int>(rng() % 2);
+  const char* words[] = {"device", "host", "nvme"};
+  const MemoryTier tiers[] = {MemoryTier::kDevice, MemoryTier::kHost, MemoryTier::kNvme};
+  for (int round = 0; round < 30; ++round) {
+    const int g = static_cast<int>(rng() % 2), p = static_cast<int>(rng() % 3);
     std::vector<std::string> parts = {"optimizer=host", absl::StrCat("grads=", words[g]),
                                       absl::StrCat("params=", words[p])};
     std::shuffle(parts.begin(), parts.end(), rng);
@@ -50,7 +51,7 @@ TEST(OffloadFlagTest, GradsAndParamsTakeDeviceOrHostInAnyOrder) {
     ASSERT_TRUE(ParseOffloadFlag("--offload", text, &spec).ok()) << text << " " << SeedTrace();
     EXPECT_EQ(spec.optimizer, MemoryTier::kHost) << text;
     EXPECT_EQ(spec.grads, g == 0 ? MemoryTier::kDevice : MemoryTier::kHost) << text;
-    EXPECT_EQ(spec.params, p == 0 ? MemoryTier::kDevice : MemoryTier::kHost) << text;
+    EXPECT_EQ(spec.params, tiers[p]) << text;
   }
 }
 
@@ -66,7 +67,7 @@ TEST(OffloadFlagTest, BadValuesNameTheFlagAndThePartAndChangeNothing) {
       {"master=host", "'master' cannot be offloaded"},
       {"optimizer=host,optimizer=nvme", "optimizer given twice"},
       {"optimizer=host,grads=nvme", "--offload grads: 'nvme' is not device or host"},
-      {"params=nvme", "--offload params: 'nvme' is not device or host"},
+      {"params=disk", "--offload params: 'disk' is not device, host or nvme"},
       {"optimizer=host,params=host,params=device", "params given twice"},
       {"optimizer=host,", "'' is not state=tier"},
   };

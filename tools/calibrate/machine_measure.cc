@@ -15,10 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/offload/swap_files.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/model_spec.h"
+#include "zeroshard/offload.h"
 #include "zeroshard/status.h"
 #include "zeroshard/train_spec.h"
 
@@ -217,29 +217,17 @@ absl::Status MeasureOffloadRates(const std::string& dir, int64_t nvme_bytes, dou
     });
     rates->host_copy_bytes_per_s = 2.0 * static_cast<double>(chunk_bytes) / seconds;
   }
-  internal::SwapOptions options;
-  options.dir = dir;
-  options.rank = 0;
-  const int64_t bytes = internal::RoundUpToSwapAlignment(std::max(nvme_bytes, chunk_bytes));
-  ZS_ASSIGN_OR_RETURN(std::unique_ptr<internal::SwapFiles> files,
-                      internal::SwapFiles::Create(options, {{"calibrate", bytes}}));
+  const int64_t bytes = (std::max(nvme_bytes, chunk_bytes) + 4095) / 4096 * 4096;
   constexpr int kInFlight = 2;
-  ZS_ASSIGN_OR_RETURN(internal::AlignedBuffer buffer,
-                      internal::AlignedBuffer::Allocate(chunk_bytes * kInFlight));
-  const std::vector<float> fill =
-      Normals(static_cast<size_t>(buffer.size() / 4), 71);  // never zeros
-  std::memcpy(buffer.data(), fill.data(), static_cast<size_t>(buffer.size()));
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<SwapFileProbe> probe,
+                      SwapFileProbe::Create(dir, {bytes}, chunk_bytes, kInFlight));
   // The write first, so that the read finds written blocks (not holes).
-  ZS_ASSIGN_OR_RETURN(const double write_s,
-                      internal::MeasureSequentialSeconds(*files, 0, buffer.data(), chunk_bytes,
-                                                         /*write=*/true, kInFlight));
-  ZS_ASSIGN_OR_RETURN(const double read_s,
-                      internal::MeasureSequentialSeconds(*files, 0, buffer.data(), chunk_bytes,
-                                                         /*write=*/false, kInFlight));
-  const double disk_bytes = static_cast<double>(files->rounded_bytes(0));
+  ZS_ASSIGN_OR_RETURN(const double write_s, probe->Pass(/*write=*/true));
+  ZS_ASSIGN_OR_RETURN(const double read_s, probe->Pass(/*write=*/false));
+  const double disk_bytes = static_cast<double>(probe->bytes());
   rates->nvme_write_bytes_per_s = disk_bytes / std::max(write_s, 1e-9);
   rates->nvme_read_bytes_per_s = disk_bytes / std::max(read_s, 1e-9);
-  rates->io_backend = files->describe();
+  rates->io_backend = probe->Describe();
   rates->dir = dir;
   return absl::OkStatus();
 }
