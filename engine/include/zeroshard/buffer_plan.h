@@ -84,10 +84,12 @@ inline constexpr char kOffloadGradShardBuffer[] = "offload_grad_shard";
 // the optimizer state (ShardBuffers::OptimizerIndex), in the param dtype.
 inline constexpr char kOffloadParamShardBuffer[] = "offload_param_shard";
 inline constexpr char kParamStageBuffer[] = "param_stage";
-// NVMe tier only, host memory: three chunks of each swapped state tensor
-// (master with mixed precision, m, v): the one being updated, the next one
-// being read and the previous one being written.
+// NVMe tier only, host memory: kOffloadStateSlots chunks of each swapped
+// tensor (master with mixed precision, m, v, the params with OffloadSpec::
+// params nvme): the one being updated, the next two being read and the
+// previous one being written.
 inline constexpr char kOffloadStateBuffer[] = "offload_state";
+inline constexpr int kOffloadStateSlots = 4;
 
 struct BufferPlan {
   int zero_stage = 0;

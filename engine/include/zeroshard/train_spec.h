@@ -102,7 +102,7 @@ struct OffloadSpec {
   std::string dir;
   // Elements per streamed chunk: a multiple of 1024 (4 KiB of fp32, the
   // direct-I/O alignment) in [1024, 2^30]. The host holds two chunks of
-  // gradients and params (and, on NVMe, three of each state tensor).
+  // gradients and params (and, on NVMe, four of each state tensor).
   int64_t chunk_numel = int64_t{1} << 20;
 
   bool enabled() const { return optimizer != MemoryTier::kDevice; }

@@ -155,9 +155,10 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
     }
     if (state_tier == MemoryTier::kNvme) {
       plan.offload_state_tensors = (mixed ? 3 : 2) + (params_on_nvme ? 1 : 0);
-      plan.buffers.push_back({kOffloadStateBuffer, MemoryCategory::kCommBuffers, DType::kFloat32,
-                              3 * plan.offload_state_tensors * plan.offload_chunk_numel,
-                              MemoryTier::kHost});
+      plan.buffers.push_back(
+          {kOffloadStateBuffer, MemoryCategory::kCommBuffers, DType::kFloat32,
+           int64_t{kOffloadStateSlots} * plan.offload_state_tensors * plan.offload_chunk_numel,
+           MemoryTier::kHost});
     }
   }
 

@@ -337,25 +337,30 @@ absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scal
   const int n = static_cast<int>(chunks_.size());
   stats_.chunks = n;
   const bool io = swap_ != nullptr && parts.io;
-  // The order of one chunk c (slot c % 2, state slot c % 3): its inputs were
-  // copied while chunk c-1 was updated, its state read while c-1 was
-  // updated; its params go back and its state is written while c+1 is
-  // updated. A slot is reused two (three) chunks later, after the copy
-  // stream (the I/O) has finished with it: the copy stream runs in order,
-  // and the host waits for the writes before reading into a state slot.
+  // The order of one chunk c (slot c % 2, state slot c % S, S =
+  // kOffloadStateSlots): its inputs were copied while chunk c-1 was
+  // updated, its state read while c-2 and c-1 were (reads run S - 2 chunks
+  // ahead); its params go back and its state is written while c+1 is
+  // updated. A slot is reused two (S) chunks later, after the copy stream
+  // (the I/O) has finished with it: the copy stream runs in order, and the
+  // host waits for a slot's writes before reading into it again.
+  constexpr int S = kOffloadStateSlots;
+  constexpr int kAhead = S - 2;
   absl::Status status;
   auto run = [&]() -> absl::Status {
     if (n == 0) return absl::OkStatus();
-    if (io) ZS_RETURN_IF_ERROR(IssueReads(chunks_[0], 0));
+    for (int k = 0; io && k < std::min(kAhead, n); ++k) {
+      ZS_RETURN_IF_ERROR(IssueReads(chunks_[k], k % S));
+    }
     if (parts.copies) ZS_RETURN_IF_ERROR(CopyIn(chunks_[0], 0));
     ZS_RETURN_IF_ERROR(copied_in_[0]->Record(*copy_));
     for (int c = 0; c < n; ++c) {
       const int slot = c % 2;
-      const int state_slot = c % 3;
-      if (io && c + 1 < n) {
-        const int next = (c + 1) % 3;
-        ZS_RETURN_IF_ERROR(WaitTickets(writes_[next]));  // chunk c-2's writes
-        ZS_RETURN_IF_ERROR(IssueReads(chunks_[c + 1], next));
+      const int state_slot = c % S;
+      if (io && c + kAhead < n) {
+        const int ahead = (c + kAhead) % S;
+        ZS_RETURN_IF_ERROR(WaitTickets(writes_[ahead]));  // chunk c-2's writes
+        ZS_RETURN_IF_ERROR(IssueReads(chunks_[c + kAhead], ahead));
       }
       if (io) {
         WaitTimer t(stats_.wait_read);
@@ -385,7 +390,7 @@ absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scal
   // before anything else touches them.
   {
     WaitTimer t(stats_.wait_drain);
-    for (int s = 0; s < 3 && swap_ != nullptr; ++s) {
+    for (int s = 0; s < S && swap_ != nullptr; ++s) {
       status.Update(WaitTickets(reads_[s]));
       status.Update(WaitTickets(writes_[s]));
     }

@@ -4,13 +4,13 @@
 // The state of a rank is one flat space of elements (ShardBuffers::
 // OptimizerIndex): the fp32 master (mixed precision only), Adam's m and v.
 // On the host tier they are host buffers; on the NVMe tier they are swap
-// files, one per tensor (swap_files.h), of which the host holds three chunks
-// per tensor. Apply cuts the space into chunks of BufferPlan::
+// files, one per tensor (swap_files.h), of which the host holds four chunks
+// per tensor (kOffloadStateSlots). Apply cuts the space into chunks of BufferPlan::
 // offload_chunk_numel elements and runs, per chunk c:
 //
 //   copy stream (device):  gradients (and fp32 params) of c+1 -> host   | params of c -> device
 //   host stream:           AdamW of c (the CPU kernels: ShardOptimizer's pieces)
-//   I/O (NVMe):            read state of c+1, write state of c-1
+//   I/O (NVMe):            read state of c+1 and c+2, write state of c-1
 //
 // so the copies and the I/O of one chunk run while the host updates the
 // next. The host thread orders it with events only (it waits for an event,
@@ -176,8 +176,8 @@ class OffloadOptimizer {
   std::unique_ptr<DeviceOps> host_ops_;
   std::unique_ptr<Event> copied_in_[2];  // on copy_: chunk slot's inputs on the host
   std::unique_ptr<Event> updated_[2];    // on host_stream_: chunk slot's update done
-  std::vector<SwapFiles::Ticket> reads_[3];
-  std::vector<SwapFiles::Ticket> writes_[3];
+  std::vector<SwapFiles::Ticket> reads_[kOffloadStateSlots];
+  std::vector<SwapFiles::Ticket> writes_[kOffloadStateSlots];
   std::vector<Chunk> chunks_;
   OffloadStepStats stats_;
 };
