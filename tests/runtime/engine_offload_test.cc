@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "tests/runtime/opaque_cpu_device.h"
 #include "tests/runtime/synthetic_trainer.h"
 #include "tests/test_seed.h"
 #include "zeroshard/buffer_plan.h"
@@ -35,38 +36,6 @@ namespace zeroshard::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Host memory that the engine must treat as device memory (as in
-// engine_opaque_device_test.cc).
-class OpaqueCpuDevice final : public Device {
- public:
-  explicit OpaqueCpuDevice(std::atomic<int64_t>* copies) : copies_(copies) {}
-  std::string name() const override { return "opaque-cpu"; }
-  DeviceKind kind() const override { return DeviceKind::kCpu; }
-  bool host_accessible() const override { return false; }
-  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override { return cpu_->CreateStream(); }
-  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override { return cpu_->CreateEvent(); }
-  absl::Status CopyAsync(void* dst, const void* src, int64_t bytes, Stream& stream) override {
-    if (copies_ != nullptr) ++*copies_;
-    return cpu_->CopyAsync(dst, src, bytes, stream);
-  }
-  absl::Status ZeroAsync(void* dst, int64_t bytes, Stream& stream) override {
-    return cpu_->ZeroAsync(dst, bytes, stream);
-  }
-
- protected:
-  absl::StatusOr<void*> RawAllocate(int64_t bytes) override {
-    void* p = std::aligned_alloc(64, (static_cast<size_t>(bytes) + 63) / 64 * 64);
-    if (p == nullptr) return absl::ResourceExhaustedError("out of host memory");
-    std::memset(p, 0, static_cast<size_t>(bytes));
-    return p;
-  }
-  void RawFree(void* ptr) override { std::free(ptr); }
-
- private:
-  std::unique_ptr<Device> cpu_ = CreateCpuDevice();
-  std::atomic<int64_t>* copies_;
-};
 
 // A fresh directory under /tmp, removed with its contents at the end.
 class TempDir {

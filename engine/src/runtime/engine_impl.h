@@ -49,6 +49,9 @@ class EngineImpl final : public Engine, private RuntimeServices {
   ~EngineImpl() override;
 
   absl::Status Allocate();
+  // Allocate's part for TrainSpec::offload: the swap files, the streamed
+  // update, the gatherer's shard fetch (engine_offload.cc).
+  absl::Status AllocateOffload();
 
   absl::Status SetParam(int unit, int param, absl::Span<const float> values) override;
   using Engine::Start;

@@ -295,26 +295,16 @@ int64_t OffloadOptimizer::ChunkIoBytes(const Chunk& chunk, StateTensor tensor) c
   return RoundUpToSwapAlignment(chunk.numel * ElementSize(tensor));
 }
 
-absl::Status OffloadOptimizer::IssueReads(const Chunk& chunk, int state_slot) {
+absl::Status OffloadOptimizer::IssueIo(const Chunk& chunk, int state_slot, bool write) {
   for (StateTensor tensor : SwappedTensors()) {
     const int64_t bytes = ChunkIoBytes(chunk, tensor);
+    const int64_t offset = chunk.index * ElementSize(tensor);
+    void* data = SlotState(state_slot, tensor);
     ZS_ASSIGN_OR_RETURN(SwapFiles::Ticket ticket,
-                        swap_->ReadAsync(FileOf(tensor), chunk.index * ElementSize(tensor),
-                                         SlotState(state_slot, tensor), bytes));
-    reads_[state_slot].push_back(ticket);
-    stats_.bytes_read += bytes;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status OffloadOptimizer::IssueWrites(const Chunk& chunk, int state_slot) {
-  for (StateTensor tensor : SwappedTensors()) {
-    const int64_t bytes = ChunkIoBytes(chunk, tensor);
-    ZS_ASSIGN_OR_RETURN(SwapFiles::Ticket ticket,
-                        swap_->WriteAsync(FileOf(tensor), chunk.index * ElementSize(tensor),
-                                          SlotState(state_slot, tensor), bytes));
-    writes_[state_slot].push_back(ticket);
-    stats_.bytes_written += bytes;
+                        write ? swap_->WriteAsync(FileOf(tensor), offset, data, bytes)
+                              : swap_->ReadAsync(FileOf(tensor), offset, data, bytes));
+    (write ? writes_ : reads_)[state_slot].push_back(ticket);
+    (write ? stats_.bytes_written : stats_.bytes_read) += bytes;
   }
   return absl::OkStatus();
 }
@@ -350,7 +340,7 @@ absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scal
   auto run = [&]() -> absl::Status {
     if (n == 0) return absl::OkStatus();
     for (int k = 0; io && k < std::min(kAhead, n); ++k) {
-      ZS_RETURN_IF_ERROR(IssueReads(chunks_[k], k % S));
+      ZS_RETURN_IF_ERROR(IssueIo(chunks_[k], k % S, /*write=*/false));
     }
     if (parts.copies) ZS_RETURN_IF_ERROR(CopyIn(chunks_[0], 0));
     ZS_RETURN_IF_ERROR(copied_in_[0]->Record(*copy_));
@@ -360,7 +350,7 @@ absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scal
       if (io && c + kAhead < n) {
         const int ahead = (c + kAhead) % S;
         ZS_RETURN_IF_ERROR(WaitTickets(writes_[ahead]));  // chunk c-2's writes
-        ZS_RETURN_IF_ERROR(IssueReads(chunks_[c + kAhead], ahead));
+        ZS_RETURN_IF_ERROR(IssueIo(chunks_[c + kAhead], ahead, /*write=*/false));
       }
       if (io) {
         WaitTimer t(stats_.wait_read);
@@ -380,7 +370,7 @@ absl::Status OffloadOptimizer::Apply(ShardOptimizer& optimizer, double grad_scal
         WaitTimer t(stats_.wait_update);
         ZS_RETURN_IF_ERROR(updated_[slot]->Synchronize());
       }
-      if (io) ZS_RETURN_IF_ERROR(IssueWrites(chunks_[c], state_slot));
+      if (io) ZS_RETURN_IF_ERROR(IssueIo(chunks_[c], state_slot, /*write=*/true));
       if (parts.copies) ZS_RETURN_IF_ERROR(CopyOut(chunks_[c], slot));
     }
     return absl::OkStatus();

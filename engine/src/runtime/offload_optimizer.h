@@ -145,8 +145,9 @@ class OffloadOptimizer {
   absl::Status CopyOut(const Chunk& chunk, int slot);
   absl::Status Update(const ShardOptimizer& optimizer, const Chunk& chunk, int slot,
                       int state_slot);
-  absl::Status IssueReads(const Chunk& chunk, int state_slot);
-  absl::Status IssueWrites(const Chunk& chunk, int state_slot);
+  // Starts the reads (or writes) of every swapped tensor's part of `chunk`
+  // into (from) state slot `state_slot`.
+  absl::Status IssueIo(const Chunk& chunk, int state_slot, bool write);
   absl::Status WaitTickets(std::vector<SwapFiles::Ticket>& tickets);
   int64_t ChunkIoBytes(const Chunk& chunk, StateTensor tensor) const;
   // Aligned windows of at most a chunk's fp32 bytes over [index, index + n)
