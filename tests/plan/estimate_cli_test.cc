@@ -639,6 +639,12 @@ TEST(EstimateCliTest, OffloadOptimizerTiersPrintTheBytesPerTier) {
     const Result text = RunCli(base + "--offload " + tiers[t]);
     ASSERT_EQ(text.exit_code, 0) << text.err;
     EXPECT_NE(text.out.find("tiers:    per rank: device "), std::string::npos) << text.out;
+    // gpt2 fits without offload: a forced tier is said to be forced, not
+    // needed.
+    if (t > 0) {
+      EXPECT_NE(text.out.find("as --offload asks"), std::string::npos) << text.out;
+      EXPECT_EQ(text.out.find("sharding alone does not fit"), std::string::npos) << text.out;
+    }
     const Result r = RunCli(base + "--offload " + tiers[t] + " --nvme-read-gbps 0.5 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto doc = ParseReport(r);

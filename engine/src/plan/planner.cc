@@ -378,10 +378,12 @@ absl::StatusOr<zeroshard::Plan> Evaluate(const ModelDescription& model, const Cl
     if (chosen_tier < 3) {
       plan.why = absl::StrFormat(
           "%s is the least-communication configuration that fits (%s)%s", c.Label(), uses,
-          chosen_tier == 2 ? absl::StrCat("; sharding alone does not fit, so the states move off "
-                                          "the GPU (",
-                                          OffloadName(c.offload), ")")
-                           : "");
+          chosen_tier != 2 ? ""
+          : options.offload.has_value()
+              ? absl::StrCat("; the states are off the GPU as --offload asks (",
+                             OffloadName(c.offload), ")")
+              : absl::StrCat("; sharding alone does not fit, so the states move off the GPU (",
+                             OffloadName(c.offload), ")"));
     } else {
       int fitting = 0;
       for (const Candidate& other : plan.candidates) fitting += other.Tier() == 3 && other.fits;

@@ -227,8 +227,13 @@ absl::Status OffloadOptimizer::Quiesce() {
 absl::Status OffloadOptimizer::CopyIn(const Chunk& chunk, int slot) {
   const int64_t gsize = static_cast<int64_t>(DTypeSize(grad_dtype_));
   const int64_t psize = static_cast<int64_t>(DTypeSize(param_dtype_));
-  char* grads = buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
-  char* params = buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
+  // The slots exist only where they are used: gradients not copied during
+  // the backward, fp32 params not streamed with the state.
+  char* grads =
+      grads_on_host_ ? nullptr : buffers_.offload_grads.as<char>() + slot * chunk_numel_ * gsize;
+  char* params = mixed_ || params_on_nvme_
+                     ? nullptr
+                     : buffers_.offload_params.as<char>() + slot * chunk_numel_ * psize;
   for (const Piece& p : chunk.pieces) {
     if (!grads_on_host_) {  // else copied during the backward (OnGradFinal)
       ZS_RETURN_IF_ERROR(device_.CopyAsync(

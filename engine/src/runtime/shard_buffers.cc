@@ -4,6 +4,15 @@
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
+namespace {
+
+// `bytes` into `buffer`, or null for a buffer without memory (one the plan
+// puts on the NVMe tier, or an empty one): no arithmetic on a null pointer.
+char* At(const DeviceBuffer& buffer, int64_t bytes) {
+  return buffer.data() == nullptr ? nullptr : buffer.as<char>() + bytes;
+}
+
+}  // namespace
 
 ShardBuffers::ShardBuffers(const FlatLayout& layout, const BufferPlan& plan, int rank,
                            DType param_dtype, DType grad_dtype)
@@ -98,12 +107,12 @@ void* ShardBuffers::ParamsAt(int unit, int64_t seg_index) const {
                                                     : param_offset_[unit] + seg_index -
                                                           layout_.ShardRange(unit, rank_).begin;
   const DeviceBuffer& buffer = ParamsOnHost(unit) ? offload_param_shard : params;
-  return buffer.as<char>() + element * static_cast<int64_t>(DTypeSize(param_dtype_));
+  return At(buffer, element * static_cast<int64_t>(DTypeSize(param_dtype_)));
 }
 
 void* ShardBuffers::ParamStageData(int slot) const {
-  return param_stage.as<char>() + slot * (plan_.gather_slot_numel / layout_.world_size()) *
-                                      static_cast<int64_t>(DTypeSize(param_dtype_));
+  return At(param_stage, slot * (plan_.gather_slot_numel / layout_.world_size()) *
+                             static_cast<int64_t>(DTypeSize(param_dtype_)));
 }
 
 void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {
@@ -112,7 +121,7 @@ void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {
   const int64_t element = plan_.stage.grads_sharded
                               ? seg.train_shard_offset + (seg_index - rank_ * seg.shard_numel)
                               : seg.train_offset + seg_index;
-  return grads.as<char>() + element * static_cast<int64_t>(DTypeSize(grad_dtype_));
+  return At(grads, element * static_cast<int64_t>(DTypeSize(grad_dtype_)));
 }
 
 int64_t ShardBuffers::OptimizerIndex(int unit, int64_t seg_index) const {
@@ -123,21 +132,22 @@ int64_t ShardBuffers::OptimizerIndex(int unit, int64_t seg_index) const {
 }
 
 float* ShardBuffers::OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const {
-  return buf.as<float>() + OptimizerIndex(unit, seg_index);
+  return reinterpret_cast<float*>(
+      At(buf, OptimizerIndex(unit, seg_index) * static_cast<int64_t>(sizeof(float))));
 }
 
 void* ShardBuffers::StagingSlotData(int slot) const {
-  return staging.as<char>() +
-         slot * layout_.max_unit_numel() * static_cast<int64_t>(DTypeSize(grad_dtype_));
+  return At(staging,
+            slot * layout_.max_unit_numel() * static_cast<int64_t>(DTypeSize(grad_dtype_)));
 }
 
 void* ShardBuffers::TiedAccumData(int unit) const {
-  return tied_accum.as<char>() + tied_offset_[unit] * static_cast<int64_t>(DTypeSize(grad_dtype_));
+  return At(tied_accum, tied_offset_[unit] * static_cast<int64_t>(DTypeSize(grad_dtype_)));
 }
 
 void* ShardBuffers::GatherSlotData(int slot) const {
-  return gather_pool.as<char>() +
-         slot * plan_.gather_slot_numel * static_cast<int64_t>(DTypeSize(param_dtype_));
+  return At(gather_pool,
+            slot * plan_.gather_slot_numel * static_cast<int64_t>(DTypeSize(param_dtype_)));
 }
 
 }  // namespace zeroshard::internal
