@@ -356,8 +356,8 @@ void PrintOffload(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
   } else {
     std::fprintf(out,
                  "\noptimizer state on the %s tier (--offload optimizer=%s,grads=%s,params=%s%s)\n",
-                 MemoryTierName(o.optimizer), MemoryTierName(o.optimizer),
-                 MemoryTierName(o.grads), MemoryTierName(o.params), swap.c_str());
+                 MemoryTierName(o.optimizer), MemoryTierName(o.optimizer), MemoryTierName(o.grads),
+                 MemoryTierName(o.params), swap.c_str());
   }
   examples::PrintTierBytes(d.tiers, "rank 0, the engine's buffers", out);
   const int64_t device = d.tiers.plan[static_cast<int>(MemoryTier::kDevice)];

@@ -20,31 +20,24 @@ absl::Status EngineImpl::AllocateOffload() {
   // (and the disk's room checked) before the first step.
   std::unique_ptr<SwapFiles> swap;
   if (train_.offload.optimizer == MemoryTier::kNvme) {
-    std::vector<SwapTensor> tensors;
-    std::vector<const PlannedBuffer*> planned;
-    for (const PlannedBuffer& b : plan_.buffers) {
-      if (b.tier != MemoryTier::kNvme) continue;
-      tensors.push_back({b.name, b.bytes()});
-      planned.push_back(&b);
-    }
     if (train_.offload.dir.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "Engine::Create (rank %d): offload.optimizer nvme needs offload.dir, the directory of "
           "the swap files (a local NVMe drive's file system; --offload-dir)",
           rank_));
     }
-    SwapOptions options;
-    options.dir = train_.offload.dir;
-    options.rank = rank_;
-    absl::StatusOr<std::unique_ptr<SwapFiles>> created = SwapFiles::Create(options, tensors);
+    absl::StatusOr<std::unique_ptr<SwapFiles>> created =
+        OffloadOptimizer::CreateSwapFiles(plan_, train_.offload.dir, rank_);
     if (!created.ok()) {
       return absl::Status(created.status().code(),
                           absl::StrFormat("Engine::Create (rank %d): the NVMe tier's swap files "
                                           "(offload.dir %s): %s",
-                                          rank_, options.dir, created.status().message()));
+                                          rank_, train_.offload.dir, created.status().message()));
     }
     swap = *std::move(created);
-    for (const PlannedBuffer* b : planned) nvme_ledger_.Add(b->category, b->bytes());
+    for (const PlannedBuffer& b : plan_.buffers) {
+      if (b.tier == MemoryTier::kNvme) nvme_ledger_.Add(b.category, b.bytes());
+    }
   }
   offload_ = std::make_unique<OffloadOptimizer>(layout_, plan_, buffers_, mixed_, param_dtype_,
                                                 grad_dtype_, device_, *host_tier_, std::move(swap));

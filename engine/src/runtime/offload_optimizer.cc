@@ -122,38 +122,53 @@ absl::Status OffloadOptimizer::ForEachWindow(StateTensor tensor, int64_t index, 
   return absl::OkStatus();
 }
 
-absl::Status OffloadOptimizer::Read(StateTensor tensor, int64_t index, int64_t n, void* data) {
-  if (n <= 0) return absl::OkStatus();
-  const int64_t esize = ElementSize(tensor);
-  if (!swap_) {
-    std::memcpy(data, HostState(tensor) + index, static_cast<size_t>(n * esize));
-    return absl::OkStatus();
-  }
+template <typename Sink>
+absl::Status OffloadOptimizer::ReadWindows(StateTensor tensor, int64_t index, int64_t n,
+                                           Sink sink) {
   // Whole aligned blocks through the first state slot (free outside Apply).
+  const int64_t esize = ElementSize(tensor);
   char* bounce = reinterpret_cast<char*>(SlotState(0, StateTensor::kAdamM));
-  char* out = static_cast<char*>(data);
   return ForEachWindow(tensor, index, n,
                        [&](int64_t offset, int64_t bytes, int64_t skip, int64_t first,
                            int64_t count) -> absl::Status {
                          ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
-                         std::memcpy(out + first * esize, bounce + skip,
-                                     static_cast<size_t>(count * esize));
-                         return absl::OkStatus();
+                         return sink(first * esize, bounce + skip, count * esize);
                        });
+}
+
+absl::Status OffloadOptimizer::Read(StateTensor tensor, int64_t index, int64_t n, void* data) {
+  if (n <= 0) return absl::OkStatus();
+  char* out = static_cast<char*>(data);
+  if (!swap_) {
+    std::memcpy(out, HostState(tensor) + index, static_cast<size_t>(n * ElementSize(tensor)));
+    return absl::OkStatus();
+  }
+  return ReadWindows(tensor, index, n, [out](int64_t at, const char* src, int64_t bytes) {
+    std::memcpy(out + at, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status OffloadOptimizer::ReadToDevice(StateTensor tensor, int64_t index, int64_t n,
                                             void* device) {
   if (n <= 0) return absl::OkStatus();
-  const int64_t esize = ElementSize(tensor);
-  char* bounce = reinterpret_cast<char*>(SlotState(0, StateTensor::kAdamM));
   char* out = static_cast<char*>(device);
-  return ForEachWindow(tensor, index, n,
-                       [&](int64_t offset, int64_t bytes, int64_t skip, int64_t first,
-                           int64_t count) -> absl::Status {
-                         ZS_RETURN_IF_ERROR(swap_->Read(FileOf(tensor), offset, bounce, bytes));
-                         return FetchShard(out + first * esize, bounce + skip, count * esize);
-                       });
+  return ReadWindows(tensor, index, n, [this, out](int64_t at, const char* src, int64_t bytes) {
+    return FetchShard(out + at, src, bytes);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<SwapFiles>> OffloadOptimizer::CreateSwapFiles(const BufferPlan& plan,
+                                                                             const std::string& dir,
+                                                                             int rank) {
+  std::vector<SwapTensor> tensors;
+  for (const PlannedBuffer& b : plan.buffers) {
+    if (b.tier == MemoryTier::kNvme) tensors.push_back({b.name, b.bytes()});
+  }
+  SwapOptions options;
+  options.dir = dir;
+  options.rank = rank;
+  return SwapFiles::Create(options, tensors);
 }
 
 absl::Status OffloadOptimizer::Write(StateTensor tensor, int64_t index, int64_t n,

@@ -72,6 +72,12 @@ class OffloadOptimizer {
                    std::unique_ptr<SwapFiles> swap);
   ~OffloadOptimizer();
 
+  // The swap files of `plan`'s NVMe-tier buffers (one per buffer, in plan
+  // order: the order FileOf assumes) under `dir`, for rank `rank`.
+  static absl::StatusOr<std::unique_ptr<SwapFiles>> CreateSwapFiles(const BufferPlan& plan,
+                                                                    const std::string& dir,
+                                                                    int rank);
+
   // The streams, events and host ops.
   absl::Status Init();
 
@@ -155,6 +161,10 @@ class OffloadOptimizer {
   // first wanted element in the window, first wanted element, elements).
   template <typename Fn>
   absl::Status ForEachWindow(StateTensor tensor, int64_t index, int64_t n, Fn fn);
+  // Reads [index, index + n) of `tensor`'s file window by window through
+  // the bounce slot; sink(bytes into the destination, bounce data, bytes).
+  template <typename Sink>
+  absl::Status ReadWindows(StateTensor tensor, int64_t index, int64_t n, Sink sink);
 
   const FlatLayout& layout_;
   const BufferPlan& plan_;

@@ -153,13 +153,8 @@ absl::Status OffloadPhaseImpl::Build(const ModelSpec& model, const TrainSpec& tr
                                         [&buffers](int u) { return buffers.OwnedRange(u); }));
   std::unique_ptr<internal::SwapFiles> swap;
   if (train_.offload.optimizer == MemoryTier::kNvme) {
-    std::vector<internal::SwapTensor> tensors;
-    for (const PlannedBuffer& b : plan_.buffers) {
-      if (b.tier == MemoryTier::kNvme) tensors.push_back({b.name, b.bytes()});
-    }
-    internal::SwapOptions options;
-    options.dir = train_.offload.dir;
-    ZS_ASSIGN_OR_RETURN(swap, internal::SwapFiles::Create(options, tensors));
+    ZS_ASSIGN_OR_RETURN(
+        swap, internal::OffloadOptimizer::CreateSwapFiles(plan_, train_.offload.dir, /*rank=*/0));
   }
   offload_ = std::make_unique<internal::OffloadOptimizer>(
       *layout_, plan_, *buffers_, train_.precision != Precision::kFp32, param_dtype, grad_dtype,
