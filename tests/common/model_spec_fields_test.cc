@@ -108,7 +108,9 @@ TEST(ModelSpecTest, StoredParamsCountATiedParamOnceAndNumParamsCountsEveryUse) {
 TEST(ModelSpecTest, TiesNameAnUntiedParamOfAnEarlierUnitWithTheSameShapeAndSettings) {
   std::mt19937_64 rng(testing::Seed() + 1);
   const int64_t vocab = 2 + static_cast<int64_t>(rng() % 50);
-  const int64_t hidden = 1 + static_cast<int64_t>(rng() % 50);
+  // hidden != vocab, so that the transposed shape below is another shape.
+  int64_t hidden = 1 + static_cast<int64_t>(rng() % 50);
+  if (hidden == vocab) ++hidden;
   const ModelSpec good = TiedModel(vocab, hidden);
   ASSERT_TRUE(good.Validate().ok()) << good.Validate();
   auto with = [&](std::function<void(ModelSpec&)> change) {

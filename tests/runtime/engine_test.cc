@@ -37,6 +37,26 @@ double MedianGradNorm(const mlp::MlpConfig& cfg, int micro_batches) {
   return norms[norms.size() / 2];
 }
 
+// ||a - b|| / ||b|| over all weights but the `skip` elements that differ
+// most.
+double RelativeL2DifferenceWithoutLargest(const RunResult& a, const RunResult& b, int skip) {
+  std::vector<double> squares;
+  double ref = 0.0;
+  for (size_t u = 0; u < a.params.size(); ++u) {
+    for (size_t p = 0; p < a.params[u].size(); ++p) {
+      for (size_t i = 0; i < a.params[u][p].size(); ++i) {
+        const double d = double(a.params[u][p][i]) - b.params[u][p][i];
+        squares.push_back(d * d);
+        ref += double(b.params[u][p][i]) * b.params[u][p][i];
+      }
+    }
+  }
+  std::sort(squares.begin(), squares.end());
+  double diff = 0.0;
+  for (size_t i = 0; i + skip < squares.size(); ++i) diff += squares[i];
+  return std::sqrt(diff / std::max(ref, 1e-300));
+}
+
 int ClippedSteps(const RunResult& r) {
   int clipped = 0;
   for (const StepResult& s : r.steps) clipped += s.clip_coef < 1.0;
@@ -93,6 +113,20 @@ TEST(EngineEquivalenceTest, GradientAccumulationMatchesOneRankWithinFloatToleran
   // With 4 micro-batches per rank the summation order differs by stage
   // (stages 0-1 sum a rank's micro-batches first; stage 2 sums across ranks
   // per micro-batch), so equality is within fp32 rounding, not bitwise.
+  //
+  // The bounds. Over the weight vector as a whole the runs agree to ~5e-8
+  // (||a - b|| / ||b||). Adam divides each element's step by sqrt(v): where
+  // a gradient sums to within rounding of zero, the summation order decides
+  // its sign and size and that element's update, so a few elements move by
+  // up to ~1e-5 (absolute; lr 3e-3). On some seeds one such element carries
+  // over 95% of the difference and the whole vector's relative L2 reaches
+  // ~5e-7 (80 seeds, AMD EPYC) to 1.1e-6 (one seed in ~100, Xeon Emerald
+  // Rapids). Hence: L2 <= 1e-5 over all weights, and <= 1e-6 without the 8
+  // elements that differ most (the bulk of the model agrees to rounding).
+  // The bugs this test is for are far above both: a rank that loses one
+  // micro-batch of four moves the weights by ~2e-2 (checked below).
+  constexpr double kL2 = 1e-5, kL2Bulk = 1e-6;
+  constexpr int kOutliers = 8;
   const mlp::MlpConfig cfg = SmallMlp();
   for (int world : {1, 2, 3, 4}) {
     const double clip = MedianGradNorm(cfg, 4 * world);
@@ -111,16 +145,26 @@ TEST(EngineEquivalenceTest, GradientAccumulationMatchesOneRankWithinFloatToleran
       auto result = TrainMlp(cfg, run);
       ASSERT_TRUE(result.ok()) << result.status();
       const double rel = MaxRelativeDifference(*result, *baseline);
-      std::printf("world %d stage %d accum 4: max relative weight difference %.3g, L2 %.3g\n",
-                  world, stage, rel, RelativeL2Difference(*result, *baseline));
-      // The bound is on the whole weight vector (||a - b|| / ||b||). Per
-      // element, Adam divides by sqrt(v): where a gradient is near zero a
-      // rounding-order difference in it moves that element by more, so the
-      // per-tensor max relative difference (guarded below) reaches ~1e-5 on
-      // some seeds while the weights as a whole agree to ~5e-8.
-      EXPECT_LE(RelativeL2Difference(*result, *baseline), 1e-6)
-          << "world " << world << " stage " << stage;
+      const double l2 = RelativeL2Difference(*result, *baseline);
+      const double bulk = RelativeL2DifferenceWithoutLargest(*result, *baseline, kOutliers);
+      std::printf(
+          "world %d stage %d accum 4: max relative weight difference %.3g, L2 %.3g, L2 "
+          "without the %d largest %.3g\n",
+          world, stage, rel, l2, kOutliers, bulk);
+      EXPECT_LE(l2, kL2) << "world " << world << " stage " << stage;
+      EXPECT_LE(bulk, kL2Bulk) << "world " << world << " stage " << stage;
       EXPECT_LE(rel, 1e-4) << "world " << world << " stage " << stage;
+    }
+    if (world > 1) {
+      // The control: each rank's fourth micro-batch lost (3 per rank).
+      RunConfig lost = base_run;
+      lost.world = world;
+      lost.accum = 3;
+      auto result = TrainMlp(cfg, lost);
+      ASSERT_TRUE(result.ok()) << result.status();
+      const double l2 = RelativeL2Difference(*result, *baseline);
+      std::printf("world %d, a micro-batch lost per rank: L2 %.3g\n", world, l2);
+      EXPECT_GT(l2, 100 * kL2) << "world " << world;
     }
   }
 }
