@@ -427,6 +427,7 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
                       r.world * opts.accum, opts.device_cuda ? ", CPU" : "");
   std::fprintf(out, "  distributed: %-52s %6.1f s\n", distributed.c_str(),
                r.distributed.wall_seconds);
+  if (!r.nodes.empty()) std::fprintf(out, "  nodes:       %s\n", r.nodes.c_str());
   std::fprintf(out, "  baseline:    %-52s %6.1f s\n", baseline.c_str(), r.baseline.wall_seconds);
   std::fprintf(out,
                "  AdamW lr %g (warmup + cosine to 10%%), weight decay %g, clip %g: clipped steps "

@@ -72,6 +72,7 @@ struct DemoResults {
   int world = 1;
   GridShape grid;             // the distributed run's dp x tp x pp (dp = world without --tp/--pp)
   std::string grid_origin;    // "--tp/--pp" or the planner's choice; empty for a dp-only run
+  std::string nodes;          // mpi: Communicator::node_layout().Describe(); empty otherwise
   int64_t planned_bytes = 0;  // --mem-cap: the chosen candidate's per-rank figure (PlanGrid)
   RunResult distributed;      // N ranks, the requested stage
   RunResult baseline;         // 1 rank, stage 0, accum N*A

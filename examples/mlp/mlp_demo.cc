@@ -720,6 +720,7 @@ int RunMpi(DemoOptions opts) {
   const bool lead = (*comm)->rank() == 0;
   DemoResults results;
   results.world = (*comm)->size();
+  results.nodes = (*comm)->node_layout().Describe();
   // The error names the rank that differs; every rank reports it.
   if (absl::Status s = AgreeGridFlags(opts, **comm); !s.ok()) Fail(s);
   if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {

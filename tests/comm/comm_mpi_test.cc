@@ -3,6 +3,7 @@
 // GoogleTest report; other ranks print their own failures, prefixed with
 // their rank, and every rank exits non-zero when any rank failed.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -66,6 +67,24 @@ std::unique_ptr<TestWorld> MakeWorld(const WorldParam& param) {
 uint64_t BaseSeed() { return g_seed; }
 
 INSTANTIATE_TEST_SUITE_P(Mpi, CommSuite, ::testing::Values(WorldParam{"mpi", 0}), WorldName);
+
+// Under one mpirun on one machine every rank shares the node (MPI's
+// shared-memory split), named by this host; a Split group keeps it.
+// (tests/multinode runs ranks on two emulated nodes.)
+TEST(MpiNodeLayout, OneMachineIsOneNodeOfEveryRank) {
+  auto created = CreateMpiCommunicator();
+  ASSERT_TRUE(created.ok()) << created.status();
+  Communicator& comm = **created;
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const NodeLayout layout = comm.node_layout();
+  EXPECT_EQ(layout.source, "MPI_COMM_TYPE_SHARED");
+  EXPECT_EQ(layout.node_of_rank, std::vector<int>(comm.size(), 0));
+  EXPECT_EQ(layout.node_names, std::vector<std::string>({host}));
+  auto odd = comm.Split(comm.rank() % 2, 0);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ((*odd)->node_layout().node_of_rank, std::vector<int>((*odd)->size(), 0));
+}
 
 // The mpi backend runs small collectives queued together as batches: 48
 // all-reduces queued behind a gated one (GateEvent) go as three batches of

@@ -124,6 +124,25 @@ absl::StatusOr<absl::Duration> ResolveCommTimeout(const CommOptions& options);
 // through it.
 absl::StatusOr<absl::Duration> ParseCommTimeout(absl::string_view text, absl::string_view what);
 
+// Which ranks of a communicator share a node: a machine, as the backend
+// knows it (docs/multinode.md). Nodes are numbered 0, 1, ... in the order of
+// their lowest rank.
+struct NodeLayout {
+  std::vector<int> node_of_rank;        // [rank] -> node
+  std::vector<std::string> node_names;  // [node] -> its host name, for messages
+  std::string source;                   // how the backend learned it
+
+  int num_nodes() const { return static_cast<int>(node_names.size()); }
+  // The ranks on `node`, in rank order (empty for a node out of range).
+  std::vector<int> RanksOn(int node) const;
+  // Ranks on the fullest node.
+  int max_ranks_per_node() const;
+  // "2 nodes x 2 ranks (MPI_COMM_TYPE_SHARED): zsc-node0 ranks 0-1;
+  // zsc-node1 ranks 2-3" ("1 node x 4 ranks ...", "3 nodes, 1-2 ranks
+  // each ..." when they differ).
+  std::string Describe() const;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -211,6 +230,12 @@ class Communicator {
   // new group name it: "local comm rank 1 of group 3 (parent rank 5)".
   // Blocks until the group exists.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+
+  // Which ranks share a node. mpi: MPI's shared-memory split
+  // (MPI_COMM_TYPE_SHARED, learned at creation; a Split group keeps its
+  // members' nodes); local: one node; nccl: one node, assumed (the source
+  // says so).
+  virtual NodeLayout node_layout() const;
 
   // The same without a tag.
   CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) {

@@ -1,4 +1,14 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/src/comm/comm_op.h"
 #include "zeroshard/communicator.h"
 
@@ -166,6 +176,59 @@ CommHandle Communicator::Send(const void* buf, int64_t count, DType dtype, int p
 CommHandle Communicator::Recv(void* buf, int64_t count, DType dtype, int peer, uint64_t tag) {
   return internal::FailedHandle(absl::UnimplementedError(
       "Communicator::Recv: the '" + backend() + "' backend has no point-to-point transfers"));
+}
+
+std::vector<int> NodeLayout::RanksOn(int node) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(node_of_rank.size()); ++r) {
+    if (node_of_rank[r] == node) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+int NodeLayout::max_ranks_per_node() const {
+  int most = 0;
+  for (int n = 0; n < num_nodes(); ++n) most = std::max(most, static_cast<int>(RanksOn(n).size()));
+  return most;
+}
+
+std::string NodeLayout::Describe() const {
+  int fewest = std::numeric_limits<int>::max();
+  const int most = max_ranks_per_node();
+  for (int n = 0; n < num_nodes(); ++n)
+    fewest = std::min(fewest, static_cast<int>(RanksOn(n).size()));
+  const int nodes = num_nodes();
+  std::string out = fewest == most
+                        ? absl::StrFormat("%d node%s x %d rank%s", nodes, nodes == 1 ? "" : "s",
+                                          most, most == 1 ? "" : "s")
+                        : absl::StrFormat("%d nodes, %d-%d ranks each", nodes, fewest, most);
+  absl::StrAppend(&out, " (", source, "):");
+  for (int n = 0; n < nodes; ++n) {
+    // Runs of consecutive ranks as "a-b".
+    const std::vector<int> ranks = RanksOn(n);
+    std::vector<std::string> runs;
+    for (size_t i = 0; i < ranks.size();) {
+      size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      runs.push_back(j == i ? absl::StrCat(ranks[i]) : absl::StrCat(ranks[i], "-", ranks[j]));
+      i = j + 1;
+    }
+    absl::StrAppend(&out, n == 0 ? " " : "; ", node_names[n], " rank",
+                    ranks.size() == 1 ? " " : "s ", absl::StrJoin(runs, ","));
+  }
+  return out;
+}
+
+NodeLayout Communicator::node_layout() const {
+  NodeLayout layout;
+  layout.node_of_rank.assign(size(), 0);
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "?");
+  layout.node_names = {host};
+  layout.source = backend() == "local"
+                      ? "in-process ranks: one node"
+                      : "assumed one node: the " + backend() + " backend does not report nodes";
+  return layout;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {

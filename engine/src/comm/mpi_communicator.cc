@@ -148,6 +148,24 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Split(int color, 
       options(), absl::StrFormat(" of group %d (parent rank %d%s)", color, rank(), group_name())));
 }
 
+NodeLayout MpiCommunicator::node_layout() const {
+  // Nodes in the order of their lowest rank here (a Split group renumbers);
+  // named by the host of that rank.
+  NodeLayout layout;
+  layout.source = "MPI_COMM_TYPE_SHARED";
+  std::vector<int32_t> leaders;
+  for (const ProcessIdentity& p : processes_) {
+    auto it = std::find(leaders.begin(), leaders.end(), p.node_leader);
+    if (it == leaders.end()) {
+      leaders.push_back(p.node_leader);
+      layout.node_names.push_back(p.host);
+      it = leaders.end() - 1;
+    }
+    layout.node_of_rank.push_back(static_cast<int>(it - leaders.begin()));
+  }
+  return layout;
+}
+
 absl::Status MpiCommunicator::PostSend(Requests& requests, const void* data, int64_t bytes,
                                        int peer, int tag, const CollectiveArgs& args) {
   return Post(requests, const_cast<void*>(data), bytes, peer, tag, args, /*is_recv=*/false);

@@ -59,6 +59,7 @@ class MpiCommunicator final : public AsyncCommunicator {
 
   std::string backend() const override { return "mpi"; }
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
+  NodeLayout node_layout() const override;
 
  protected:
   void StartPointToPoint(const PointToPointArgs& args,

@@ -294,6 +294,47 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
   }
   ZS_RETURN_IF_ERROR(
       internal::WaitForCreation(&request, deadline, options.timeout, "MPI_Iallgather"));
+  // Which ranks share a node: MPI's shared-memory split. MPI has no
+  // nonblocking split, but every rank has just proven itself here (the
+  // identities came from all of them). Each rank's node is named by the
+  // lowest rank of its split (local rank 0, translated without messages),
+  // and those leaders are exchanged like the identities.
+  int leader = -1;
+  {
+    internal::MpiCallLock lock;
+    MPI_Comm local = MPI_COMM_NULL;
+    rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    if (rc == MPI_SUCCESS) {
+      MPI_Group local_group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+      const int zero = 0;
+      rc = MPI_Comm_group(local, &local_group);
+      if (rc == MPI_SUCCESS) rc = MPI_Comm_group(comm, &world_group);
+      if (rc == MPI_SUCCESS) {
+        rc = MPI_Group_translate_ranks(local_group, 1, &zero, world_group, &leader);
+      }
+      if (local_group != MPI_GROUP_NULL) MPI_Group_free(&local_group);
+      if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
+      MPI_Comm_free(&local);
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
+    return internal::MpiError("CreateMpiCommunicator", "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)",
+                              rc);
+  }
+  std::vector<int32_t> leaders(size, -1);
+  const int32_t my_leader = leader;
+  {
+    internal::MpiCallLock lock;
+    rc = MPI_Iallgather(&my_leader, 1, MPI_INT32_T, leaders.data(), 1, MPI_INT32_T, comm, &request);
+  }
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
+    return internal::MpiError("CreateMpiCommunicator", "MPI_Iallgather(node leaders)", rc);
+  }
+  ZS_RETURN_IF_ERROR(internal::WaitForCreation(&request, deadline, options.timeout,
+                                               "MPI_Iallgather(node leaders)"));
+  for (int r = 0; r < size; ++r) processes[r].node_leader = leaders[r];
   const uint64_t instance = internal::NextMpiInstance();
   return internal::NewMpiCommunicator(comm, p2p_comm, rank, size, tag_space, instance,
                                       std::move(processes), options);

@@ -21,6 +21,10 @@ struct ProcessIdentity {
   // are comparable iff their `machine` values are equal and non-zero.
   uint64_t machine = 0;
   char host[64] = {};  // host name, for messages
+  // The rank's node: its shared-memory group's lowest rank in the world
+  // communicator (mpi: MPI_COMM_TYPE_SHARED), -1 while unknown. Filled after
+  // the identities are exchanged; a Split group keeps it.
+  int32_t node_leader = -1;
 };
 
 // This process (machine = 0 when /proc cannot say).

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The emulated cluster (zs_cluster.sh) in `make test`: 2 nodes x 2 ranks.
+# mlp_demo trains across them over Open MPI (TCP between the nodes, shared
+# memory within one), bitwise equal to its one-rank baseline; the
+# communicator reports 2 ranks on each node by the nodes' own host names;
+# the bytes crossed the nodes' links (interface counters); a stale cluster
+# is replaced; teardown leaves no namespace and no rank behind.
+#
+#   cluster_demo_test.sh MLP_DEMO
+set -uo pipefail
+demo=$1
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=$here/zs_cluster.sh
+export ZS_CLUSTER="zst$$"                       # unique: tests may run side by side
+export ZS_MPI_TEST_ID="zs-multinode-$$-$RANDOM"  # every rank carries it
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+
+fail() {
+  echo "FAIL: $*"
+  for f in "$work"/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
+  exit 1
+}
+
+our_ranks() {  # pids of processes that carry this test's id
+  local environ
+  for environ in /proc/[0-9]*/environ; do
+    tr "\\0" "\\n" 2>/dev/null <"$environ" | grep -qx "ZS_MPI_TEST_ID=$ZS_MPI_TEST_ID" &&
+      basename "$(dirname "$environ")"
+  done
+}
+
+cleanup() {
+  "$cluster" down 2>/dev/null
+  for pid in $(our_ranks); do kill -KILL "$pid" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || fail "needs root to make network, UTS, PID and mount namespaces (CI runs as root)"
+
+# A stale cluster (a killed run's) is found and replaced.
+"$cluster" up 1 2>"$work/stale.out" || fail "zs_cluster.sh up 1 failed: $(cat "$work/stale.out")"
+"$cluster" up 2 2>"$work/up.out" || fail "zs_cluster.sh up 2 failed: $(cat "$work/up.out")"
+grep -q "removing a stale cluster" "$work/up.out" || fail "the stale cluster was not reported"
+
+# Each node has its own host name and sees only its own processes.
+[ "$("$cluster" exec 1 hostname)" = "$ZS_CLUSTER-node1" ] || fail "node 1's host name"
+procs=$("$cluster" exec 0 sh -c 'ls -d /proc/[0-9]* | wc -l')
+[ "$procs" -lt 10 ] || fail "node 0 sees $procs processes: its PID namespace is not its own"
+
+before=$("$cluster" counters | awk '$1 == "node0" { print $3 }')
+start=$(date +%s)
+timeout -k 5 180 "$cluster" mpirun 2 -x ZS_MPI_TEST_ID -- \
+  "$demo" --backend mpi --steps 10 --stage 3 --comm-timeout 60s >"$work/demo.out" 2>&1
+rc=$?
+[ "$rc" = 0 ] || fail "mlp_demo across 2 nodes x 2 ranks exited with $rc"
+grep -q "bitwise identical: yes" "$work/demo.out" || fail "not bitwise equal to the one-rank baseline"
+want="nodes:       2 nodes x 2 ranks (MPI_COMM_TYPE_SHARED): $ZS_CLUSTER-node0 ranks 0-1; $ZS_CLUSTER-node1 ranks 2-3"
+grep -qF "$want" "$work/demo.out" || fail "the ranks per node are not reported as: $want"
+after=$("$cluster" counters | awk '$1 == "node0" { print $3 }')
+sent=$((after - before))
+# Stage 3 moves every param and gradient across the link each step: well
+# over 10 MB in 10 steps of this 10 MB model.
+[ "$sent" -gt 10000000 ] || fail "node 0's link sent only $sent bytes: the ranks did not talk over TCP"
+echo "2 nodes x 2 ranks: trained bitwise in $(($(date +%s) - start)) s; node 0's link sent $sent bytes"
+
+"$cluster" down
+ip netns list | grep -q "^$ZS_CLUSTER-" && fail "namespaces left after down: $(ip netns list | grep "^$ZS_CLUSTER-")"
+left=$(our_ranks)
+[ -z "$left" ] || fail "processes left after the run: $left"
+echo "PASS"
