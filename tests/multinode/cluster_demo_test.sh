@@ -22,13 +22,8 @@ fail() {
   exit 1
 }
 
-our_ranks() {  # pids of processes that carry this test's id
-  local environ
-  for environ in /proc/[0-9]*/environ; do
-    tr "\\0" "\\n" 2>/dev/null <"$environ" | grep -qx "ZS_MPI_TEST_ID=$ZS_MPI_TEST_ID" &&
-      basename "$(dirname "$environ")"
-  done
-}
+# shellcheck source=tests/multinode/multinode_lib.sh
+source "$here/multinode_lib.sh"
 
 cleanup() {
   "$cluster" down 2>/dev/null
