@@ -428,6 +428,9 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
   std::fprintf(out, "  distributed: %-52s %6.1f s\n", distributed.c_str(),
                r.distributed.wall_seconds);
   if (!r.nodes.empty()) std::fprintf(out, "  nodes:       %s\n", r.nodes.c_str());
+  if (!r.collective_path.empty()) {
+    std::fprintf(out, "  collectives: %s\n", r.collective_path.c_str());
+  }
   std::fprintf(out, "  baseline:    %-52s %6.1f s\n", baseline.c_str(), r.baseline.wall_seconds);
   std::fprintf(out,
                "  AdamW lr %g (warmup + cosine to 10%%), weight decay %g, clip %g: clipped steps "

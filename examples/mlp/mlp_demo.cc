@@ -721,6 +721,7 @@ int RunMpi(DemoOptions opts) {
   DemoResults results;
   results.world = (*comm)->size();
   results.nodes = (*comm)->node_layout().Describe();
+  results.collective_path = (*comm)->collective_path();
   // The error names the rank that differs; every rank reports it.
   if (absl::Status s = AgreeGridFlags(opts, **comm); !s.ok()) Fail(s);
   if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {

@@ -1,12 +1,14 @@
 // The shared reduction and its fp16 conversions.
 #include "engine/src/comm/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/test_seed.h"
 
 namespace zeroshard {
 namespace internal {
@@ -108,6 +110,105 @@ TEST(SumInRankOrder, SixteenBitTypesRoundOnce) {
   void* outputs[] = {out};
   SumInRankOrder(inputs, 3, outputs, 1, 1, DType::kBFloat16);
   EXPECT_EQ(Bf16ToFp32(out[0]), 1.0f + std::ldexp(1.0f, -7));
+}
+
+// Random values of `dtype` (bits of a float drawn from a wide range of
+// magnitudes, so that sums round), `count` of them.
+std::vector<char> RandomValues(DType dtype, int64_t count, std::mt19937_64& rng) {
+  std::vector<char> bytes(count * DTypeSize(dtype));
+  std::uniform_real_distribution<double> mantissa(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  for (int64_t i = 0; i < count; ++i) {
+    const double x = std::ldexp(mantissa(rng), exponent(rng));
+    char* at = bytes.data() + i * DTypeSize(dtype);
+    switch (dtype) {
+      case DType::kFloat32: {
+        const float v = static_cast<float>(x);
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kBFloat16: {
+        const uint16_t v = Fp32ToBf16(static_cast<float>(x));
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kFloat16: {
+        const uint16_t v = Fp32ToFp16(static_cast<float>(x) / 8192.0f);  // within fp16's range
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kFloat64:
+        std::memcpy(at, &x, sizeof(x));
+        break;
+      case DType::kInt64: {
+        const int64_t v = static_cast<int64_t>(rng());  // wraps when summed: defined
+        std::memcpy(at, &v, sizeof(v));
+        break;
+      }
+      case DType::kUInt8:
+        break;
+    }
+  }
+  return bytes;
+}
+
+// A sum split into legs at any input, the partial kept in AccumulatorDType
+// between them, gives the bits of one SumInRankOrder over all the inputs
+// (what the hierarchical reduce-scatter's chain over nodes relies on); in
+// place too. Rounding the partial to the dtype between legs would differ
+// for the 16-bit types, which the last check shows.
+TEST(ContinueSumInRankOrder, LegsGiveTheBitsOfOneSum) {
+  std::mt19937_64 rng(::zeroshard::testing::Seed());
+  bool rounding_between_legs_differs = false;
+  for (DType dtype :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int num_inputs = 2 + static_cast<int>(rng() % 6);
+    const int64_t count = 1 + static_cast<int64_t>(rng() % 3000);
+    const size_t bytes = count * DTypeSize(dtype);
+    const size_t acc_bytes = count * DTypeSize(AccumulatorDType(dtype));
+    std::vector<std::vector<char>> data;
+    std::vector<const void*> inputs;
+    for (int k = 0; k < num_inputs; ++k) data.push_back(RandomValues(dtype, count, rng));
+    for (const auto& d : data) inputs.push_back(d.data());
+    std::vector<char> want(bytes);
+    void* outputs[] = {want.data()};
+    SumInRankOrder(inputs.data(), num_inputs, outputs, 1, count, dtype);
+    for (int split = 1; split < num_inputs; ++split) {
+      // Three legs where there are inputs enough: [0, a), [a, split), [split, n).
+      const int a = std::max(1, split / 2);
+      std::vector<char> partial(acc_bytes);
+      ContinueSumInRankOrder(nullptr, inputs.data(), a, partial.data(), count, dtype, false);
+      ContinueSumInRankOrder(partial.data(), inputs.data() + a, split - a, partial.data(), count,
+                             dtype, false);
+      std::vector<char> got(bytes);
+      ContinueSumInRankOrder(partial.data(), inputs.data() + split, num_inputs - split, got.data(),
+                             count, dtype, true);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0)
+          << "split at " << split << ", " << ::zeroshard::testing::SeedTrace();
+      // In place: the last leg's output is its first input.
+      std::vector<char> last = data[split];
+      std::vector<const void*> in_place(inputs.begin() + split, inputs.end());
+      in_place[0] = last.data();
+      ContinueSumInRankOrder(partial.data(), in_place.data(), num_inputs - split, last.data(),
+                             count, dtype, true);
+      ASSERT_EQ(std::memcmp(last.data(), want.data(), bytes), 0) << "in place, split at " << split;
+      if (dtype == DType::kBFloat16 || dtype == DType::kFloat16) {
+        // The same legs rounded to the dtype in between: not the same bits.
+        std::vector<char> rounded(bytes);
+        ContinueSumInRankOrder(nullptr, inputs.data(), split, rounded.data(), count, dtype, true);
+        std::vector<const void*> rest(inputs.begin() + split, inputs.end());
+        rest.insert(rest.begin(), rounded.data());
+        std::vector<char> twice(bytes);
+        void* twice_out[] = {twice.data()};
+        SumInRankOrder(rest.data(), static_cast<int>(rest.size()), twice_out, 1, count, dtype);
+        if (std::memcmp(twice.data(), want.data(), bytes) != 0)
+          rounding_between_legs_differs = true;
+      }
+    }
+  }
+  EXPECT_TRUE(rounding_between_legs_differs)
+      << "the 16-bit data never told an unrounded partial from a rounded one";
 }
 
 }  // namespace

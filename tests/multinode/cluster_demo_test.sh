@@ -53,6 +53,8 @@ rc=$?
 grep -q "bitwise identical: yes" "$work/demo.out" || fail "not bitwise equal to the one-rank baseline"
 want="nodes:       2 nodes x 2 ranks (MPI_COMM_TYPE_SHARED): $ZS_CLUSTER-node0 ranks 0-1; $ZS_CLUSTER-node1 ranks 2-3"
 grep -qF "$want" "$work/demo.out" || fail "the ranks per node are not reported as: $want"
+# Stage 3's fp32 reduce-scatters and all-gathers go hierarchically (CommOptions::topology auto).
+grep -q "collectives: hierarchical: 2 nodes x 2 ranks" "$work/demo.out" || fail "the collectives did not run hierarchically"
 after=$("$cluster" counters | awk '$1 == "node0" { print $3 }')
 sent=$((after - before))
 # Stage 3 moves every param and gradient across the link each step: well

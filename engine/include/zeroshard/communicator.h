@@ -94,6 +94,30 @@ inline constexpr absl::Duration kDefaultCommTimeout = absl::Seconds(120);
 inline constexpr absl::Duration kMinCommTimeout = absl::Milliseconds(100);
 inline constexpr absl::Duration kMaxCommTimeout = absl::Seconds(1000000);
 
+// How the mpi backend moves the data of a large reduce-scatter, all-gather
+// or all-reduce in a group that spans nodes (docs/multinode.md). Every
+// choice gives the same bits; they differ in how many bytes cross nodes.
+enum class CollectiveTopology {
+  // Hierarchical where it pays: the group spans nodes, some node has more
+  // than one of its ranks, and each node's ranks are consecutive. Else flat.
+  kAuto,
+  // Rank to rank: every rank sends each other rank its part directly.
+  kFlat,
+  // Hierarchical whenever the group spans nodes whose ranks are
+  // consecutive, one rank per node included (for tests and benchmarks).
+  kHierarchical,
+};
+
+// "auto", "flat", "hierarchical".
+const char* CollectiveTopologyName(CollectiveTopology topology);
+
+// Bytes of collective data this rank has sent so far, split by where the
+// peer is (Communicator::traffic).
+struct CommTraffic {
+  int64_t intra_node_bytes = 0;  // to ranks on this rank's node
+  int64_t inter_node_bytes = 0;  // to ranks on other nodes
+};
+
 struct CommOptions {
   // How long one collective may wait for its peers before it fails. Zero:
   // $ZS_COMM_TIMEOUT when set, else kDefaultCommTimeout (120 s).
@@ -107,6 +131,9 @@ struct CommOptions {
   // sums run on the GPU, with the same bits as on the host, for at most 8
   // ranks. Must outlive the group. The mpi backend refuses a CUDA device.
   Device* device = nullptr;
+  // mpi only: flat or hierarchical collectives across nodes (see
+  // CollectiveTopology); Split groups inherit it.
+  CollectiveTopology topology = CollectiveTopology::kAuto;
 };
 
 // The timeout `options` resolves to (see CommOptions::timeout).
@@ -236,6 +263,15 @@ class Communicator {
   // members' nodes); local: one node; nccl: one node, assumed (the source
   // says so).
   virtual NodeLayout node_layout() const;
+  // The collectives' bytes this rank has sent since creation, to ranks on
+  // its node and to ranks on other nodes (node_layout's nodes): headers and
+  // the descriptor exchange included, Send and Recv not. mpi counts; the
+  // other backends return zeros.
+  virtual CommTraffic traffic() const { return {}; }
+  // Whether large collectives run hierarchically over this group's nodes
+  // (CommOptions::topology), and why: "hierarchical: 2 nodes x 2 ranks",
+  // "flat: one node". Every backend but mpi: flat.
+  virtual std::string collective_path() const { return "flat: " + backend() + " backend"; }
 
   // The same without a tag.
   CommHandle AllReduce(const void* send, void* recv, int64_t count, DType dtype) {

@@ -40,6 +40,18 @@ absl::Status CheckRange(absl::Duration timeout, const std::string& value) {
 
 }  // namespace
 
+const char* CollectiveTopologyName(CollectiveTopology topology) {
+  switch (topology) {
+    case CollectiveTopology::kAuto:
+      return "auto";
+    case CollectiveTopology::kFlat:
+      return "flat";
+    case CollectiveTopology::kHierarchical:
+      return "hierarchical";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<absl::Duration> ParseCommTimeout(absl::string_view text, absl::string_view what) {
   const std::string stripped(absl::StripAsciiWhitespace(text));
   const std::string value = absl::StrFormat("%s '%s'", what, text);

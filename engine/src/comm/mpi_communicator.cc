@@ -61,6 +61,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int
   seq_bits_ = std::min(tag_bits, 20);
   instance_bits_ = tag_bits - seq_bits_;
   SetGroupName(std::move(group_name));
+  PlanHierarchy();
   p2p_ = std::make_unique<MpiPointToPoint>(
       p2p_comm, rank, processes_, options.timeout, ErrorPrefix(),
       [this](CommOpState& op, absl::Status result) { FinishPointToPoint(op, std::move(result)); });
@@ -192,6 +193,10 @@ absl::Status MpiCommunicator::Post(Requests& requests, void* data, int64_t bytes
                    : MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &request);
     }
     if (rc != MPI_SUCCESS) return MpiError(Where(args), is_recv ? "MPI_Irecv" : "MPI_Isend", rc);
+    if (!is_recv) {
+      (hierarchy_.node_of[peer] == hierarchy_.node_of[rank()] ? intra_node_bytes_
+                                                              : inter_node_bytes_) += n;
+    }
     requests.handles.push_back(request);
     requests.peers.push_back(peer);
     requests.is_recv.push_back(is_recv);
@@ -464,8 +469,16 @@ absl::Status MpiCommunicator::MoveData(const CollectiveArgs& args, absl::Time de
       for (int p = 0; p < world; ++p) PieceRange(args.count, world, p, &offsets[p], &lengths[p]);
       char* recv = static_cast<char*>(args.recv);
       char* my_piece = recv + offsets[rank()] * element_bytes;
-      ZS_RETURN_IF_ERROR(ReduceScatterBlocks(args, static_cast<const char*>(args.send), offsets,
-                                             lengths, my_piece, deadline));
+      if (hierarchy_.enabled && ChainPays(args.dtype, lengths)) {
+        ZS_RETURN_IF_ERROR(HierarchicalReduceScatter(args, static_cast<const char*>(args.send),
+                                                     offsets, lengths, my_piece, deadline));
+      } else {
+        ZS_RETURN_IF_ERROR(ReduceScatterBlocks(args, static_cast<const char*>(args.send), offsets,
+                                               lengths, my_piece, deadline));
+      }
+      if (hierarchy_.enabled) {
+        return HierarchicalAllGather(args, my_piece, recv, offsets, lengths, deadline);
+      }
       return AllGatherBlocks(args, my_piece, recv, offsets, lengths, deadline);
     }
     case CollectiveKind::kReduceScatter: {
@@ -473,6 +486,10 @@ absl::Status MpiCommunicator::MoveData(const CollectiveArgs& args, absl::Time de
       for (int p = 0; p < world; ++p) {
         offsets[p] = p * args.count;
         lengths[p] = args.count;
+      }
+      if (hierarchy_.enabled && ChainPays(args.dtype, lengths)) {
+        return HierarchicalReduceScatter(args, static_cast<const char*>(args.send), offsets,
+                                         lengths, static_cast<char*>(args.recv), deadline);
       }
       return ReduceScatterBlocks(args, static_cast<const char*>(args.send), offsets, lengths,
                                  static_cast<char*>(args.recv), deadline);
@@ -482,6 +499,10 @@ absl::Status MpiCommunicator::MoveData(const CollectiveArgs& args, absl::Time de
       for (int p = 0; p < world; ++p) {
         offsets[p] = p * args.count;
         lengths[p] = args.count;
+      }
+      if (hierarchy_.enabled) {
+        return HierarchicalAllGather(args, static_cast<const char*>(args.send),
+                                     static_cast<char*>(args.recv), offsets, lengths, deadline);
       }
       return AllGatherBlocks(args, static_cast<const char*>(args.send),
                              static_cast<char*>(args.recv), offsets, lengths, deadline);

@@ -60,6 +60,10 @@ class MpiCommunicator final : public AsyncCommunicator {
   std::string backend() const override { return "mpi"; }
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
   NodeLayout node_layout() const override;
+  CommTraffic traffic() const override {
+    return {intra_node_bytes_.load(), inter_node_bytes_.load()};
+  }
+  std::string collective_path() const override { return hierarchy_.path; }
 
  protected:
   void StartPointToPoint(const PointToPointArgs& args,
@@ -145,6 +149,33 @@ class MpiCommunicator final : public AsyncCommunicator {
                                const std::vector<int64_t>& offsets,
                                const std::vector<int64_t>& lengths, absl::Time deadline);
 
+  // The hierarchical versions of the two (mpi_hierarchical.cc), used for a
+  // collective's data when hierarchy_.enabled: the same bits, fewer bytes
+  // across nodes. Reduce-scatter: the ranks of a node send each block to
+  // one rank of their node that carries it; the carriers of a block form a
+  // chain over the nodes in node order, each adding its node's blocks in
+  // rank order to the partial sum (in AccumulatorDType) from the node
+  // before; the last node's carrier rounds and sends it to the block's
+  // owner. Chunks pipeline along the chain. All-gather: a block goes once to
+  // each other node (to the rank in the sender's slot there), which passes
+  // it on within its node.
+  absl::Status HierarchicalReduceScatter(const CollectiveArgs& args, const char* send,
+                                         const std::vector<int64_t>& offsets,
+                                         const std::vector<int64_t>& lengths, char* out,
+                                         absl::Time deadline);
+  absl::Status HierarchicalAllGather(const CollectiveArgs& args, const char* mine, char* recv,
+                                     const std::vector<int64_t>& offsets,
+                                     const std::vector<int64_t>& lengths, absl::Time deadline);
+  // Decides hierarchy_ from processes_ and options().topology.
+  void PlanHierarchy();
+  // Whether a reduce-scatter over blocks of `lengths` runs hierarchically:
+  // always under kHierarchical (when enabled), under kAuto only when the
+  // chain sends fewer bytes across nodes than the flat path (its partial
+  // sums travel unrounded: fp32 for a 16-bit dtype, so 2 nodes of 2 ranks
+  // move more bf16 bytes in a chain than flat). The all-gather never sends
+  // more, so it follows hierarchy_.enabled alone.
+  bool ChainPays(DType dtype, const std::vector<int64_t>& lengths) const;
+
   // "rank 2 (pid 4242 on node7)".
   std::string DescribeRank(int peer) const;
   // The first of `peers` whose process is gone, or -1.
@@ -170,6 +201,24 @@ class MpiCommunicator final : public AsyncCommunicator {
   // Requests were given up on (Abandon): the destructor keeps comm_.
   bool requests_abandoned_ = false;
   std::unique_ptr<MpiPointToPoint> p2p_;
+
+  // The nodes as the hierarchical collectives see them (PlanHierarchy).
+  struct Hierarchy {
+    bool enabled = false;
+    std::string path;                        // collective_path()
+    std::vector<int> node_of;                // [rank] -> node
+    std::vector<int> local_index;            // [rank] -> position on its node
+    std::vector<std::vector<int>> ranks_on;  // [node] -> its ranks, ascending
+    // The rank of `node` in the same slot as local index `slot` (modulo the
+    // node's size): where a block of that slot enters the node.
+    int SlotRank(int node, int slot) const {
+      const std::vector<int>& ranks = ranks_on[node];
+      return ranks[slot % static_cast<int>(ranks.size())];
+    }
+  };
+  Hierarchy hierarchy_;
+  std::atomic<int64_t> intra_node_bytes_{0};
+  std::atomic<int64_t> inter_node_bytes_{0};
 };
 
 }  // namespace internal

@@ -27,6 +27,21 @@ bool ToSumType(DType dtype, kernels::SumType* type);
 void SumInRankOrder(const void* const* inputs, int num_inputs, void* const* outputs,
                     int num_outputs, int64_t count, DType dtype);
 
+// The dtype SumInRankOrder accumulates `dtype` in: kFloat32 for fp32, bf16
+// and fp16; `dtype` itself for fp64 and int64.
+DType AccumulatorDType(DType dtype);
+
+// SumInRankOrder in legs, for a sum that travels from rank to rank (the
+// hierarchical reduce-scatter's chain over nodes): the accumulator starts
+// from `partial` (AccumulatorDType elements) or, when it is null, from
+// inputs[0]; the inputs that follow are added in order; the result goes to
+// `out` in AccumulatorDType, unrounded, when `finish` is false (a later leg
+// continues from it), or rounded to `dtype` when it is true. Splitting the
+// inputs anywhere gives the bits of one SumInRankOrder over all of them.
+// In place as SumInRankOrder (out may be an input or `partial`).
+void ContinueSumInRankOrder(const void* partial, const void* const* inputs, int num_inputs,
+                            void* out, int64_t count, DType dtype, bool finish);
+
 }  // namespace internal
 }  // namespace zeroshard
 
