@@ -166,7 +166,66 @@ cmd_agent() {
   node=$(cmd_node_of "$host")
   local pid
   pid=$(node_pid "$node")
-  exec nsenter -t "$pid" --net --uts --pid --mount -- /bin/sh -c "$*"
+  # As ssh with keepalives (-o ServerAliveInterval=1 -o ServerAliveCountMax=N)
+  # talking to an sshd with ClientAlive: the agent probes the node over the
+  # network every second; after $ZS_CLUSTER_ALIVE_MAX failed probes in a row
+  # (default 8) it ends the node's side of the session, as sshd would once
+  # its client stopped answering, and exits 255, as ssh does ("Timeout,
+  # server not responding"), so that mpirun learns its daemon there is lost.
+  # Without it a node whose link went down would keep mpirun waiting for
+  # good: nothing else tells it.
+  nsenter -t "$pid" --net --uts --pid --mount -- /bin/sh -c "$*" <&0 &
+  local session=$!
+  # Ended by mpirun or by the keepalive: hang up the node's side, as sshd
+  # does when its client goes away, and exit as ssh does then.
+  # shellcheck disable=SC2064
+  trap "kill -HUP \$(descendants $session) $session 2>/dev/null; exit 255" TERM HUP INT
+  keepalive "$node" "$session" &
+  local watcher=$!
+  local rc=0
+  wait "$session" || rc=$?
+  kill "$watcher" 2>/dev/null
+  wait "$watcher" 2>/dev/null || true
+  exit "$rc"
+}
+
+# Every descendant of a process, deepest first.
+descendants() {
+  local child
+  for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    descendants "$child"
+    echo "$child"
+  done
+}
+
+# The keepalive of one agent: probes node $1 (a TCP connect to a closed
+# port: "connection refused" is an answer, a timeout or "no route" is not)
+# and, when the node stays silent, closes this namespace's TCP connections
+# to it and ends the session $2.
+keepalive() {
+  local node=$1 session=$2 addr
+  local limit=${ZS_CLUSTER_ALIVE_MAX:-8}
+  addr=$(node_addr "$node")
+  local last_answer now answer
+  last_answer=$(date +%s%N)
+  while kill -0 "$session" 2>/dev/null; do
+    sleep 0.5
+    answer=$(timeout 1 bash -c "exec 3<>/dev/tcp/$addr/1" 2>&1) || true
+    now=$(date +%s%N)
+    [[ $answer == *refused* ]] && last_answer=$now
+    if (((now - last_answer) / 1000000000 >= limit)); then
+      echo "zs_cluster agent: node $node ($addr) has not answered for $limit s (its link is down or it is gone): ending the session there and exiting 255, as ssh -o ServerAliveCountMax=$limit would" >&2
+      # mpirun's own connection to the daemon there would wait out TCP's
+      # retransmissions (about 15 minutes) before it failed: fail it now,
+      # as TCP would once it gave up (needs CONFIG_INET_DIAG_DESTROY).
+      ss -K dst "$addr" >/dev/null 2>&1 || true
+      # shellcheck disable=SC2046
+      kill -KILL $(descendants "$session") "$session" 2>/dev/null
+      # The agent itself: its wait returns and it exits 255.
+      kill -TERM "$$" 2>/dev/null
+      exit 0
+    fi
+  done
 }
 
 cmd_node_of() {
@@ -202,8 +261,11 @@ cmd_mpirun() {
   local n
   n=$(node_count)
   # The daemons dial back to mpirun over the bridge; ranks of two nodes use
-  # TCP over eth0, ranks of one node shared memory (vader).
-  exec ip netns exec "$HEAD" mpirun --allow-run-as-root \
+  # TCP over eth0, ranks of one node shared memory (vader). Each daemon
+  # stays attached to its agent's session (--leave-session-attached: no
+  # --daemonize), so that an agent whose keepalive gave up on its node ends
+  # the daemon there and tells mpirun, as an ssh session would.
+  exec ip netns exec "$HEAD" mpirun --allow-run-as-root --leave-session-attached \
     --host "$(cmd_hosts "$per")" -np $((n * per)) \
     --mca plm_rsh_agent "$SELF agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca btl_tcp_if_include "$SUBNET.0/24" \

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "engine/src/comm/async_communicator.h"
 #include "engine/src/comm/comm_op.h"
+#include "engine/src/comm/mpi_heartbeat.h"
 #include "engine/src/comm/mpi_point_to_point.h"
 #include "engine/src/comm/mpi_runtime.h"
 #include "engine/src/comm/process_probe.h"
@@ -55,7 +57,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int
     : AsyncCommunicator(rank, size, options),
       comm_(comm),
       instance_(instance),
-      processes_(std::move(processes)) {
+      processes_(std::move(processes)),
+      heartbeat_limit_(HeartbeatLimit(options.timeout)) {
   int tag_bits = 0;
   while (tag_bits < 62 && (int64_t{1} << (tag_bits + 1)) <= tag_space) ++tag_bits;
   seq_bits_ = std::min(tag_bits, 20);
@@ -222,6 +225,19 @@ std::string MpiCommunicator::DescribeRank(int peer) const {
   return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(processes_[peer]));
 }
 
+std::string MpiCommunicator::PeerState(int peer) const {
+  const ProcessState state = ProbeProcess(processes_[peer], processes_[rank()]);
+  const std::optional<absl::Duration> silence = SilenceOf(processes_[peer].world_rank);
+  if (state != ProcessState::kUnknown || !silence.has_value()) return DescribeState(state);
+  return absl::StrFormat(
+      "runs on another node, whose heartbeats %s: it is alive but has not done its part (stuck "
+      "in other work, deadlocked, or slower than the timeout)",
+      *silence < 2 * kHeartbeatInterval
+          ? "arrive"
+          : absl::StrFormat("last arrived %s ago",
+                            absl::FormatDuration(absl::Trunc(*silence, absl::Milliseconds(100)))));
+}
+
 int MpiCommunicator::FindDeadPeer(const std::set<int>& peers) const {
   for (int peer : peers) {
     if (ProbeProcess(processes_[peer], processes_[rank()]) == ProcessState::kGone) return peer;
@@ -285,6 +301,20 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
                                                   ErrorPrefix(), what, DescribeRank(dead),
                                                   DescribeState(ProcessState::kGone)));
       }
+      // A peer on another node whose heartbeats stopped: its node is down
+      // or cut off, or its process is stopped. Fail now, naming it.
+      for (int peer : peers) {
+        const std::optional<absl::Duration> silence = SilenceOf(processes_[peer].world_rank);
+        if (!silence.has_value() || *silence <= heartbeat_limit_) continue;
+        const std::string what = DescribeCollective(open_op());
+        Abandon(requests);
+        return absl::AbortedError(absl::StrFormat(
+            "%s: %s failed: %s has sent no heartbeat for %s (one every %s): its node %s is down "
+            "or cut off from this one, or the process is stopped; the job cannot continue",
+            ErrorPrefix(), what, DescribeRank(peer),
+            absl::FormatDuration(absl::Trunc(*silence, absl::Milliseconds(100))),
+            absl::FormatDuration(kHeartbeatInterval), processes_[peer].host));
+      }
     }
     if (aborted || now >= deadline) {
       std::set<int> missing_from;
@@ -311,11 +341,8 @@ absl::Status MpiCommunicator::Complete(Requests& requests, const CollectiveArgs&
       // What this rank can see of each peer it waited for: stopped, running,
       // gone, or out of sight on another machine.
       std::vector<std::string> states;
-      for (int peer : waited) {
-        states.push_back(
-            absl::StrCat(DescribeRank(peer), " ",
-                         DescribeState(ProbeProcess(processes_[peer], processes_[rank()]))));
-      }
+      for (int peer : waited)
+        states.push_back(absl::StrCat(DescribeRank(peer), " ", PeerState(peer)));
       return absl::DeadlineExceededError(
           absl::StrFormat("%s: timed out after %s in %s waiting for rank(s) %s; %s: %s",
                           ErrorPrefix(), absl::FormatDuration(options().timeout),

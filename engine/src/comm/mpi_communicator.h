@@ -178,6 +178,9 @@ class MpiCommunicator final : public AsyncCommunicator {
 
   // "rank 2 (pid 4242 on node7)".
   std::string DescribeRank(int peer) const;
+  // What this rank can tell of `peer` at a timeout: its process state on
+  // this machine (process_probe.h), else what its heartbeats say.
+  std::string PeerState(int peer) const;
   // The first of `peers` whose process is gone, or -1.
   int FindDeadPeer(const std::set<int>& peers) const;
 
@@ -185,6 +188,9 @@ class MpiCommunicator final : public AsyncCommunicator {
   const uint64_t instance_;
   // Every rank's process, in rank order (exchanged at creation).
   const std::vector<ProcessIdentity> processes_;
+  // How long a peer on another node may send no heartbeat before a
+  // collective that waits for it fails (HeartbeatLimit of the timeout).
+  const absl::Duration heartbeat_limit_;
   int seq_bits_ = 0;
   int instance_bits_ = 0;
   std::atomic<bool> abort_{false};

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/src/comm/mpi_heartbeat.h"
 #include "engine/src/comm/process_probe.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/status.h"
@@ -334,7 +336,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(CommOptions 
   }
   ZS_RETURN_IF_ERROR(internal::WaitForCreation(&request, deadline, options.timeout,
                                                "MPI_Iallgather(node leaders)"));
-  for (int r = 0; r < size; ++r) processes[r].node_leader = leaders[r];
+  std::vector<int> other_nodes;  // world ranks off this rank's node
+  for (int r = 0; r < size; ++r) {
+    processes[r].node_leader = leaders[r];
+    processes[r].world_rank = r;
+    if (leaders[r] != my_leader) other_nodes.push_back(r);
+  }
+  // A job that spans nodes watches them (every rank sees the same nodes, so
+  // either all start the heartbeats here or none).
+  if (std::any_of(leaders.begin(), leaders.end(), [&](int32_t l) { return l != leaders[0]; })) {
+    ZS_RETURN_IF_ERROR(
+        internal::StartHeartbeats(comm, std::move(other_nodes), deadline, options.timeout));
+  }
   const uint64_t instance = internal::NextMpiInstance();
   return internal::NewMpiCommunicator(comm, p2p_comm, rank, size, tag_space, instance,
                                       std::move(processes), options);
@@ -344,6 +357,7 @@ void FinalizeMpi() {
   std::lock_guard<std::mutex> lock(internal::MpiInitMutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized) internal::StopHeartbeats();
   if (internal::g_we_initialized && !finalized) MPI_Finalize();
 }
 

@@ -25,6 +25,9 @@ struct ProcessIdentity {
   // communicator (mpi: MPI_COMM_TYPE_SHARED), -1 while unknown. Filled after
   // the identities are exchanged; a Split group keeps it.
   int32_t node_leader = -1;
+  // The rank in MPI_COMM_WORLD (mpi; -1 elsewhere), for the heartbeats
+  // (mpi_heartbeat.h). Filled like node_leader; a Split group keeps it.
+  int32_t world_rank = -1;
 };
 
 // This process (machine = 0 when /proc cannot say).
