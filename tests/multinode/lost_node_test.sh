@@ -74,6 +74,7 @@ for fault in ${faults//,/ }; do
     sleep 3  # training under way
     kill -0 "$launcher" 2>/dev/null || fail "the job ended before the fault"
     start=$(now_ms)
+    # shellcheck disable=SC2086  # $victims: one pid per word
     case $fault in
       KILL) kill -KILL $victims ;;
       STOP) kill -STOP $victims ;;

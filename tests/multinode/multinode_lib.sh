@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the scripts in tests/multinode. Source it after exporting
 # ZS_MPI_TEST_ID (a tag every rank of the job carries in its environment).
 
@@ -18,7 +19,8 @@ node_leftovers() {
   local state=/run/zs-cluster/$ZS_CLUSTER init ns pid
   for init in $(cat "$state"/node*.pid 2>/dev/null); do
     ns=$(readlink "/proc/$init/ns/pid" 2>/dev/null) || continue
-    for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    for pid in /proc/[0-9]*; do
+      pid=${pid#/proc/}
       [ "$pid" = "$init" ] && continue
       [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "$ns" ] || continue
       # The init's own sleep (its idle loop).
