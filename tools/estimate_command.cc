@@ -4,6 +4,8 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -12,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/flags.h"
 #include "tools/machine_estimate.h"
+#include "tools/machine_profile.h"
 #include "zeroshard/estimate/byte_units.h"
 #include "zeroshard/estimate/fine_tuning.h"
 #include "zeroshard/estimate/model_source.h"
@@ -60,6 +63,7 @@ const std::set<std::string>& ValueFlags() {
                                                                         "--workspace",
                                                                         "--prefetch-depth",
                                                                         "--machine",
+                                                                        "--network",
                                                                         "--model",
                                                                         "--hidden",
                                                                         "--blocks",
@@ -114,6 +118,7 @@ struct Request {
   bool json = false;
   bool all = false;
   std::string svg_path;
+  std::string network_line;  // --network: what was taken from the profile
 };
 
 // The one flag that may be given more than once.
@@ -162,6 +167,58 @@ absl::Status ApplyFineTuning(const std::map<std::string, std::string>& flags,
       return absl::InvalidArgumentError(absl::StrCat("--freeze: ", frozen.message()));
     }
   }
+  return absl::OkStatus();
+}
+
+// --network FILE: the intra- and inter-node latency and bandwidth of a
+// machine profile's network section (`zeroshard calibrate --what network`).
+// A link the profile measured may not also be given by flags.
+absl::Status ApplyNetworkProfile(const std::string& path,
+                                 const std::map<std::string, std::string>& flags, ClusterSpec* c,
+                                 std::string* line) {
+  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "the --network profile"));
+  ZS_ASSIGN_OR_RETURN(const MachineProfile profile, ParseMachineProfile(text, path));
+  const MachineProfile::Network& net = profile.network;
+  if (!net.measured()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--network %s: the profile has no network section; measure it under mpirun across "
+        "nodes: `mpirun ... zeroshard calibrate --backend mpi --what network --out %s`",
+        path, path));
+  }
+  struct Link {
+    const char* name;
+    const CollectiveFit* fit;
+    double* gbps;
+    double* latency_us;
+    const char* bw_flag;
+    const char* latency_flag;
+  };
+  const Link links[] = {{"intra-node", &net.intra_node, &c->intra_node_gbps,
+                         &c->intra_node_latency_us, "--intra-node-bw", "--intra-node-latency"},
+                        {"inter-node", &net.inter_node, &c->inter_node_gbps,
+                         &c->inter_node_latency_us, "--inter-node-bw", "--inter-node-latency"}};
+  std::vector<std::string> parts;
+  for (const Link& link : links) {
+    if (link.fit->beta_bytes_per_s <= 0) {
+      parts.push_back(absl::StrFormat("%s not measured (default or flags)", link.name));
+      continue;
+    }
+    for (const char* flag : {link.bw_flag, link.latency_flag}) {
+      if (flags.count(flag) != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s and --network %s both set the %s link (the profile measured it); give one", flag,
+            path, link.name));
+      }
+    }
+    *link.gbps = link.fit->beta_bytes_per_s / 1e9;
+    *link.latency_us = link.fit->alpha_s * 1e6;
+    parts.push_back(
+        absl::StrFormat("%s %.4g GB/s, %.4g us", link.name, *link.gbps, *link.latency_us));
+  }
+  *line = absl::StrFormat("network   %s (measured %s on %s: %d node%s, %d rank%s per node)\n",
+                          absl::StrJoin(parts, "; "), profile.date, profile.machine, net.nodes,
+                          net.nodes == 1 ? "" : "s", net.ranks_per_node,
+                          net.ranks_per_node == 1 ? "" : "s");
   return absl::OkStatus();
 }
 
@@ -240,6 +297,9 @@ absl::StatusOr<Request> BuildRequest(const std::map<std::string, std::string>& f
         cli::ParseNumberFlag("--nvme-gbps", *v, kBandwidthGbpsRange.min, kBandwidthGbpsRange.max,
                              /*lo_open=*/false, "GB/s per GPU"));
     c.nvme_write_gbps = c.nvme_read_gbps;
+  }
+  if (auto* v = get("--network")) {
+    ZS_RETURN_IF_ERROR(ApplyNetworkProfile(*v, flags, &c, &r.network_line));
   }
   for (const NumberOption& n : numbers) {
     if (auto* v = get(n.flag)) {
@@ -341,6 +401,10 @@ CLUSTER:
                          GPU's share of the drives, GB/s (default 3, 1.5; range
                          0.001-10^6); --nvme-gbps B sets both
   --intra-node-latency US, --inter-node-latency US   per ring step (default 5, 15)
+  --network FILE         the four above for the links a machine profile measured
+                         (`zeroshard calibrate --backend mpi --what network` under
+                         mpirun across nodes): bandwidth = the link's beta, latency
+                         = its alpha
   --peak-tflops T        dense peak per GPU (default 989 bf16/fp16, 494 fp32)
   --mfu F                fraction of peak the kernels reach (default 0.4)
   --reserve SIZE         per-process reserve on the GPU (default 1GiB)
@@ -437,6 +501,7 @@ int RunEstimate(const std::vector<std::string>& all_args, std::ostream& out, std
       return kExitBadInput;
     }
   }
+  if (!request->json) out << request->network_line;
   out << (request->json ? FormatJson(*plan, request->all) : FormatTable(*plan, request->all));
   return plan->chosen >= 0 ? kExitOk : kExitNoFit;
 }

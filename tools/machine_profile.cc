@@ -35,6 +35,7 @@ constexpr FieldRange kCoresRange{1, 1 << 20, "CPUs", true};
 constexpr FieldRange kThreadsRange{1, 1 << 20, "threads", true};
 constexpr FieldRange kHiddenRange{1, 1 << 16, "elements", true};
 constexpr FieldRange kMicroBatchRange{1, 1 << 20, "samples", true};
+constexpr FieldRange kNetworkCountRange{1, 1 << 20, "nodes or ranks", true};
 constexpr FieldRange kGflopsRange{1e-3, 1e6, "10^9 FLOP/s"};
 constexpr FieldRange kNsPerElementRange{1e-3, 1e6, "ns per element"};
 constexpr FieldRange kNsPerParamRange{1e-3, 1e6, "ns per param"};
@@ -80,6 +81,7 @@ constexpr OffloadRateField kOffloadRateFields[] = {
 // A collective fit's alpha (us in the file, s in memory) and beta (GB/s,
 // bytes/s).
 constexpr double kAlphaScale = 1e-6;
+
 constexpr double kBetaScale = 1e9;
 
 std::string OutsideRange(const std::string& value_text, const FieldRange& range) {
@@ -290,6 +292,23 @@ absl::Status ValidateMachineProfile(const MachineProfile& p) {
           absl::StrFormat("machine profile: field '%s' %s", name, s.message()));
     }
   }
+  if (p.network.measured()) {
+    for (const auto& [name, value] : {std::pair<const char*, int>{"nodes", p.network.nodes},
+                                      {"ranks_per_node", p.network.ranks_per_node}}) {
+      if (value < 1 || value > 1 << 20) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "machine profile: field 'network.%s' is %d, outside its range [1, 1048576]", name,
+            value));
+      }
+    }
+    for (const auto& [name, fit] :
+         {std::pair<const char*, const CollectiveFit*>{"intra_node", &p.network.intra_node},
+          {"inter_node", &p.network.inter_node}}) {
+      if (fit->beta_bytes_per_s > 0) {
+        ZS_RETURN_IF_ERROR(CheckFit(*fit, absl::StrCat("network.", name)));
+      }
+    }
+  }
   for (const auto& [backend, by_ranks] : p.collectives) {
     if (backend.empty() || !FieldReader::CheckString(backend).ok()) {
       return absl::InvalidArgumentError(
@@ -369,6 +388,28 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(absl::string_view json,
           {"dir", &p.offload.dir}}) {
       if (!offload->contains(key)) continue;
       ZS_ASSIGN_OR_RETURN(*member, r.String(*offload, key));
+    }
+  }
+
+  if (j.contains("network")) {
+    ZS_ASSIGN_OR_RETURN(const Json* net, r.Object(j, "network", "network"));
+    ZS_ASSIGN_OR_RETURN(const double nodes,
+                        r.Number(*net, "nodes", "network.nodes", kNetworkCountRange));
+    ZS_ASSIGN_OR_RETURN(
+        const double per_node,
+        r.Number(*net, "ranks_per_node", "network.ranks_per_node", kNetworkCountRange));
+    p.network.nodes = static_cast<int>(nodes);
+    p.network.ranks_per_node = static_cast<int>(per_node);
+    for (const auto& [key, fit] :
+         {std::pair<const char*, CollectiveFit*>{"intra_node", &p.network.intra_node},
+          {"inter_node", &p.network.inter_node}}) {
+      if (!net->contains(key)) continue;
+      const std::string path = absl::StrCat("network.", key);
+      ZS_ASSIGN_OR_RETURN(const Json* op, r.Object(*net, key, path));
+      ZS_ASSIGN_OR_RETURN(*fit, ReadFit(r, *op, path));
+    }
+    if (!p.network.measured()) {
+      return r.Error("network", "must hold 'intra_node', 'inter_node' or both");
     }
   }
 
@@ -460,6 +501,18 @@ std::string MachineProfileJson(const MachineProfile& p) {
         "nvme: sequential reads and writes of swap files through SwapFiles (the engine's I/O "
         "path) in dir, with io_backend";
     j["offload"] = offload;
+  }
+  if (p.network.measured()) {
+    Json net = {{"nodes", p.network.nodes}, {"ranks_per_node", p.network.ranks_per_node}};
+    if (p.network.intra_node.beta_bytes_per_s > 0)
+      net["intra_node"] = FitJson(p.network.intra_node);
+    if (p.network.inter_node.beta_bytes_per_s > 0)
+      net["inter_node"] = FitJson(p.network.inter_node);
+    net["what"] =
+        "one-way time of a message between two ranks on one node (intra_node) and on two nodes "
+        "(inter_node), mpi Send/Recv ping-pong halved; beta the least-squares slope over "
+        "sizes_bytes, alpha the smallest message's time less its bytes at beta";
+    j["network"] = net;
   }
   return j.dump(1) + "\n";
 }

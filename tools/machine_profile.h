@@ -84,6 +84,22 @@ struct MachineProfile {
     std::string io_backend;  // SwapFiles' backend that ran: "io_uring" or "threads"
     std::string dir;         // where the swap files were measured
   } offload;
+  // The links between ranks (`zeroshard calibrate --backend mpi --what
+  // network` under mpirun across nodes): the one-way time of a message
+  // between two ranks of one node and between two ranks of two nodes, as
+  // alpha + bytes / beta (a fit's beta 0: that pair was not measured; both
+  // 0: the file has no "network" section). `zeroshard estimate --network
+  // FILE` takes the planner's intra- and inter-node latency and bandwidth
+  // from them.
+  struct Network {
+    int nodes = 0;           // in the job that measured
+    int ranks_per_node = 0;  // on its fullest node
+    CollectiveFit intra_node;
+    CollectiveFit inter_node;
+    bool measured() const {
+      return intra_node.beta_bytes_per_s > 0 || inter_node.beta_bytes_per_s > 0;
+    }
+  } network;
 };
 
 // Every field has a closed range, in the file's units (docs/estimator.md,
@@ -96,8 +112,10 @@ struct MachineProfile {
 // machine, cpu, date, blas and backend names at most 256 bytes without
 // control characters; rank counts in [2, 2^20]; the optional offload
 // section's host_copy_gbps, nvme_read_gbps and nvme_write_gbps in
-// [0.001, 10^6] when present (absent: 0, not measured). The ranges hold anything a
-// machine measures and keep every predicted time finite.
+// [0.001, 10^6] when present (absent: 0, not measured); the optional
+// network section's nodes and ranks_per_node in [1, 2^20] and each fit
+// (intra_node, inter_node: at least one) as a collective's. The ranges hold
+// anything a machine measures and keep every predicted time finite.
 
 // Parses a profile written by MachineProfileJson (or by hand). `source`
 // names the file in errors. InvalidArgument naming the file, the field, the

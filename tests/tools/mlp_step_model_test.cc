@@ -186,6 +186,29 @@ TEST(MachineProfileTest, RoundTripsAndNamesTheBadField) {
   EXPECT_TRUE(absl::StrContains(schema.status().message(), "field 'schema'"));
   auto not_json = ParseMachineProfile("nope", "m.json");
   EXPECT_TRUE(absl::StrContains(not_json.status().message(), "not a JSON object"));
+
+  // The network section: absent unless measured; each link round-trips on
+  // its own (a job on one node measures no inter-node link).
+  EXPECT_EQ(json.find("\"network\""), std::string::npos);
+  EXPECT_FALSE(back->network.measured());
+  m.network.nodes = 3;
+  m.network.ranks_per_node = 1;
+  m.network.inter_node = {72.5e-6, 0.118e9, {8, 65536}, {72.6e-6, 0.63e-3}};
+  auto net = ParseMachineProfile(MachineProfileJson(m), "m.json");
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(net->network.nodes, 3);
+  EXPECT_EQ(net->network.ranks_per_node, 1);
+  EXPECT_DOUBLE_EQ(net->network.inter_node.alpha_s, 72.5e-6);
+  EXPECT_DOUBLE_EQ(net->network.inter_node.beta_bytes_per_s, 0.118e9);
+  EXPECT_EQ(net->network.inter_node.seconds.size(), 2u);
+  EXPECT_EQ(net->network.intra_node.beta_bytes_per_s, 0);
+  nlohmann::json empty = nlohmann::json::parse(MachineProfileJson(m));
+  empty["network"].erase("inter_node");
+  auto no_link = ParseMachineProfile(empty.dump(), "m.json");
+  ASSERT_FALSE(no_link.ok());
+  EXPECT_TRUE(absl::StrContains(no_link.status().message(),
+                                "field 'network' must hold 'intra_node', 'inter_node' or both"))
+      << no_link.status();
 }
 
 // Every numeric field of a profile file, with the range docs/estimator.md
@@ -216,6 +239,11 @@ const FieldCase kFields[] = {
      "collectives.local.2.reduce_scatter.sizes_bytes[0]", 0, 4611686018427387904.0, false},
     {"/collectives/local/2/reduce_scatter/seconds/1",
      "collectives.local.2.reduce_scatter.seconds[1]", 0, 1e6, false},
+    {"/network/nodes", "network.nodes", 1, 1048576, true},
+    {"/network/ranks_per_node", "network.ranks_per_node", 1, 1048576, true},
+    {"/network/inter_node/alpha_us", "network.inter_node.alpha_us", 0, 1e6, false},
+    {"/network/intra_node/beta_gbps", "network.intra_node.beta_gbps", 1e-3, 1e6, false},
+    {"/network/inter_node/seconds/1", "network.inter_node.seconds[1]", 0, 1e6, false},
 };
 
 std::string FormatBound(double v) {
@@ -247,6 +275,10 @@ nlohmann::json ValidProfileJson() {
   MachineProfile m = RoundProfile();
   m.collectives["local"][2].reduce_scatter.sizes_bytes = {1024, 4096};
   m.collectives["local"][2].reduce_scatter.seconds = {1e-5, 2e-5};
+  m.network.nodes = 2;
+  m.network.ranks_per_node = 2;
+  m.network.intra_node = {50e-6, 30e9, {8, 4194304}, {50e-6, 190e-6}};
+  m.network.inter_node = {70e-6, 0.125e9, {8, 4194304}, {70e-6, 33e-3}};
   return nlohmann::json::parse(MachineProfileJson(m));
 }
 

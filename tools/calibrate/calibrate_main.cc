@@ -45,9 +45,12 @@ struct Options {
   bool measure_compute = true;
   bool measure_collectives = true;
   bool measure_offload = false;
+  bool measure_network = false;  // mpi only
   std::string offload_dir = ".";
   int64_t offload_bytes = int64_t{256} << 20;
   std::vector<int64_t> sizes = {4096, 65536, 1 << 20, 4 << 20};
+  // The network's message sizes: a small one for the latency.
+  std::vector<int64_t> network_sizes = {8, 65536, 1 << 20, 4 << 20};
   MeasureShapes shapes;
 };
 
@@ -65,6 +68,10 @@ predicts with:
                  NVMe path, in --offload-dir (GB/s; the I/O backend is recorded)
   collectives    all-reduce, reduce-scatter, all-gather on the backend:
                  t = alpha + bytes / beta, fitted over --sizes
+  network        (--what network, --backend mpi) the one-way time of a message
+                 between two ranks of one node and of two nodes (Send/Recv ping-pong):
+                 alpha + bytes / beta per link; `zeroshard estimate --network FILE`
+                 takes the planner's intra- and inter-node latency and bandwidth from it
 With --backend mpi run it under mpirun (mpirun -np N zeroshard calibrate
 --backend mpi --out FILE): it measures the collectives on the N processes and
 adds them to FILE, keeping what FILE already holds (measure compute first,
@@ -75,8 +82,8 @@ without MPI).
   --backend B           local (threads, default) or mpi (under mpirun)
   --ranks LIST          local rank counts for the collectives (default 2,4)
   --threads T           BLAS threads while measuring sgemm (default 1, as the trainer)
-  --what LIST           compute, collectives, offload (default compute,collectives;
-                        mpi: collectives)
+  --what LIST           compute, collectives, offload, network (default
+                        compute,collectives; mpi: collectives)
   --offload-dir DIR     offload: where the swap file is written and read
                         (default the current directory; give a directory on the
                         NVMe drive the run will use)
@@ -122,13 +129,15 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* he
       o.shapes.blas_threads = static_cast<int>(n);
     } else if (name == "--what") {
       what_given = true;
-      o.measure_compute = o.measure_collectives = o.measure_offload = false;
+      o.measure_compute = o.measure_collectives = o.measure_offload = o.measure_network = false;
       for (absl::string_view part : absl::StrSplit(value, ',')) {
-        ZS_ASSIGN_OR_RETURN(const int what, cli::ParseChoiceFlag(
-                                                name, part, {"compute", "collectives", "offload"}));
+        ZS_ASSIGN_OR_RETURN(
+            const int what,
+            cli::ParseChoiceFlag(name, part, {"compute", "collectives", "offload", "network"}));
         (what == 0   ? o.measure_compute
          : what == 1 ? o.measure_collectives
-                     : o.measure_offload) = true;
+         : what == 2 ? o.measure_offload
+                     : o.measure_network) = true;
       }
     } else if (name == "--offload-dir") {
       o.offload_dir = value;
@@ -147,16 +156,22 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args, bool* he
     }
   }
   if (o.mpi && !what_given) o.measure_compute = false;
+  if (!o.mpi && o.measure_network) {
+    return absl::InvalidArgumentError(
+        "--what network measures the links between ranks: run it with --backend mpi under "
+        "mpirun, with ranks on two nodes or more for the inter-node link (mpirun --host "
+        "a:2,b:2 -np 4 zeroshard calibrate --backend mpi --what network --out FILE)");
+  }
   if (o.mpi && o.measure_offload) {
     return absl::InvalidArgumentError(
-        "--backend mpi measures collectives only; measure offload without MPI: `zeroshard "
-        "calibrate --what offload --out FILE`");
+        "--backend mpi measures collectives and the network only; measure offload without MPI: "
+        "`zeroshard calibrate --what offload --out FILE`");
   }
   if (o.mpi && o.measure_compute) {
     return absl::InvalidArgumentError(
-        "--backend mpi measures collectives only (the other processes would share the cores "
-        "while rank 0 measures compute); run `zeroshard calibrate --what compute --out FILE` "
-        "first, then add the mpi collectives");
+        "--backend mpi measures collectives and the network only (the other processes would "
+        "share the cores while rank 0 measures compute); run `zeroshard calibrate --what "
+        "compute --out FILE` first, then add the mpi collectives");
   }
   return o;
 }
@@ -283,6 +298,62 @@ int RunLocal(const Options& o, MachineProfile p) {
   return kExitOk;
 }
 
+// The two links of a job over nodes: between the first two ranks of the
+// first node with two or more, and between the first ranks of nodes 0 and 1.
+// A link the job cannot show (one node; one rank per node) keeps what the
+// profile held, and says so.
+absl::Status MeasureNetwork(const Options& o, Communicator& comm, MachineProfile::Network* net) {
+  const NodeLayout layout = comm.node_layout();
+  const bool root = comm.rank() == 0;
+  if (root) Progress(absl::StrCat("[network] ", layout.Describe()));
+  net->nodes = layout.num_nodes();
+  net->ranks_per_node = layout.max_ranks_per_node();
+  int intra_node = -1;
+  for (int node = 0; node < layout.num_nodes() && intra_node < 0; ++node) {
+    if (layout.RanksOn(node).size() >= 2) intra_node = node;
+  }
+  const std::pair<const char*, CollectiveFit*> links[] = {{"intra-node", &net->intra_node},
+                                                          {"inter-node", &net->inter_node}};
+  for (int k = 0; k < 2; ++k) {
+    int a = -1, b = -1;
+    if (k == 0 && intra_node >= 0) {
+      a = layout.RanksOn(intra_node)[0];
+      b = layout.RanksOn(intra_node)[1];
+    } else if (k == 1 && layout.num_nodes() >= 2) {
+      a = layout.RanksOn(0)[0];
+      b = layout.RanksOn(1)[0];
+    }
+    if (a < 0) {
+      if (root) {
+        Progress(absl::StrFormat("  %s: not measured (%s); the profile keeps what it had",
+                                 links[k].first,
+                                 k == 0 ? "no node has two ranks" : "the job runs on one node"));
+      }
+      continue;
+    }
+    if (root) {
+      Progress(absl::StrFormat("  %s: ranks %d (%s) and %d (%s), sizes %s bytes", links[k].first, a,
+                               layout.node_names[layout.node_of_rank[a]], b,
+                               layout.node_names[layout.node_of_rank[b]],
+                               absl::StrJoin(o.network_sizes, ",")));
+    }
+    ZS_ASSIGN_OR_RETURN(*links[k].second,
+                        MeasurePingPong(comm, a, b, o.network_sizes, o.shapes.min_seconds / 2));
+    if (root) {
+      Progress(absl::StrFormat("  %s: alpha %.1f us, beta %.3f GB/s", links[k].first,
+                               links[k].second->alpha_s * 1e6,
+                               links[k].second->beta_bytes_per_s / 1e9));
+    }
+  }
+  if (root && net->measured()) {
+    Progress(absl::StrFormat(
+        "  the planner takes them with `zeroshard estimate --network %s` (--intra-node-bw, "
+        "--intra-node-latency, --inter-node-bw and --inter-node-latency from the profile)",
+        o.out));
+  }
+  return absl::OkStatus();
+}
+
 int RunMpi(const Options& o, MachineProfile p) {
   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
   if (!comm.ok()) return Fail(comm.status(), kExitFailed);
@@ -294,29 +365,43 @@ int RunMpi(const Options& o, MachineProfile p) {
                 kExitBadInput);
   }
   const bool root = (*comm)->rank() == 0;
-  if (root) {
-    Progress(absl::StrFormat("[collectives] mpi backend, %d processes, sizes %s bytes", n,
-                             absl::StrJoin(o.sizes, ",")));
+  std::optional<CollectiveProfile> c;
+  if (o.measure_collectives) {
+    if (root) {
+      Progress(absl::StrFormat("[collectives] mpi backend, %d processes, sizes %s bytes", n,
+                               absl::StrJoin(o.sizes, ",")));
+    }
+    absl::StatusOr<CollectiveProfile> measured =
+        MeasureCollectives(**comm, o.sizes, o.shapes.min_seconds / 3);
+    if (!measured.ok()) {
+      Fail(measured.status(), kExitFailed);
+      AbortJob(kExitFailed);
+    }
+    c = *measured;
+    if (root) PrintFit(*c);
   }
-  absl::StatusOr<CollectiveProfile> c =
-      MeasureCollectives(**comm, o.sizes, o.shapes.min_seconds / 3);
-  if (!c.ok()) {
-    Fail(c.status(), kExitFailed);
-    AbortJob(kExitFailed);
+  if (o.measure_network) {
+    const absl::Status s = MeasureNetwork(o, **comm, &p.network);
+    if (!s.ok()) {
+      Fail(s, kExitFailed);
+      AbortJob(kExitFailed);
+    }
   }
   int code = kExitOk;
   if (root) {
-    PrintFit(*c);
     // The date becomes this measurement's; the cores stay the compute
     // calibration's: under mpirun this rank's affinity is mpirun's binding
     // (one core at np <= 2), not the machine's.
     const int cores = p.cores;
     DescribeMachine(&p);
     p.cores = cores;
-    p.collectives["mpi"][n] = *c;
+    if (c.has_value()) p.collectives["mpi"][n] = *c;
     const absl::Status s = WriteProfile(o.out, p);
     code = s.ok() ? kExitOk : Fail(s, kExitBadInput);
-    if (s.ok()) Progress(absl::StrCat("added mpi collectives for ", n, " ranks to ", o.out));
+    if (s.ok() && c.has_value()) {
+      Progress(absl::StrCat("added mpi collectives for ", n, " ranks to ", o.out));
+    }
+    if (s.ok() && o.measure_network) Progress(absl::StrCat("added the network to ", o.out));
   }
   comm->reset();
   FinalizeMpi();

@@ -358,4 +358,50 @@ absl::StatusOr<CollectiveProfile> MeasureCollectives(Communicator& comm,
   return out;
 }
 
+absl::StatusOr<CollectiveFit> MeasurePingPong(Communicator& comm, int a, int b,
+                                              const std::vector<int64_t>& sizes,
+                                              double min_seconds) {
+  const int me = comm.rank();
+  const bool in_pair = me == a || me == b;
+  const int peer = me == a ? b : a;
+  std::vector<double> xs, ys;
+  uint64_t tag = 0;
+  for (const int64_t size : sizes) {
+    std::vector<uint8_t> buf(static_cast<size_t>(size));
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 131 + me);
+    // One round trip, started by a.
+    auto round_trip = [&]() -> absl::Status {
+      ++tag;
+      if (me == a) {
+        ZS_RETURN_IF_ERROR(comm.Send(buf.data(), size, DType::kUInt8, peer, tag).Wait());
+        return comm.Recv(buf.data(), size, DType::kUInt8, peer, tag).Wait();
+      }
+      ZS_RETURN_IF_ERROR(comm.Recv(buf.data(), size, DType::kUInt8, peer, tag).Wait());
+      return comm.Send(buf.data(), size, DType::kUInt8, peer, tag).Wait();
+    };
+    double trial = 0;
+    if (in_pair) {
+      for (int w = 0; w < 2; ++w) ZS_RETURN_IF_ERROR(round_trip());
+      const auto t0 = Clock::now();
+      for (int w = 0; w < 3; ++w) ZS_RETURN_IF_ERROR(round_trip());
+      trial = SecondsSince(t0) / 3;
+    }
+    // a's trial sets how many round trips both run.
+    ZS_RETURN_IF_ERROR(comm.Broadcast(&trial, 1, DType::kFloat64, a).Wait());
+    const int reps = std::clamp(static_cast<int>(min_seconds / std::max(trial, 1e-9)), 3, 5000);
+    double one_way = 0;
+    if (in_pair) {
+      const auto t0 = Clock::now();
+      for (int r = 0; r < reps; ++r) ZS_RETURN_IF_ERROR(round_trip());
+      one_way = SecondsSince(t0) / reps / 2;
+    }
+    ZS_RETURN_IF_ERROR(comm.Broadcast(&one_way, 1, DType::kFloat64, a).Wait());
+    xs.push_back(static_cast<double>(size));
+    ys.push_back(one_way);
+  }
+  CollectiveFit fit = FitAlphaBeta(xs, ys);
+  fit.alpha_s = std::max(0.0, ys.front() - xs.front() / fit.beta_bytes_per_s);
+  return fit;
+}
+
 }  // namespace zeroshard::tools

@@ -67,6 +67,17 @@ absl::StatusOr<CollectiveProfile> MeasureCollectives(Communicator& comm,
 //              removed at the end. `rates.io_backend` is SwapFiles'
 //              describe(): which backend ran and why.
 // Errors: SwapFiles' (the directory missing or full, named), the device's.
+// The one-way time of a message between ranks `a` and `b` of `comm` (a
+// ping-pong of Send and Recv, halved), at each of `sizes` bytes, repeated
+// for min_seconds; every rank of `comm` calls it (the others wait in its
+// barriers). beta: the least-squares slope over the sizes; alpha: the
+// smallest message's time less its bytes at beta (a least-squares
+// intercept is lost in the large messages' noise). Every rank returns a's
+// result.
+absl::StatusOr<CollectiveFit> MeasurePingPong(Communicator& comm, int a, int b,
+                                              const std::vector<int64_t>& sizes,
+                                              double min_seconds);
+
 absl::Status MeasureOffloadRates(const std::string& dir, int64_t nvme_bytes, double min_seconds,
                                  MachineProfile::Offload* rates);
 
