@@ -4,6 +4,7 @@
 // refused.
 #include "engine/src/device/device_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/quant_int8.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/reference/adam_reference.h"
 #include "kernels/reference/bf16_reference.h"
@@ -191,6 +193,88 @@ TEST(CpuDeviceOpsTest, AdamRunsTheVariantItIsGiven) {
       }
     }
   }
+}
+
+// qwZ's blockwise int8 quantization against a double reference: each
+// block's scale is its largest magnitude / 127 (one fp32 division), each
+// value within half a scale of its input before the dtype's rounding, the
+// packed form's padding zero, a block of zeros all zeros, and every
+// dequantized value the dtype's rounding of q * scale.
+TEST(CpuDeviceOpsTest, QuantizeInt8KeepsEachValueWithinHalfItsBlocksScale) {
+  Fixture f;
+  std::mt19937_64 rng(Seed());
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 3000);
+    const size_t esize = DTypeSize(dtype);
+    // Values of several magnitudes per block; one block of zeros.
+    std::vector<double> values(n);
+    std::normal_distribution<double> normal;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t block = i / kernels::kQuantBlock;
+      values[i] = block == 1 ? 0.0 : normal(rng) * std::ldexp(1.0, static_cast<int>(rng() % 9) - 4);
+    }
+    std::vector<char> x(n * esize);
+    std::vector<double> input(n);  // what x holds, in the dtype
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(values[i]);
+      if (dtype == DType::kFloat32) {
+        std::memcpy(x.data() + i * 4, &v, 4);
+        input[i] = v;
+      } else {
+        const uint16_t h = Round16(dtype, v);
+        std::memcpy(x.data() + i * 2, &h, 2);
+        input[i] = Value16(dtype, h);
+      }
+    }
+    const int64_t packed_bytes = kernels::QuantPackedBytes(n);
+    std::vector<char> packed(packed_bytes, 0x55);
+    std::vector<char> out(n * esize);
+    ASSERT_TRUE(f.ops->QuantizeInt8(x.data(), n, dtype, packed.data()).ok());
+    ASSERT_TRUE(f.ops->DequantizeInt8(packed.data(), n, dtype, out.data()).ok());
+    ASSERT_TRUE(f.stream->Synchronize().ok());
+    const int8_t* q = reinterpret_cast<const int8_t*>(packed.data());
+    const float* scales =
+        reinterpret_cast<const float*>(packed.data() + kernels::QuantScalesOffset(n));
+    for (int64_t b = 0; b < kernels::QuantBlocks(n); ++b) {
+      double absmax = 0;
+      for (int64_t i = b * 256; i < std::min<int64_t>(n, (b + 1) * 256); ++i) {
+        absmax = std::max(absmax, std::fabs(input[i]));
+      }
+      ASSERT_EQ(scales[b], static_cast<float>(absmax / 127.0))
+          << "block " << b << ", " << SeedTrace();
+    }
+    for (int64_t i = n; i < kernels::QuantScalesOffset(n); ++i) ASSERT_EQ(packed[i], 0) << i;
+    for (int64_t i = kernels::QuantScalesOffset(n) + kernels::QuantBlocks(n) * 4; i < packed_bytes;
+         ++i) {
+      ASSERT_EQ(packed[i], 0) << i;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const double scale = scales[i / 256];
+      ASSERT_LE(std::abs(q[i]), 127);
+      // Within half a scale, up to the division's rounding.
+      ASSERT_LE(std::fabs(q[i] * scale - input[i]), 0.5 * scale * (1 + 1e-6))
+          << "element " << i << ", " << SeedTrace();
+      const float deq = static_cast<float>(q[i]) * scales[i / 256];
+      double got;
+      if (dtype == DType::kFloat32) {
+        float v;
+        std::memcpy(&v, out.data() + i * 4, 4);
+        ASSERT_EQ(v, deq) << i;
+        got = v;
+      } else {
+        uint16_t h;
+        std::memcpy(&h, out.data() + i * 2, 2);
+        ASSERT_EQ(h, Round16(dtype, deq)) << i;
+        got = Value16(dtype, h);
+      }
+      if (i / 256 == 1) {
+        ASSERT_EQ(got, 0.0) << "a block of zeros";
+      }
+    }
+  }
+  EXPECT_FALSE(f.ops->QuantizeInt8(nullptr, 4, DType::kFloat32, nullptr).ok());
+  EXPECT_FALSE(f.ops->DequantizeInt8(nullptr, 4, DType::kInt64, nullptr).ok());
 }
 
 TEST(CpuDeviceOpsTest, BadOperandsAreRefusedBeforeAnythingIsEnqueued) {

@@ -16,6 +16,7 @@
 
 #include "engine/src/device/device_ops.h"
 #include "kernels/common/float16_rules.h"
+#include "kernels/common/quant_int8.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cuda/launch_config.h"
@@ -260,6 +261,29 @@ class CudaDeviceOpsTest : public ::testing::Test {
     }
   }
 
+  // qwZ's int8 packs: the GPU's quantization and dequantization give the
+  // CPU ops' bytes (packs, padding included) and bits.
+  void CheckQuantizeInt8(std::mt19937_64& rng, size_t n, DType dtype, size_t offset) {
+    SCOPED_TRACE("QuantizeInt8 " + std::string(DTypeName(dtype)) + " n=" + std::to_string(n) +
+                 " offset=" + std::to_string(offset));
+    const size_t width = ElementSize(dtype);
+    const std::vector<uint8_t> x = RandomElements(rng, n, dtype, 1.0f, false);
+    const size_t packed = static_cast<size_t>(kernels::QuantPackedBytes(static_cast<int64_t>(n)));
+    DeviceCopy dx = Upload(x, offset * width);
+    DeviceCopy dpacked = Upload(std::vector<uint8_t>(packed, 0x5a), 0);
+    DeviceCopy dout = Upload(std::vector<uint8_t>(n * width, 0), offset * width);
+    ASSERT_TRUE(dx.data && dpacked.data && dout.data);
+    ASSERT_TRUE(cuda_ops_->QuantizeInt8(dx.data, n, dtype, dpacked.data).ok());
+    ASSERT_TRUE(cuda_ops_->DequantizeInt8(dpacked.data, n, dtype, dout.data).ok());
+    std::vector<uint8_t> want_packed(packed, 0xa5);
+    std::vector<uint8_t> want_out(n * width);
+    ASSERT_TRUE(cpu_ops_->QuantizeInt8(x.data(), n, dtype, want_packed.data()).ok());
+    ASSERT_TRUE(cpu_ops_->DequantizeInt8(want_packed.data(), n, dtype, want_out.data()).ok());
+    ASSERT_TRUE(cpu_stream_->Synchronize().ok());
+    EXPECT_EQ(Download(dpacked.data, packed), want_packed) << "packs differ";
+    EXPECT_TRUE(SameBits(Download(dout.data, n * width), want_out, width, dtype));
+  }
+
   std::unique_ptr<Device> cuda_;
   std::unique_ptr<Stream> cuda_stream_;
   std::unique_ptr<DeviceOps> cuda_ops_;
@@ -297,6 +321,16 @@ TEST_F(CudaDeviceOpsTest, BlockSumSquaresMatchesCpuBits) {
     CheckBlockSumSquares(rng, kManyPassNormElements, dtype, 0, false);
   }
   CheckBlockSumSquares(rng, kManyPassNormElements, DType::kBFloat16, 1, false);
+}
+
+TEST_F(CudaDeviceOpsTest, QuantizeInt8MatchesCpuBytes) {
+  SCOPED_TRACE(SeedTrace());
+  std::mt19937_64 rng(Seed() + 3);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      for (size_t offset : kOffsets) CheckQuantizeInt8(rng, n, dtype, offset);
+    }
+  }
 }
 
 TEST_F(CudaDeviceOpsTest, AdamMatchesCpuBitsForEveryVariant) {

@@ -256,11 +256,12 @@ void RunRound(const Round& r, int round, Communicator& flat, Communicator& hier,
                 what.c_str(), static_cast<long long>(bad), static_cast<long long>(first_bad));
 }
 
-Round RandomRound(std::mt19937_64& rng, bool large) {
+// `kind` -1: a random one.
+Round RandomRound(std::mt19937_64& rng, bool large, int kind) {
   static const DType kSummable[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
                                     DType::kFloat64, DType::kInt64};
   Round r;
-  r.kind = static_cast<Kind>(rng() % 3);
+  r.kind = static_cast<Kind>(kind >= 0 ? kind : static_cast<int>(rng() % 3));
   r.dtype = r.kind == Kind::kAllGather && rng() % 6 == 0 ? DType::kUInt8 : kSummable[rng() % 5];
   // Small: latency-bound, ragged all-reduce pieces (count < ranks included).
   // Large: several 1 MiB chunks of the chain per block.
@@ -278,8 +279,7 @@ void RunRounds(int rounds, int first_round, Communicator& flat, Communicator& hi
   for (int i = 0; i < rounds; ++i) {
     // Every third round large; the first two of each kind are fixed to make
     // sure each appears large at least once.
-    Round r = RandomRound(rng, i % 3 == 0 || i < 3);
-    if (i < 3) r.kind = static_cast<Kind>(i);
+    Round r = RandomRound(rng, i % 3 == 0 || i < 3, i < 3 ? i : -1);
     int64_t f = 0, h = 0;
     RunRound(r, first_round + i, flat, hier, &f, &h);
     if (r.kind == Kind::kAllGather && r.count >= 200000) {

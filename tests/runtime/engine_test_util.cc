@@ -37,6 +37,7 @@ TrainSpec MakeTrainSpec(const RunConfig& run) {
   t.schedule.min_lr_ratio = 0.1;
   t.max_grad_norm = run.max_grad_norm;
   t.prefetch_units = run.prefetch_units;
+  t.zeropp.quantized_weights = run.quantized_weights;
   return t;
 }
 

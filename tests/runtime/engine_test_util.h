@@ -21,6 +21,7 @@ struct RunConfig {
   double max_grad_norm = 0.0;
   double weight_decay = 0.01;
   int prefetch_units = 1;
+  bool quantized_weights = false;  // TrainSpec::zeropp.quantized_weights (qwZ)
 };
 
 struct RunResult {

@@ -84,6 +84,19 @@ inline constexpr char kOffloadGradShardBuffer[] = "offload_grad_shard";
 // the optimizer state (ShardBuffers::OptimizerIndex), in the param dtype.
 inline constexpr char kOffloadParamShardBuffer[] = "offload_param_shard";
 inline constexpr char kParamStageBuffer[] = "param_stage";
+// Stage 3 with ZeRO++'s qwZ (TrainSpec::zeropp.quantized_weights): per
+// gather slot, every rank's int8 pack of a shard of the largest sharded
+// segment (kernels::QuantPackedBytes: int8 values and fp32 block scales),
+// gathered there and dequantized into the slot.
+inline constexpr char kParamGatherInt8Buffer[] = "param_gather_int8";
+// qwZ's pack of n elements (the planner's copy of the kernels' format,
+// kernels/common/quant_int8.h, which the runtime checks it equals): n int8
+// values padded to 8 bytes, then one fp32 scale per kQwzBlockElements,
+// padded to 8 bytes.
+inline constexpr int64_t kQwzBlockElements = 256;
+constexpr int64_t QwzPackBytes(int64_t n) {
+  return (n + 7) / 8 * 8 + ((n + kQwzBlockElements - 1) / kQwzBlockElements * 4 + 7) / 8 * 8;
+}
 // NVMe tier only, host memory: kOffloadStateSlots chunks of each swapped
 // tensor (master with mixed precision, m, v, the params with OffloadSpec::
 // params nvme): the one being updated, the next two being read and the
@@ -107,6 +120,10 @@ struct BufferPlan {
   int held_slots = 0;
   int max_gathered_units = 1;  // TrainSpec::max_gathered_units
   int64_t gather_slot_numel = 0;
+  // qwZ: the gathers carry int8 packs (kParamGatherInt8Buffer), each slot
+  // gather_int8_slot_bytes of them.
+  bool quantized_weights = false;
+  int64_t gather_int8_slot_bytes = 0;
   // Optimizer offload: elements per streamed chunk (0 without offload), and
   // the state tensors swapped to NVMe per chunk (0, 2 or 3).
   int64_t offload_chunk_numel = 0;

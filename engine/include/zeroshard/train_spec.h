@@ -108,6 +108,21 @@ struct OffloadSpec {
   bool enabled() const { return optimizer != MemoryTier::kDevice; }
 };
 
+// ZeRO++ (Wang et al. 2023, arXiv 2306.10209): fewer bytes across nodes for
+// the same training, at some cost in numerics; docs/multinode.md, "ZeRO++".
+// Off by default: the exact path stays the default and stays bitwise.
+struct ZeroPlusPlusSpec {
+  // qwZ, stage 3 only: each unit's all-gather carries int8 values with one
+  // fp32 scale per block of 256 (kernels/common/quant_int8.h) instead of
+  // the param dtype, dequantized on receipt. The forward and backward then
+  // compute with the dequantized params (error at most half a block's
+  // scale, largest magnitude / 254); the fp32 master, the optimizer and the
+  // checkpoints are untouched.
+  bool quantized_weights = false;
+
+  bool any() const { return quantized_weights; }
+};
+
 struct TrainSpec {
   // 0: everything replicated, grads all-reduced.
   // 1: fp32 master and optimizer state sharded, updated params all-gathered.
@@ -157,6 +172,9 @@ struct TrainSpec {
   // Where the optimizer state lives (OffloadSpec). Stages 0-3, every
   // precision; a checkpoint moves between tiers.
   OffloadSpec offload;
+
+  // ZeRO++ options (off by default).
+  ZeroPlusPlusSpec zeropp;
 
   // Compare a hash of every rank's collectives at each Step() and fail with
   // an error naming the ranks that diverged (it rides on the norm's

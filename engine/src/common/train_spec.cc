@@ -76,6 +76,12 @@ absl::Status TrainSpec::Validate() const {
   if (zero_stage < 0 || zero_stage > 3) {
     return bad(absl::StrFormat("zero_stage %d is not supported; use 0, 1, 2 or 3", zero_stage));
   }
+  if (zeropp.quantized_weights && zero_stage != 3) {
+    return bad(absl::StrFormat(
+        "zeropp.quantized_weights (qwZ) quantizes stage 3's param all-gathers, but zero_stage is "
+        "%d; use zero_stage 3 or turn it off",
+        zero_stage));
+  }
   // Enums can hold any value of their underlying type (a cast, a corrupt
   // config): check each against the values the engine knows.
   if (precision != Precision::kFp32 && precision != Precision::kBf16Mixed &&

@@ -81,6 +81,9 @@ const TrainSpecField kFields[] = {
     {"offload.grads", Kind::kTier, ZS_MEMBER(offload.grads)},
     {"offload.params", Kind::kTier, ZS_MEMBER(offload.params)},
     {"offload.chunk_numel", Kind::kInt, ZS_MEMBER(offload.chunk_numel), 1024, int64_t{1} << 30},
+    // ZeRO++ changes the numerics of the run, not its saved state: a resume
+    // may switch it (Load reports the change).
+    {"zeropp.quantized_weights", Kind::kBool, ZS_MEMBER(zeropp.quantized_weights)},
 };
 
 #undef ZS_MEMBER

@@ -1,10 +1,13 @@
 // DeviceOps on the CPU device: the SIMD kernels of kernels/cpu, run in order
 // on the CPU stream's thread.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "engine/src/device/cpu_stream.h"
 #include "engine/src/device/device_ops.h"
+#include "kernels/common/quant_int8.h"
 #include "kernels/cpu/norm.h"
 #include "zeroshard/status.h"
 
@@ -74,6 +77,68 @@ void AdamNow(const AdamArgs& a, const kernels::AdamConstants& c) {
   }
 }
 
+// One block of kQuantBlock elements (fewer at the end) widened to fp32.
+void WidenBlock(const void* x, int64_t begin, int64_t len, DType dtype, float* out) {
+  switch (dtype) {
+    case DType::kFloat32:
+      std::memcpy(out, static_cast<const float*>(x) + begin, len * sizeof(float));
+      break;
+    case DType::kBFloat16:
+      ConvertBf16ToFp32(static_cast<const uint16_t*>(x) + begin, out, static_cast<size_t>(len));
+      break;
+    default:
+      ConvertFp16ToFp32(static_cast<const uint16_t*>(x) + begin, out, static_cast<size_t>(len));
+      break;
+  }
+}
+
+void QuantizeNow(const void* x, int64_t n, DType dtype, void* packed) {
+  using namespace kernels;  // NOLINT: the quant_int8.h element functions
+  int8_t* q = static_cast<int8_t*>(packed);
+  float* scales = reinterpret_cast<float*>(static_cast<char*>(packed) + QuantScalesOffset(n));
+  float block[kQuantBlock];
+  for (int64_t b = 0; b < QuantBlocks(n); ++b) {
+    const int64_t begin = b * kQuantBlock;
+    const int64_t len = std::min(kQuantBlock, n - begin);
+    WidenBlock(x, begin, len, dtype, block);
+    float absmax = 0.0f;
+    for (int64_t i = 0; i < len; ++i) absmax = std::fmax(absmax, std::fabs(block[i]));
+    const float scale = QuantScale(absmax);
+    scales[b] = scale;
+    for (int64_t i = 0; i < len; ++i) q[begin + i] = QuantizeElement(block[i], scale);
+  }
+  // The padding is part of what ranks exchange: never uninitialised bytes.
+  for (int64_t i = n; i < QuantScalesOffset(n); ++i) q[i] = 0;
+  const int64_t scale_bytes = QuantPackedBytes(n) - QuantScalesOffset(n);
+  for (int64_t i = QuantBlocks(n) * 4; i < scale_bytes; ++i) {
+    reinterpret_cast<char*>(scales)[i] = 0;
+  }
+}
+
+void DequantizeNow(const void* packed, int64_t n, DType dtype, void* out) {
+  using namespace kernels;  // NOLINT
+  const int8_t* q = static_cast<const int8_t*>(packed);
+  const float* scales =
+      reinterpret_cast<const float*>(static_cast<const char*>(packed) + QuantScalesOffset(n));
+  float block[kQuantBlock];
+  for (int64_t b = 0; b < QuantBlocks(n); ++b) {
+    const int64_t begin = b * kQuantBlock;
+    const int64_t len = std::min(kQuantBlock, n - begin);
+    for (int64_t i = 0; i < len; ++i) block[i] = DequantizeElement(q[begin + i], scales[b]);
+    switch (dtype) {
+      case DType::kFloat32:
+        std::memcpy(static_cast<float*>(out) + begin, block, len * sizeof(float));
+        break;
+      case DType::kBFloat16:
+        ConvertFp32ToBf16(block, static_cast<uint16_t*>(out) + begin, static_cast<size_t>(len));
+        break;
+      default:
+        ConvertFp32ToFp16(block, static_cast<uint16_t*>(out) + begin, static_cast<size_t>(len));
+        break;
+    }
+  }
+}
+
 class CpuDeviceOps final : public DeviceOps {
  public:
   explicit CpuDeviceOps(CpuStream& stream) : stream_(stream) {}
@@ -103,6 +168,26 @@ class CpuDeviceOps final : public DeviceOps {
     if (args.n > 0)
       stream_.Enqueue([args, c] {
         AdamNow(args, c);
+        return absl::OkStatus();
+      });
+    return absl::OkStatus();
+  }
+
+  absl::Status QuantizeInt8(const void* x, int64_t n, DType dtype, void* packed) override {
+    ZS_RETURN_IF_ERROR(CheckOperands("QuantizeInt8", n, dtype, {x, packed}));
+    if (n > 0)
+      stream_.Enqueue([=] {
+        QuantizeNow(x, n, dtype, packed);
+        return absl::OkStatus();
+      });
+    return absl::OkStatus();
+  }
+
+  absl::Status DequantizeInt8(const void* packed, int64_t n, DType dtype, void* out) override {
+    ZS_RETURN_IF_ERROR(CheckOperands("DequantizeInt8", n, dtype, {packed, out}));
+    if (n > 0)
+      stream_.Enqueue([=] {
+        DequantizeNow(packed, n, dtype, out);
         return absl::OkStatus();
       });
     return absl::OkStatus();

@@ -9,6 +9,7 @@
 #include "engine/src/device/device_ops.h"
 #include "kernels/cuda/adam.cuh"
 #include "kernels/cuda/device_ops.cuh"
+#include "kernels/cuda/quant_int8.cuh"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
@@ -89,6 +90,28 @@ class CudaDeviceOps final : public DeviceOps {
     ZS_RETURN_IF_ERROR(guard.status());
     return CudaStatus(kernels::cuda::LaunchAdam(LaunchArgsOf(args), c, stream_.handle()),
                       stream_.ordinal(), "LaunchAdam");
+  }
+
+  absl::Status QuantizeInt8(const void* x, int64_t n, DType dtype, void* packed) override {
+    ZS_RETURN_IF_ERROR(CheckOperands("QuantizeInt8", n, dtype, {x, packed}));
+    if (n == 0) return absl::OkStatus();
+    ScopedCudaDevice guard(stream_.ordinal());
+    ZS_RETURN_IF_ERROR(guard.status());
+    return CudaStatus(
+        kernels::cuda::LaunchQuantizeInt8(x, static_cast<size_t>(n), ElementTypeOf(dtype), packed,
+                                          stream_.handle()),
+        stream_.ordinal(), "LaunchQuantizeInt8");
+  }
+
+  absl::Status DequantizeInt8(const void* packed, int64_t n, DType dtype, void* out) override {
+    ZS_RETURN_IF_ERROR(CheckOperands("DequantizeInt8", n, dtype, {packed, out}));
+    if (n == 0) return absl::OkStatus();
+    ScopedCudaDevice guard(stream_.ordinal());
+    ZS_RETURN_IF_ERROR(guard.status());
+    return CudaStatus(
+        kernels::cuda::LaunchDequantizeInt8(packed, static_cast<size_t>(n), ElementTypeOf(dtype),
+                                            out, stream_.handle()),
+        stream_.ordinal(), "LaunchDequantizeInt8");
   }
 
   Stream& stream() override { return stream_; }

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/quant_int8.h"
 #include "kernels/cpu/adam.h"
 #include "zeroshard/device.h"
 #include "zeroshard/dtype.h"
@@ -58,6 +59,13 @@ class DeviceOps {
 
   // The fused Adam / AdamW update of kernels/cpu/adam.h.
   virtual absl::Status Adam(const AdamArgs& args, const kernels::AdamConstants& c) = 0;
+
+  // Blockwise int8 quantization (kernels/common/quant_int8.h): n elements of
+  // x (fp32, bf16 or fp16) into their packed form at `packed`
+  // (QuantPackedBytes(n) bytes, 8-byte aligned), and back into n elements
+  // of `dtype` at `out`. The packed form must not overlap x or out.
+  virtual absl::Status QuantizeInt8(const void* x, int64_t n, DType dtype, void* packed) = 0;
+  virtual absl::Status DequantizeInt8(const void* packed, int64_t n, DType dtype, void* out) = 0;
 
   virtual Stream& stream() = 0;
 };

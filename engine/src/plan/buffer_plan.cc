@@ -214,6 +214,16 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       return TooLarge(kParamGatherBuffer, "prefetch_units", train.prefetch_units);
     plan.buffers.push_back(
         {kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(), *pool});
+    if (train.zeropp.quantized_weights) {
+      // Every rank's pack of a shard of the largest sharded segment, per
+      // slot: below 2 bytes per element, so below the pool's own bytes.
+      plan.quantized_weights = true;
+      plan.gather_int8_slot_bytes =
+          layout.world_size() *
+          QwzPackBytes(plan.gather_slot_numel / layout.world_size());
+      plan.buffers.push_back({kParamGatherInt8Buffer, MemoryCategory::kCommBuffers, DType::kUInt8,
+                              slots * plan.gather_int8_slot_bytes});
+    }
     if (params_on_host || params_on_nvme) {
       // One shard of the largest sharded segment per gather slot: at most
       // the pool's size.

@@ -5,9 +5,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/common/quant_int8.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
+
+// The planner sizes the int8 packs by its own copy of the format.
+static_assert(kQwzBlockElements == kernels::kQuantBlock);
+static_assert(QwzPackBytes(1) == kernels::QuantPackedBytes(1) &&
+              QwzPackBytes(257) == kernels::QuantPackedBytes(257) &&
+              QwzPackBytes(4096) == kernels::QuantPackedBytes(4096));
 
 ParamGatherer::ParamGatherer(const ModelSpec& model, const FlatLayout& layout,
                              const BufferPlan& plan, int rank, DType param_dtype,
@@ -154,6 +161,24 @@ absl::Status ParamGatherer::WaitUpdatedParamGathers(WaitSite site) {
   return absl::OkStatus();
 }
 
+absl::Status ParamGatherer::Dequantize(int slot) {
+  GatherSlot& g = slots_[slot];
+  if (g.dequantized) return absl::OkStatus();
+  const int64_t shard = layout_.unit(g.unit).shard_numel;
+  const int64_t packed = kernels::QuantPackedBytes(shard);
+  const char* packs = static_cast<const char*>(buffers_.GatherInt8SlotData(slot));
+  char* out = static_cast<char*>(buffers_.GatherSlotData(slot));
+  const int64_t shard_bytes = shard * static_cast<int64_t>(DTypeSize(param_dtype_));
+  for (int r = 0; r < world_; ++r) {
+    ZS_RETURN_IF_ERROR(services_.ops().DequantizeInt8(packs + r * packed, shard, param_dtype_,
+                                                      out + r * shard_bytes));
+  }
+  // The trainer reads the slot once Gather returns.
+  ZS_RETURN_IF_ERROR(services_.SyncCompute());
+  g.dequantized = true;
+  return absl::OkStatus();
+}
+
 absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
   const UnitSegment& seg = layout_.unit(unit);
   GatherSlot& g = slots_[slot];
@@ -170,8 +195,22 @@ absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
     ZS_RETURN_IF_ERROR(fetch_(unit, stage));
     mine = stage;
   }
-  g.gather = services_.comm().AllGather(mine, buffers_.GatherSlotData(slot), seg.shard_numel,
-                                        param_dtype_, CollectiveLog::UnitTag(unit));
+  if (plan_.quantized_weights) {
+    // qwZ: this rank's shard as an int8 pack, in its place among the
+    // ranks' packs (an in-place all-gather); unpacked on first use.
+    const int64_t packed = kernels::QuantPackedBytes(seg.shard_numel);
+    char* packs = static_cast<char*>(buffers_.GatherInt8SlotData(slot));
+    char* my_pack = packs + rank_ * packed;
+    ZS_RETURN_IF_ERROR(services_.ops().QuantizeInt8(mine, seg.shard_numel, param_dtype_, my_pack));
+    // The communicator reads the pack from the host side of the stream.
+    ZS_RETURN_IF_ERROR(services_.SyncCompute());
+    g.gather = services_.comm().AllGather(my_pack, packs, packed, DType::kUInt8,
+                                          CollectiveLog::UnitTag(unit));
+    g.dequantized = false;
+  } else {
+    g.gather = services_.comm().AllGather(mine, buffers_.GatherSlotData(slot), seg.shard_numel,
+                                          param_dtype_, CollectiveLog::UnitTag(unit));
+  }
   services_.log().Note(CollectiveKind::kGatherUnit, unit, seg.shard_numel);
   return absl::OkStatus();
 }
@@ -307,6 +346,7 @@ absl::StatusOr<void*> ParamGatherer::GatherSegment(int segment, int unit, int64_
   CommHandle& gather = slots_[slot].gather;
   if (gather.valid() && !gather.Ready()) ++gathers_waited_;
   ZS_RETURN_IF_ERROR(services_.WaitComm(gather, WaitSite::kStage3Gather));
+  ZS_RETURN_IF_ERROR(Dequantize(slot));
   ++slots_[slot].holds;
   return buffers_.GatherSlotData(slot);
 }

@@ -101,6 +101,9 @@ class ParamGatherer {
     int holds = 0;       // spec units between Gather and Release that read it
     CommHandle gather;   // all-gather in flight into the slot
     int64_t issued = 0;  // issue counter, to evict the oldest
+    // qwZ: the gathered int8 packs are unpacked into the slot (done on the
+    // segment's first use after its gather).
+    bool dequantized = true;
   };
   // One gather of the first step's order.
   struct OrderEntry {
@@ -109,6 +112,8 @@ class ParamGatherer {
   };
 
   absl::StatusOr<void*> GatherSegment(int segment, int unit, int64_t step, bool first_step);
+  // qwZ: unpacks the slot's gathered int8 packs into it, once per gather.
+  absl::Status Dequantize(int slot);
   absl::Status CheckOrder(int segment, int unit, int64_t step);
   absl::StatusOr<int> AcquireSlot(int protect_from);
   absl::Status IssueUnitGather(int unit, int slot);

@@ -83,6 +83,8 @@ absl::Status ShardBuffers::Allocate(Device& device, Device* host) {
       offload_param_shard = std::move(buffer);
     } else if (b.name == kParamStageBuffer) {
       param_stage = std::move(buffer);
+    } else if (b.name == kParamGatherInt8Buffer) {
+      param_gather_int8 = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -113,6 +115,10 @@ void* ShardBuffers::ParamsAt(int unit, int64_t seg_index) const {
 void* ShardBuffers::ParamStageData(int slot) const {
   return At(param_stage, slot * (plan_.gather_slot_numel / layout_.world_size()) *
                              static_cast<int64_t>(DTypeSize(param_dtype_)));
+}
+
+void* ShardBuffers::GatherInt8SlotData(int slot) const {
+  return At(param_gather_int8, slot * plan_.gather_int8_slot_bytes);
 }
 
 void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {

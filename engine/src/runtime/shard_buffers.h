@@ -71,6 +71,7 @@ class ShardBuffers {
   // OffloadSpec::params host: the sharded units' shards, and the device
   // staging buffer (one shard per gather slot).
   DeviceBuffer offload_param_shard, param_stage;
+  DeviceBuffer param_gather_int8;  // qwZ (kParamGatherInt8Buffer)
   // Whether `unit`'s params live on the host tier (a sharded unit with
   // OffloadSpec::params host): ParamsAt then points to host memory.
   bool ParamsOnHost(int unit) const { return params_on_host_ && !plan_.unit_resident[unit]; }
@@ -81,6 +82,8 @@ class ShardBuffers {
   bool ParamsOffDevice(int unit) const { return ParamsOnHost(unit) || ParamsOnNvme(unit); }
   // Stage slot `slot` of kParamStageBuffer.
   void* ParamStageData(int slot) const;
+  // qwZ: slot `slot` of kParamGatherInt8Buffer (every rank's int8 pack).
+  void* GatherInt8SlotData(int slot) const;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
