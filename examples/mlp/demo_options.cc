@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cli/flags.h"
 #include "cli/offload_flag.h"
@@ -27,6 +28,9 @@ void PrintUsage(std::FILE* out) {
       "  --accum A          micro-batches per rank per step (default %d)\n"
       "  --prefetch N       stage 3: units all-gathered ahead of use, 0 = on demand\n"
       "                     (default %d)\n"
+      "  --zeropp LIST      ZeRO++ options of the distributed run: qwz (stage 3: int8\n"
+      "                     param all-gathers); the run is then compared with the\n"
+      "                     baseline by loss, not bit for bit (docs/multinode.md)\n"
       "  --hidden H         hidden size (default %lld)\n"
       "  --blocks B         residual blocks (default %d)\n"
       "  --micro-batch M    samples per micro-batch (default %d)\n"
@@ -179,6 +183,16 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Switch("sync-data", &opts.sync_data)
       .Switch("print-spec", &opts.print_spec)
       .String("result-json", &opts.result_json)
+      .Custom("zeropp",
+              [&opts](const std::string& v) -> absl::Status {
+                opts.zeropp = ZeroPlusPlusSpec{};
+                for (absl::string_view part : absl::StrSplit(v, ',')) {
+                  ZS_ASSIGN_OR_RETURN(const int option,
+                                      cli::ParseChoiceFlag("--zeropp", part, {"qwz"}));
+                  if (option == 0) opts.zeropp.quantized_weights = true;
+                }
+                return absl::OkStatus();
+              })
       .Int("vocab", &opts.model.vocab, 2, cli::kMaxCount)
       .Int("lora", &opts.model.lora_rank, 1, cli::kMaxCount)
       .Number("lora-alpha", &opts.model.lora_alpha, 0, kMaxNumber, /*lo_open=*/true)
@@ -221,6 +235,11 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
     return absl::InvalidArgumentError(
         "--machine PROFILE times the planner's candidates; give it with --mem-cap SIZE");
   }
+  if (UsesGrid(opts) && opts.zeropp.any()) {
+    return absl::InvalidArgumentError(
+        "--zeropp runs on the data-parallel trainer for now; drop --tp, --pp and --mem-cap (or "
+        "--zeropp)");
+  }
   if (UsesGrid(opts) && opts.offload.enabled()) {
     return absl::InvalidArgumentError(
         "--offload runs on the data-parallel trainer for now; drop --tp, --pp and --mem-cap (or "
@@ -262,6 +281,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   // bad flag is refused before anything runs.
   TrainSpec distributed = MakeTrainSpec(opts, opts.stage, opts.accum);
   distributed.offload = opts.offload;
+  distributed.zeropp = opts.zeropp;
   ZS_RETURN_IF_ERROR(distributed.Validate());
   return opts;
 }

@@ -20,8 +20,9 @@ struct DemoOptions {
   int stage = 2;  // ZeRO stage 0-3
   int64_t steps = 200;
   Precision precision = Precision::kFp32;
-  int accum = 1;     // micro-batches per rank per step
-  int prefetch = 1;  // stage 3: units gathered ahead of use (TrainSpec::prefetch_units)
+  int accum = 1;            // micro-batches per rank per step
+  int prefetch = 1;         // stage 3: units gathered ahead of use (TrainSpec::prefetch_units)
+  ZeroPlusPlusSpec zeropp;  // --zeropp: the distributed run's ZeRO++ options
   // 5 blocks x hidden 256 (2.6M params): baseline + distributed take about
   // 30 s on two idle cores, under a minute on two busy ones.
   MlpConfig model = [] {

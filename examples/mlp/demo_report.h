@@ -74,10 +74,14 @@ struct DemoResults {
   std::string grid_origin;      // "--tp/--pp" or the planner's choice; empty for a dp-only run
   std::string nodes;            // mpi: Communicator::node_layout().Describe(); empty otherwise
   std::string collective_path;  // mpi: Communicator::collective_path(); empty otherwise
-  int64_t planned_bytes = 0;    // --mem-cap: the chosen candidate's per-rank figure (PlanGrid)
-  RunResult distributed;        // N ranks, the requested stage
-  RunResult baseline;           // 1 rank, stage 0, accum N*A
-  RunResult stage0;             // N ranks, stage 0: ledger only, no training
+  // mpi: the distributed run's collective bytes, all ranks' sum, sent to a
+  // rank on the same node and on another node (Communicator::traffic).
+  int64_t intra_node_bytes = 0;
+  int64_t inter_node_bytes = 0;
+  int64_t planned_bytes = 0;  // --mem-cap: the chosen candidate's per-rank figure (PlanGrid)
+  RunResult distributed;      // N ranks, the requested stage
+  RunResult baseline;         // 1 rank, stage 0, accum N*A
+  RunResult stage0;           // N ranks, stage 0: ledger only, no training
   absl::Time start = absl::Now();
 };
 

@@ -217,7 +217,10 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   // The distributed run keeps its optimizer state on --offload's tier; the
   // baseline on the device.
   TrainSpec train = MakeTrainSpec(opts, stage, accum);
-  if (checkpointed) train.offload = opts.offload;
+  if (checkpointed) {
+    train.offload = opts.offload;
+    train.zeropp = opts.zeropp;
+  }
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       Engine::Create(BuildModelSpec(opts.model), train, *device, comm));
   // The engine's bytes per tier, before a trainer adds anything of its own.
@@ -729,6 +732,18 @@ int RunMpi(DemoOptions opts) {
   }
   if (absl::Status s = AgreeGridChoice(opts, results.grid, **comm); !s.ok()) Fail(s);
   absl::Status status = DistributedRank(opts, **comm, &results);
+  if (status.ok()) {
+    // Every rank's collective bytes within and across nodes (the
+    // communicator's counters, taken before this exchange adds its own).
+    const CommTraffic t = (*comm)->traffic();
+    const int64_t mine[2] = {t.intra_node_bytes, t.inter_node_bytes};
+    std::vector<int64_t> all(2 * static_cast<size_t>(results.world));
+    status = (*comm)->AllGather(mine, all.data(), 2, DType::kInt64).Wait();
+    for (int r = 0; r < results.world; ++r) {
+      results.intra_node_bytes += all[2 * r];
+      results.inter_node_bytes += all[2 * r + 1];
+    }
+  }
   // The baseline is one rank: rank 0 runs it alone, the others are done.
   if (status.ok() && lead) status = Baseline(opts, results.world, &results);
   if (!status.ok()) {

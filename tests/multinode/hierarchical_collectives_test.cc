@@ -27,6 +27,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tests/test_seed.h"
 #include "zeroshard/communicator.h"
@@ -367,6 +368,46 @@ int Run(int nodes, int ranks_per_node) {
       if (mixed_flat.ok()) RunRounds(6, 200, **mixed_flat, **mixed, &gather_flat, &gather_hier);
     }
   }
+  // Offers of different lengths: the even ranks queue three small
+  // collectives while their first waits for the odd ranks, which issue them
+  // one at a time. The ranks agree to run one at a time (the shortest
+  // offer); every rank must then move it the same way (hierarchically), or
+  // the messages never meet. A 10 s timeout turns that bug into a failure.
+  {
+    CommOptions quick = hier_options;
+    quick.timeout = absl::Seconds(10);
+    auto offers = CreateMpiCommunicator(quick);
+    CHECK_OR_FAIL(offers.ok(), "communicator for the offers check");
+    if (offers.ok()) {
+      const int64_t n = 4096;
+      std::vector<float> a(n * world), b(n * world), c(n * world);
+      std::vector<float> mine(n, static_cast<float>(g_rank + 1));
+      std::vector<CommHandle> handles;
+      if (g_rank % 2 == 0) {
+        handles.push_back((*offers)->AllGather(mine.data(), a.data(), n, DType::kFloat32));
+        handles.push_back((*offers)->AllGather(mine.data(), b.data(), n, DType::kFloat32));
+        handles.push_back((*offers)->AllGather(mine.data(), c.data(), n, DType::kFloat32));
+        for (CommHandle& h : handles) {
+          const absl::Status s = h.Wait();
+          CHECK_OR_FAIL(s.ok(), "offers check: %s", std::string(s.message()).c_str());
+        }
+      } else {
+        absl::SleepFor(absl::Milliseconds(300));
+        for (std::vector<float>* out : {&a, &b, &c}) {
+          const absl::Status s =
+              (*offers)->AllGather(mine.data(), out->data(), n, DType::kFloat32).Wait();
+          CHECK_OR_FAIL(s.ok(), "offers check: %s", std::string(s.message()).c_str());
+        }
+      }
+      for (const std::vector<float>* out : {&a, &b, &c}) {
+        for (int p = 0; p < world; ++p) {
+          CHECK_OR_FAIL((*out)[p * n] == p + 1 && (*out)[p * n + n - 1] == p + 1,
+                        "offers check: rank %d's block", p);
+        }
+      }
+    }
+  }
+
   int failures = g_failures;
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

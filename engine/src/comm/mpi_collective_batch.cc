@@ -51,6 +51,13 @@ absl::StatusOr<int> MpiCommunicator::RunBatch(absl::Span<const CollectiveArgs> o
   // Every rank agrees on n before data moves: the shortest offer.
   ZS_ASSIGN_OR_RETURN(const int n, ExchangeDescriptors(offered, deadline));
   const absl::Span<const CollectiveArgs> ops = offered.subspan(0, n);
+  // A batch of one moves as RunCollective moves it: a rank that offered one
+  // collective ran it through RunCollective, and the hierarchical path
+  // (MoveData across nodes) sends other messages than a flat batch.
+  if (n == 1) {
+    ZS_RETURN_IF_ERROR(MoveData(ops[0], deadline));
+    return n;
+  }
   ZS_RETURN_IF_ERROR(MoveBatch(ops, deadline));
   return n;
 }

@@ -73,7 +73,8 @@ class MpiCommunicator final : public AsyncCommunicator {
   absl::Status RunCollective(const CollectiveArgs& args, absl::Time deadline) override;
   int max_batch() const override { return kMaxBatchOps; }
   // One descriptor exchange for the offer, then the agreed collectives'
-  // data in two rounds (MoveBatch); mpi_collective_batch.cc.
+  // data in two rounds (MoveBatch; a batch of one through MoveData, as a
+  // peer that offered only it moves it); mpi_collective_batch.cc.
   absl::StatusOr<int> RunBatch(absl::Span<const CollectiveArgs> offered,
                                absl::Time deadline) override;
   void RequestAbort() override { abort_.store(true); }
