@@ -4,7 +4,8 @@
 # memory within one), bitwise equal to its one-rank baseline; the
 # communicator reports 2 ranks on each node by the nodes' own host names;
 # the bytes crossed the nodes' links (interface counters); a stale cluster
-# is replaced; teardown leaves no namespace and no rank behind.
+# is replaced; teardown leaves no namespace and no rank behind. Then ZeRO++
+# qwZ across the same nodes: fewer bytes across nodes, the loss within 1%.
 #
 #   cluster_demo_test.sh MLP_DEMO
 set -uo pipefail
@@ -61,6 +62,21 @@ sent=$((after - before))
 # over 10 MB in 10 steps of this 10 MB model.
 [ "$sent" -gt 10000000 ] || fail "node 0's link sent only $sent bytes: the ranks did not talk over TCP"
 echo "2 nodes x 2 ranks: trained bitwise in $(($(date +%s) - start)) s; node 0's link sent $sent bytes"
+
+# ZeRO++ qwZ across the nodes: int8 param gathers through the hierarchical
+# all-gather; fewer bytes across nodes (the engine's counters), a loss
+# within 1% of the baseline's.
+exact_mb=$(awk '$1 == "traffic:" { print $2 }' "$work/demo.out")
+timeout -k 5 180 "$cluster" mpirun 2 -x ZS_MPI_TEST_ID -- \
+  "$demo" --backend mpi --steps 10 --stage 3 --zeropp qwz --comm-timeout 60s >"$work/qwz.out" 2>&1 ||
+  fail "mlp_demo --zeropp qwz across 2 nodes x 2 ranks failed"
+qwz_mb=$(awk '$1 == "traffic:" { print $2 }' "$work/qwz.out")
+worst=$(sed -n 's/.*loss vs baseline: max relative difference \([^ ]*\).*/\1/p' "$work/qwz.out")
+[ -n "$exact_mb" ] && [ -n "$qwz_mb" ] && [ -n "$worst" ] || fail "no traffic or loss line"
+awk -v q="$qwz_mb" -v e="$exact_mb" 'BEGIN { exit !(q < 0.8 * e) }' ||
+  fail "qwZ sent $qwz_mb MB across nodes, the exact path $exact_mb MB: not below 0.8x"
+awk -v w="$worst" 'BEGIN { exit !(w < 0.01) }' || fail "qwZ's loss is $worst off the baseline's"
+echo "qwZ: $qwz_mb MB across nodes (exact: $exact_mb MB), loss within $worst of the baseline's"
 
 "$cluster" down
 ip netns list | grep -q "^$ZS_CLUSTER-" && fail "namespaces left after down: $(ip netns list | grep "^$ZS_CLUSTER-")"
