@@ -28,9 +28,10 @@ void PrintUsage(std::FILE* out) {
       "  --accum A          micro-batches per rank per step (default %d)\n"
       "  --prefetch N       stage 3: units all-gathered ahead of use, 0 = on demand\n"
       "                     (default %d)\n"
-      "  --zeropp LIST      ZeRO++ options of the distributed run: qwz (stage 3: int8\n"
-      "                     param all-gathers); the run is then compared with the\n"
-      "                     baseline by loss, not bit for bit (docs/multinode.md)\n"
+      "  --zeropp LIST      ZeRO++ options of the distributed run (stage 3): qwz (int8\n"
+      "                     param all-gathers; the run is then compared with the\n"
+      "                     baseline by loss, not bit for bit), hpz (a secondary\n"
+      "                     param copy per node; bitwise) (docs/multinode.md)\n"
       "  --hidden H         hidden size (default %lld)\n"
       "  --blocks B         residual blocks (default %d)\n"
       "  --micro-batch M    samples per micro-batch (default %d)\n"
@@ -186,10 +187,12 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Custom("zeropp",
               [&opts](const std::string& v) -> absl::Status {
                 opts.zeropp = ZeroPlusPlusSpec{};
+                opts.hpz = false;
                 for (absl::string_view part : absl::StrSplit(v, ',')) {
                   ZS_ASSIGN_OR_RETURN(const int option,
-                                      cli::ParseChoiceFlag("--zeropp", part, {"qwz"}));
+                                      cli::ParseChoiceFlag("--zeropp", part, {"qwz", "hpz"}));
                   if (option == 0) opts.zeropp.quantized_weights = true;
+                  if (option == 1) opts.hpz = true;
                 }
                 return absl::OkStatus();
               })
@@ -235,7 +238,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
     return absl::InvalidArgumentError(
         "--machine PROFILE times the planner's candidates; give it with --mem-cap SIZE");
   }
-  if (UsesGrid(opts) && opts.zeropp.any()) {
+  if (UsesGrid(opts) && (opts.zeropp.any() || opts.hpz)) {
     return absl::InvalidArgumentError(
         "--zeropp runs on the data-parallel trainer for now; drop --tp, --pp and --mem-cap (or "
         "--zeropp)");
@@ -282,6 +285,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   TrainSpec distributed = MakeTrainSpec(opts, opts.stage, opts.accum);
   distributed.offload = opts.offload;
   distributed.zeropp = opts.zeropp;
+  if (opts.hpz) distributed.zeropp.secondary_partition_size = 1;  // its stage rule
   ZS_RETURN_IF_ERROR(distributed.Validate());
   return opts;
 }

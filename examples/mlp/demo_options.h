@@ -23,6 +23,10 @@ struct DemoOptions {
   int accum = 1;            // micro-batches per rank per step
   int prefetch = 1;         // stage 3: units gathered ahead of use (TrainSpec::prefetch_units)
   ZeroPlusPlusSpec zeropp;  // --zeropp: the distributed run's ZeRO++ options
+  // --zeropp hpz: the secondary group is the ranks of a node
+  // (zeropp.secondary_partition_size = the fullest node's ranks, from the
+  // communicator when the run starts).
+  bool hpz = false;
   // 5 blocks x hidden 256 (2.6M params): baseline + distributed take about
   // 30 s on two idle cores, under a minute on two busy ones.
   MlpConfig model = [] {

@@ -92,8 +92,8 @@ void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
                  c.bitwise_identical ? "yes" : "no");
     return;
   }
-  if (opts.zeropp.any()) {
-    // ZeRO++ changes the numerics: compare the loss curves instead.
+  if (opts.zeropp.quantized_weights) {
+    // qwZ changes the numerics: compare the loss curves instead.
     const std::vector<double>& d = r.distributed.losses;
     const std::vector<double>& b = r.baseline.losses;
     const size_t n = std::min(d.size(), b.size());
@@ -450,7 +450,10 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
     absl::StrAppendFormat(&distributed, ", prefetch %d%s", opts.prefetch,
                           r.distributed.prefetch_active ? "" : " (inactive)");
   }
-  if (opts.zeropp.quantized_weights) absl::StrAppend(&distributed, ", ZeRO++ qwZ");
+  if (opts.zeropp.quantized_weights || opts.hpz) {
+    absl::StrAppend(&distributed, ", ZeRO++", opts.zeropp.quantized_weights ? " qwZ" : "",
+                    opts.hpz ? " hpZ" : "");
+  }
   const std::string baseline =
       absl::StrFormat("1 rank, ZeRO stage 0, %s, accum %d%s", PrecisionName(opts.precision),
                       r.world * opts.accum, opts.device_cuda ? ", CPU" : "");
@@ -464,9 +467,10 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
     const int64_t steps = std::max<int64_t>(1, opts.steps - r.distributed.first_step);
     std::fprintf(out,
                  "  traffic:     %.3f MB across nodes (%.3f MB per step), %.3f MB within nodes "
-                 "(all ranks' collectives, MB = 10^6 bytes)\n",
+                 "(all ranks' collectives%s, MB = 10^6 bytes)\n",
                  r.inter_node_bytes / 1e6, r.inter_node_bytes / 1e6 / steps,
-                 r.intra_node_bytes / 1e6);
+                 r.intra_node_bytes / 1e6,
+                 opts.hpz ? "; hpZ's gathers within a node not counted" : "");
   }
   std::fprintf(out, "  baseline:    %-52s %6.1f s\n", baseline.c_str(), r.baseline.wall_seconds);
   std::fprintf(out,

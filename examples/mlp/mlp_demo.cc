@@ -220,6 +220,7 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   if (checkpointed) {
     train.offload = opts.offload;
     train.zeropp = opts.zeropp;
+    if (opts.hpz) train.zeropp.secondary_partition_size = comm.node_layout().max_ranks_per_node();
   }
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       Engine::Create(BuildModelSpec(opts.model), train, *device, comm));

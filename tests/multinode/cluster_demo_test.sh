@@ -5,7 +5,8 @@
 # communicator reports 2 ranks on each node by the nodes' own host names;
 # the bytes crossed the nodes' links (interface counters); a stale cluster
 # is replaced; teardown leaves no namespace and no rank behind. Then ZeRO++
-# qwZ across the same nodes: fewer bytes across nodes, the loss within 1%.
+# qwZ across the same nodes: fewer bytes across nodes, the loss within 1%;
+# and hpZ: fewer bytes across nodes, bitwise the exact training.
 #
 #   cluster_demo_test.sh MLP_DEMO
 set -uo pipefail
@@ -77,6 +78,16 @@ awk -v q="$qwz_mb" -v e="$exact_mb" 'BEGIN { exit !(q < 0.8 * e) }' ||
   fail "qwZ sent $qwz_mb MB across nodes, the exact path $exact_mb MB: not below 0.8x"
 awk -v w="$worst" 'BEGIN { exit !(w < 0.01) }' || fail "qwZ's loss is $worst off the baseline's"
 echo "qwZ: $qwz_mb MB across nodes (exact: $exact_mb MB), loss within $worst of the baseline's"
+
+# hpZ: the backward's gathers within each node; bitwise the exact training.
+timeout -k 5 180 "$cluster" mpirun 2 -x ZS_MPI_TEST_ID -- \
+  "$demo" --backend mpi --steps 10 --stage 3 --zeropp hpz --comm-timeout 60s >"$work/hpz.out" 2>&1 ||
+  fail "mlp_demo --zeropp hpz across 2 nodes x 2 ranks failed"
+grep -q "bitwise identical: yes" "$work/hpz.out" || fail "hpZ is not bitwise the exact training"
+hpz_mb=$(awk '$1 == "traffic:" { print $2 }' "$work/hpz.out")
+awk -v h="$hpz_mb" -v e="$exact_mb" 'BEGIN { exit !(h < 0.9 * e) }' ||
+  fail "hpZ sent $hpz_mb MB across nodes, the exact path $exact_mb MB: not below 0.9x"
+echo "hpZ: $hpz_mb MB across nodes (exact: $exact_mb MB), bitwise"
 
 "$cluster" down
 ip netns list | grep -q "^$ZS_CLUSTER-" && fail "namespaces left after down: $(ip netns list | grep "^$ZS_CLUSTER-")"

@@ -38,6 +38,7 @@ TrainSpec MakeTrainSpec(const RunConfig& run) {
   t.max_grad_norm = run.max_grad_norm;
   t.prefetch_units = run.prefetch_units;
   t.zeropp.quantized_weights = run.quantized_weights;
+  t.zeropp.secondary_partition_size = run.secondary_partition_size;
   return t;
 }
 

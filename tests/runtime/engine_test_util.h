@@ -21,7 +21,8 @@ struct RunConfig {
   double max_grad_norm = 0.0;
   double weight_decay = 0.01;
   int prefetch_units = 1;
-  bool quantized_weights = false;  // TrainSpec::zeropp.quantized_weights (qwZ)
+  bool quantized_weights = false;    // TrainSpec::zeropp.quantized_weights (qwZ)
+  int secondary_partition_size = 0;  // TrainSpec::zeropp.secondary_partition_size (hpZ)
 };
 
 struct RunResult {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/src/layout/flat_layout.h"
 #include "gtest/gtest.h"
 #include "kernels/common/quant_int8.h"
 #include "tests/runtime/engine_test_util.h"
@@ -72,6 +73,74 @@ TEST(EngineZeroPlusPlusTest, QuantizedWeightsTrainNearTheExactPath) {
       EXPECT_EQ(b->model_state_bytes[r], plan->model_state_bytes()) << "rank " << r;
     }
   }
+}
+
+// hpZ moves where the step's later gathers come from, not what they
+// deliver: bitwise the run without it (exact, and with qwZ), with the
+// secondary gathers counted and the secondary copy planned and allocated.
+TEST(EngineZeroPlusPlusTest, SecondaryPartitionIsBitwiseTheRunWithoutIt) {
+  const mlp::MlpConfig cfg = SmallMlp();
+  const ModelSpec spec = mlp::BuildModelSpec(cfg);
+  for (bool qwz : {false, true}) {
+    RunConfig plain;
+    plain.world = kWorld;
+    plain.stage = 3;
+    plain.steps = 8;
+    plain.quantized_weights = qwz;
+    auto without = TrainMlp(cfg, plain);
+    ASSERT_TRUE(without.ok()) << without.status();
+    EXPECT_EQ(without->stats.secondary_gathers, 0);
+    for (int size : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << "qwZ " << qwz << ", secondary_partition_size " << size);
+      RunConfig hpz = plain;
+      hpz.secondary_partition_size = size;
+      auto with = TrainMlp(cfg, hpz);
+      ASSERT_TRUE(with.ok()) << with.status();
+      EXPECT_TRUE(BitwiseEqual(*with, *without))
+          << "max relative difference " << MaxRelativeDifference(*with, *without);
+      for (size_t i = 0; i < with->losses.size(); ++i) {
+        EXPECT_EQ(with->losses[i], without->losses[i]) << "step " << i;
+      }
+      // Every unit's backward gather after the first step's forward one
+      // (the last forward unit's stays in its slot).
+      EXPECT_GT(with->stats.secondary_gathers, 0);
+      auto plan = PlanEngineBuffers(spec, MakeTrainSpec(hpz), kWorld);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const PlannedBuffer* secondary = plan->Find(kParamSecondaryBuffer);
+      ASSERT_NE(secondary, nullptr);
+      auto layout = internal::FlatLayout::Create(spec, kWorld);
+      ASSERT_TRUE(layout.ok());
+      int64_t pieces = 0;
+      for (int u = 0; u < layout->num_units(); ++u) {
+        if (!plan->unit_resident[u]) pieces += layout->unit(u).padded_numel / size;
+      }
+      EXPECT_EQ(secondary->numel, pieces);
+      for (int r = 0; r < kWorld; ++r) {
+        EXPECT_EQ(with->peak_bytes[r], plan->total_bytes()) << "rank " << r;
+      }
+      std::printf(
+          "qwZ %d, hpZ group %d: bitwise the run without hpZ: %s; %lld secondary gathers "
+          "on rank 0; secondary copy %lld bytes per rank\n",
+          qwz, size, BitwiseEqual(*with, *without) ? "yes" : "NO",
+          static_cast<long long>(with->stats.secondary_gathers),
+          static_cast<long long>(secondary->bytes()));
+    }
+  }
+  // A group size that does not divide the world, and one below stage 3.
+  RunConfig bad;
+  bad.world = kWorld;
+  bad.stage = 3;
+  bad.secondary_partition_size = 3;
+  auto plan = PlanEngineBuffers(spec, MakeTrainSpec(bad), kWorld);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("zeropp.secondary_partition_size 3 does not divide the "
+                                         "world size 4"),
+            std::string::npos)
+      << plan.status();
+  bad.stage = 2;
+  EXPECT_NE(MakeTrainSpec(bad).Validate().message().find(
+                "zeropp.secondary_partition_size (hpZ) keeps a secondary copy"),
+            std::string::npos);
 }
 
 TEST(EngineZeroPlusPlusTest, QuantizedWeightsNeedStage3) {

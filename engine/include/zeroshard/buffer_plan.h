@@ -89,6 +89,10 @@ inline constexpr char kParamStageBuffer[] = "param_stage";
 // segment (kernels::QuantPackedBytes: int8 values and fp32 block scales),
 // gathered there and dequantized into the slot.
 inline constexpr char kParamGatherInt8Buffer[] = "param_gather_int8";
+// Stage 3 with ZeRO++'s hpZ (TrainSpec::zeropp.secondary_partition_size
+// S): per sharded segment, 1/S of its padded params (the piece of this
+// rank's position in its group of S), in the param dtype.
+inline constexpr char kParamSecondaryBuffer[] = "param_secondary";
 // qwZ's pack of n elements (the planner's copy of the kernels' format,
 // kernels/common/quant_int8.h, which the runtime checks it equals): n int8
 // values padded to 8 bytes, then one fp32 scale per kQwzBlockElements,
@@ -124,6 +128,10 @@ struct BufferPlan {
   // gather_int8_slot_bytes of them.
   bool quantized_weights = false;
   int64_t gather_int8_slot_bytes = 0;
+  // hpZ: the group size (0: off) and each sharded segment's offset into
+  // kParamSecondaryBuffer, in elements (-1 for a resident segment).
+  int secondary_partition_size = 0;
+  std::vector<int64_t> secondary_offset;
   // Optimizer offload: elements per streamed chunk (0 without offload), and
   // the state tensors swapped to NVMe per chunk (0, 2 or 3).
   int64_t offload_chunk_numel = 0;

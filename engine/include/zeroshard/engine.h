@@ -135,8 +135,11 @@ struct EngineStats {
   double loss_scale = 1.0;       // current (fp16); 1 otherwise
   bool prefetch_active = false;  // stage 3: gathers issued ahead from the recorded order
   int64_t collectives = 0;       // issued by this engine so far
-  StepTimes last;                // the most recent step
-  StepTimes totals;              // every field summed over all steps
+  // Stage 3 with hpZ (TrainSpec::zeropp.secondary_partition_size): gathers
+  // served within the secondary group instead of across the world.
+  int64_t secondary_gathers = 0;
+  StepTimes last;    // the most recent step
+  StepTimes totals;  // every field summed over all steps
   // TrainSpec::offload at work, in one line (empty without offload): the
   // tier, the chunk, and for NVMe the swap files' I/O path and why ("io_uring
   // (queue depth 32), O_DIRECT", or the thread pool with io_uring's refusal).

@@ -119,8 +119,18 @@ struct ZeroPlusPlusSpec {
   // scale, largest magnitude / 254); the fp32 master, the optimizer and the
   // checkpoints are untouched.
   bool quantized_weights = false;
+  // hpZ, stage 3 only: 0 (off), or the ranks that share a secondary copy of
+  // the params, normally the ranks of one node. Each rank keeps, besides
+  // its shard, 1/size of every sharded unit as the unit's first gather of a
+  // step delivered it; the step's later gathers of that unit (the backward,
+  // a recompute) all-gather those pieces within the group of `size`
+  // consecutive ranks instead of across the world. It must divide the world
+  // size, and each group must lie on one node (Engine::Create checks both
+  // against Communicator::node_layout). Bitwise the same training; costs
+  // the secondary copy's memory (param_secondary).
+  int secondary_partition_size = 0;
 
-  bool any() const { return quantized_weights; }
+  bool any() const { return quantized_weights || secondary_partition_size > 0; }
 };
 
 struct TrainSpec {

@@ -76,6 +76,18 @@ absl::Status TrainSpec::Validate() const {
   if (zero_stage < 0 || zero_stage > 3) {
     return bad(absl::StrFormat("zero_stage %d is not supported; use 0, 1, 2 or 3", zero_stage));
   }
+  if (zeropp.secondary_partition_size < 0 || zeropp.secondary_partition_size > (1 << 20)) {
+    return bad(absl::StrFormat(
+        "zeropp.secondary_partition_size %d is outside [0, 1048576]; give 0 (off) or the ranks "
+        "per node",
+        zeropp.secondary_partition_size));
+  }
+  if (zeropp.secondary_partition_size > 0 && zero_stage != 3) {
+    return bad(absl::StrFormat(
+        "zeropp.secondary_partition_size (hpZ) keeps a secondary copy of stage 3's param shards, "
+        "but zero_stage is %d; use zero_stage 3 or set it to 0",
+        zero_stage));
+  }
   if (zeropp.quantized_weights && zero_stage != 3) {
     return bad(absl::StrFormat(
         "zeropp.quantized_weights (qwZ) quantizes stage 3's param all-gathers, but zero_stage is "

@@ -84,6 +84,8 @@ const TrainSpecField kFields[] = {
     // ZeRO++ changes the numerics of the run, not its saved state: a resume
     // may switch it (Load reports the change).
     {"zeropp.quantized_weights", Kind::kBool, ZS_MEMBER(zeropp.quantized_weights)},
+    {"zeropp.secondary_partition_size", Kind::kInt, ZS_MEMBER(zeropp.secondary_partition_size), 0,
+     1 << 20},
 };
 
 #undef ZS_MEMBER

@@ -214,13 +214,30 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
       return TooLarge(kParamGatherBuffer, "prefetch_units", train.prefetch_units);
     plan.buffers.push_back(
         {kParamGatherBuffer, MemoryCategory::kCommBuffers, train.param_dtype(), *pool});
+    if (const int size = train.zeropp.secondary_partition_size; size > 0) {
+      if (layout.world_size() % size != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "train spec: zeropp.secondary_partition_size %d does not divide the world size %d; "
+            "give the ranks per node (hpZ's groups are whole nodes)",
+            size, layout.world_size()));
+      }
+      plan.secondary_partition_size = size;
+      plan.secondary_offset.assign(layout.num_units(), -1);
+      int64_t secondary = 0;
+      for (int u = 0; u < layout.num_units(); ++u) {
+        if (plan.unit_resident[u]) continue;
+        plan.secondary_offset[u] = secondary;
+        secondary += layout.unit(u).padded_numel / size;
+      }
+      plan.buffers.push_back(
+          {kParamSecondaryBuffer, MemoryCategory::kParams, train.param_dtype(), secondary});
+    }
     if (train.zeropp.quantized_weights) {
       // Every rank's pack of a shard of the largest sharded segment, per
       // slot: below 2 bytes per element, so below the pool's own bytes.
       plan.quantized_weights = true;
       plan.gather_int8_slot_bytes =
-          layout.world_size() *
-          QwzPackBytes(plan.gather_slot_numel / layout.world_size());
+          layout.world_size() * QwzPackBytes(plan.gather_slot_numel / layout.world_size());
       plan.buffers.push_back({kParamGatherInt8Buffer, MemoryCategory::kCommBuffers, DType::kUInt8,
                               slots * plan.gather_int8_slot_bytes});
     }

@@ -49,6 +49,9 @@ class EngineImpl final : public Engine, private RuntimeServices {
   ~EngineImpl() override;
 
   absl::Status Allocate();
+  // hpZ: splits the secondary groups off the engine's communicator (after
+  // checking each lies on one node) and hands this rank's to the gatherer.
+  absl::Status SetUpSecondaryGroup();
   // Allocate's part for TrainSpec::offload: the swap files, the streamed
   // update, the gatherer's shard fetch (engine_offload.cc).
   absl::Status AllocateOffload();
@@ -210,6 +213,9 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // for its collectives in flight (peers may still read our buffers) and the
   // writer for its thread.
   std::unique_ptr<CheckpointWriter> checkpoint_;
+  // hpZ's group (declared before the gatherer, which waits on its
+  // all-gathers when destroyed).
+  std::unique_ptr<Communicator> secondary_group_;
   std::unique_ptr<ParamGatherer> gatherer_;
   std::unique_ptr<GradReducer> reducer_;
 

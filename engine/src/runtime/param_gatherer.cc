@@ -32,6 +32,7 @@ ParamGatherer::ParamGatherer(const ModelSpec& model, const FlatLayout& layout,
   slots_.resize(plan_.gather_slots);
   unit_slot_.assign(layout_.num_units(), -1);
   prefetch_depth_ = std::max(0, plan_.gather_slots - plan_.held_slots);
+  secondary_valid_.assign(layout_.num_units(), 0);
 }
 
 ParamGatherer::~ParamGatherer() {
@@ -179,6 +180,20 @@ absl::Status ParamGatherer::Dequantize(int slot) {
   return absl::OkStatus();
 }
 
+absl::Status ParamGatherer::KeepSecondary(int slot) {
+  GatherSlot& g = slots_[slot];
+  if (!g.keep_secondary) return absl::OkStatus();
+  g.keep_secondary = false;
+  const int64_t piece = layout_.unit(g.unit).padded_numel / plan_.secondary_partition_size;
+  const int64_t bytes = piece * static_cast<int64_t>(DTypeSize(param_dtype_));
+  const char* slot_data = static_cast<const char*>(buffers_.GatherSlotData(slot));
+  ZS_RETURN_IF_ERROR(services_.CopyOnCompute(buffers_.SecondaryData(g.unit),
+                                             slot_data + secondary_->rank() * bytes, bytes));
+  ZS_RETURN_IF_ERROR(services_.SyncCompute());
+  secondary_valid_[g.unit] = 1;
+  return absl::OkStatus();
+}
+
 absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
   const UnitSegment& seg = layout_.unit(unit);
   GatherSlot& g = slots_[slot];
@@ -195,6 +210,18 @@ absl::Status ParamGatherer::IssueUnitGather(int unit, int slot) {
     ZS_RETURN_IF_ERROR(fetch_(unit, stage));
     mine = stage;
   }
+  g.keep_secondary = false;
+  if (secondary_ != nullptr && secondary_valid_[unit]) {
+    // hpZ: the group's pieces of this step's params (never quantized:
+    // they are what the world gather delivered).
+    const int64_t piece = seg.padded_numel / plan_.secondary_partition_size;
+    g.gather = secondary_->AllGather(buffers_.SecondaryData(unit), buffers_.GatherSlotData(slot),
+                                     piece, param_dtype_, CollectiveLog::UnitTag(unit));
+    g.dequantized = true;
+    ++secondary_gathers_;
+    return absl::OkStatus();
+  }
+  g.keep_secondary = secondary_ != nullptr;
   if (plan_.quantized_weights) {
     // qwZ: this rank's shard as an int8 pack, in its place among the
     // ranks' packs (an in-place all-gather); unpacked on first use.
@@ -283,6 +310,10 @@ absl::Status ParamGatherer::PrefetchFrom(size_t order_pos) {
 absl::Status ParamGatherer::DropPool() {
   // The optimizer rewrites the trainable shards; frozen segments' copies
   // stay valid and stay in their slots.
+  // hpZ: the secondary pieces of trainable segments are stale too.
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (layout_.unit(u).trainable) secondary_valid_[u] = 0;
+  }
   for (GatherSlot& g : slots_) {
     ZS_RETURN_IF_ERROR(services_.WaitComm(g.gather, WaitSite::kStage3Drop));
     if (g.unit < 0 || !layout_.unit(g.unit).trainable) continue;
@@ -347,6 +378,7 @@ absl::StatusOr<void*> ParamGatherer::GatherSegment(int segment, int unit, int64_
   if (gather.valid() && !gather.Ready()) ++gathers_waited_;
   ZS_RETURN_IF_ERROR(services_.WaitComm(gather, WaitSite::kStage3Gather));
   ZS_RETURN_IF_ERROR(Dequantize(slot));
+  ZS_RETURN_IF_ERROR(KeepSecondary(slot));
   ++slots_[slot].holds;
   return buffers_.GatherSlotData(slot);
 }

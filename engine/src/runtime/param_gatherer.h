@@ -53,6 +53,15 @@ class ParamGatherer {
   using ShardFetch = std::function<absl::Status(int unit, void* device)>;
   void set_shard_fetch(ShardFetch fetch) { fetch_ = std::move(fetch); }
 
+  // hpZ: the group of plan.secondary_partition_size consecutive ranks that
+  // share the secondary copy (a Split of the engine's communicator; must
+  // outlive the gatherer). A segment's first gather of a step goes to every
+  // rank and leaves this rank's piece in the secondary buffer; its later
+  // gathers (until the optimizer rewrites it) all-gather the pieces within
+  // the group.
+  void set_secondary_group(Communicator* group) { secondary_ = group; }
+  int64_t secondary_gathers() const { return secondary_gathers_; }
+
   // The memory of spec unit `unit`'s params: per segment of
   // layout.SegmentsOf(unit), in segment coordinates, complete on every
   // rank (waits for the all-gathers). `step` (1-based) and `first_step`
@@ -104,6 +113,8 @@ class ParamGatherer {
     // qwZ: the gathered int8 packs are unpacked into the slot (done on the
     // segment's first use after its gather).
     bool dequantized = true;
+    // hpZ: the gather went to every rank: keep this rank's piece once done.
+    bool keep_secondary = false;
   };
   // One gather of the first step's order.
   struct OrderEntry {
@@ -112,8 +123,10 @@ class ParamGatherer {
   };
 
   absl::StatusOr<void*> GatherSegment(int segment, int unit, int64_t step, bool first_step);
-  // qwZ: unpacks the slot's gathered int8 packs into it, once per gather.
+  // qwZ: unpacks the slot's gathered int8 packs into it, once per gather;
+  // hpZ: then keeps this rank's piece of a world gather.
   absl::Status Dequantize(int slot);
+  absl::Status KeepSecondary(int slot);
   absl::Status CheckOrder(int segment, int unit, int64_t step);
   absl::StatusOr<int> AcquireSlot(int protect_from);
   absl::Status IssueUnitGather(int unit, int slot);
@@ -142,6 +155,10 @@ class ParamGatherer {
   bool prefetch_active_ = false;
   int prefetch_depth_ = 0;
   int64_t segment_gathers_ = 0;
+  // hpZ.
+  Communicator* secondary_ = nullptr;
+  std::vector<char> secondary_valid_;  // [segment] its piece holds this step's params
+  int64_t secondary_gathers_ = 0;
   int64_t gathers_ahead_ = 0;
   int64_t gathers_waited_ = 0;
   ShardFetch fetch_;

@@ -34,8 +34,8 @@ class RuntimeServices {
   // Enqueues a zeroing of `bytes` device bytes at `dst` on the compute stream.
   virtual absl::Status ZeroOnCompute(void* dst, int64_t bytes) = 0;
   // Enqueues a copy between host memory and the device's buffers (either
-  // direction) on the compute stream; the host memory must live until the
-  // next SyncCompute.
+  // direction), or between two device buffers, on the compute stream; the
+  // host memory must live until the next SyncCompute.
   virtual absl::Status CopyOnCompute(void* dst, const void* src, int64_t bytes) const = 0;
   // Waits for the compute stream: before the host or the communicator
   // touches a buffer that enqueued work reads or writes. A failure poisons

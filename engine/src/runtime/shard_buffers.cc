@@ -85,6 +85,8 @@ absl::Status ShardBuffers::Allocate(Device& device, Device* host) {
       param_stage = std::move(buffer);
     } else if (b.name == kParamGatherInt8Buffer) {
       param_gather_int8 = std::move(buffer);
+    } else if (b.name == kParamSecondaryBuffer) {
+      param_secondary = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -119,6 +121,11 @@ void* ShardBuffers::ParamStageData(int slot) const {
 
 void* ShardBuffers::GatherInt8SlotData(int slot) const {
   return At(param_gather_int8, slot * plan_.gather_int8_slot_bytes);
+}
+
+void* ShardBuffers::SecondaryData(int unit) const {
+  return At(param_secondary,
+            plan_.secondary_offset[unit] * static_cast<int64_t>(DTypeSize(param_dtype_)));
 }
 
 void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {

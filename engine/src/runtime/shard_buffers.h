@@ -72,6 +72,7 @@ class ShardBuffers {
   // staging buffer (one shard per gather slot).
   DeviceBuffer offload_param_shard, param_stage;
   DeviceBuffer param_gather_int8;  // qwZ (kParamGatherInt8Buffer)
+  DeviceBuffer param_secondary;    // hpZ (kParamSecondaryBuffer)
   // Whether `unit`'s params live on the host tier (a sharded unit with
   // OffloadSpec::params host): ParamsAt then points to host memory.
   bool ParamsOnHost(int unit) const { return params_on_host_ && !plan_.unit_resident[unit]; }
@@ -84,6 +85,8 @@ class ShardBuffers {
   void* ParamStageData(int slot) const;
   // qwZ: slot `slot` of kParamGatherInt8Buffer (every rank's int8 pack).
   void* GatherInt8SlotData(int slot) const;
+  // hpZ: sharded segment `unit`'s piece in kParamSecondaryBuffer.
+  void* SecondaryData(int unit) const;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
