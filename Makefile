@@ -144,7 +144,7 @@ bench: build
 # (ctest perf_pipeline_smoke).
 perf: deps-perf configure
 	$(CMAKE_BUILD) $(BUILD_DIR) -j $(JOBS) --target adam_bench collective_bench step_bench offload_bench zeroshard_cli \
-		zeroshard_calibrate
+		zeroshard_calibrate mlp_demo
 	perf/run_perf.sh --build-dir $(BUILD_DIR) $(PERF_ARGS)
 
 format:

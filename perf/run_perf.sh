@@ -13,6 +13,10 @@
 #   step_mpi_npN.json         the same on mpi, N = 1, 2, 4 (with --mpi)
 #   machine.json              zeroshard calibrate: this machine's profile (sgemm,
 #                             GELU, copy, optimizer; local and mpi collectives)
+#   multinode_zeropp.json     perf/multinode/zeropp_bench.sh (as root, with MPI): mlp_demo
+#                             at stage 3 on emulated nodes (2 x 2, 4 x 1; links unshaped
+#                             and 1 Gbit/s), exact and with each ZeRO++ option: bytes
+#                             across nodes per step (engine and interfaces), step time
 #   predicted_B_npN.json      zeroshard estimate --machine: the calibrated model's
 #                             step time for every stage, backend B, N ranks, given
 #                             the CPUs per rank the step run measured
@@ -167,8 +171,20 @@ for backend in "${backends[@]}"; do
   done
 done
 
+expect=step,collectives,kernels,model,offload
+if [[ ${mpi} -eq 1 && "$(id -u)" -eq 0 && -x "${build_dir}/examples/mlp/mlp_demo" ]]; then
+  stamp "ZeRO++ across emulated nodes (perf/multinode/zeropp_bench.sh)"
+  zeropp_args=()
+  [[ ${smoke} -eq 1 ]] && zeropp_args=(--smoke)
+  "${root}/perf/multinode/zeropp_bench.sh" "${build_dir}/examples/mlp/mlp_demo" \
+    "${out}/multinode_zeropp.json" "${zeropp_args[@]}"
+  expect+=,multinode
+else
+  stamp "ZeRO++ across emulated nodes: skipped (needs root, mpirun and mlp_demo)"
+fi
+
 stamp "report"
-python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect step,collectives,kernels,model,offload
+python3 "${root}/perf/report/make_report.py" --dir "${out}" --check --expect "${expect}"
 if [[ ${smoke} -eq 0 ]]; then
   if ! "${root}/perf/report/screenshot.sh" "${out}"; then
     echo "run_perf.sh: the charts were not rendered to PNG (see above); the report itself is written"

@@ -349,6 +349,10 @@ uint64_t WeightsFingerprint(const std::vector<std::vector<float>>& params) {
 // --result-json: what a script needs to compare two runs bit for bit.
 absl::Status WriteResultJson(const DemoOptions& opts, const DemoResults& r) {
   const RunResult& d = r.distributed;
+  double slowest_step_ms = 0;
+  for (const std::vector<double>& ms : d.step_ms) {
+    slowest_step_ms = std::max(slowest_step_ms, ms[kTotalMs]);
+  }
   nlohmann::json tiers = nlohmann::json::object();
   for (int t = 0; t < examples::kNumTiers; ++t) {
     tiers[MemoryTierName(static_cast<MemoryTier>(t))] = {{"plan", d.tiers.plan[t]},
@@ -364,7 +368,14 @@ absl::Status WriteResultJson(const DemoOptions& opts, const DemoResults& r) {
       {"losses", d.losses},  // doubles: nlohmann writes them to round-trip
       {"weights_fnv1a64", absl::StrFormat("%016x", WeightsFingerprint(d.params))},
       {"tiers_rank0", tiers},
-      {"device_plan_without_offload", d.device_plan_without_offload}};
+      {"device_plan_without_offload", d.device_plan_without_offload},
+      {"baseline_losses", r.baseline.losses},
+      {"zeropp", {{"qwz", opts.zeropp.quantized_weights}, {"hpz", opts.hpz}}},
+      // mpi: every rank's collective bytes, summed (Communicator::traffic).
+      {"inter_node_bytes", r.inter_node_bytes},
+      {"intra_node_bytes", r.intra_node_bytes},
+      // The slowest rank's mean step time (StepTimes' total, ms).
+      {"step_ms", slowest_step_ms}};
   std::ofstream f(opts.result_json);
   f << j.dump(1) << "\n";
   if (!f) {

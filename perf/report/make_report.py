@@ -720,7 +720,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="build/perf", help="where the JSON files are and the report goes")
     parser.add_argument("--check", action="store_true", help="validate what was written")
-    parser.add_argument("--expect", default="", help="layers --check requires: step,collectives,kernels,model,offload")
+    parser.add_argument("--expect", default="",
+                        help="layers --check requires: step,collectives,kernels,model,offload,multinode")
     parser.add_argument("--cpus-per-rank", nargs=2, metavar=("BACKEND", "RANKS"),
                         help="print the binding the step run measured for `estimate --cpus-per-rank` "
                              "(0: not bound) and write nothing")
@@ -788,6 +789,16 @@ def main():
         layers.append("offload")
     else:
         md.append("## Offload\n\nNo offload.json: offload_bench did not run.\n")
+
+    zeropp_path = os.path.join(out_dir, "multinode_zeropp.json")
+    zeropp = load(zeropp_path) if os.path.exists(zeropp_path) else None
+    if zeropp and zeropp.get("rows"):
+        from multinode_section import multinode_section
+        multinode_section(zeropp, out_dir, md, Svg, nice_ticks)
+        layers.append("multinode")
+    else:
+        md.append("## ZeRO++ across emulated nodes\n\nNo multinode_zeropp.json: "
+                  "perf/multinode/zeropp_bench.sh did not run (it needs root and mpirun).\n")
 
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
