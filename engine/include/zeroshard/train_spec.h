@@ -125,8 +125,8 @@ struct ZeroPlusPlusSpec {
   // step delivered it; the step's later gathers of that unit (the backward,
   // a recompute) all-gather those pieces within the group of `size`
   // consecutive ranks instead of across the world. It must divide the world
-  // size, and each group must lie on one node (Engine::Create checks both
-  // against Communicator::node_layout). Bitwise the same training; costs
+  // size (PlanEngineBuffers and Engine::Create check), and each group must
+  // lie on one node (Engine::Start checks it against node_layout). Bitwise the same training; costs
   // the secondary copy's memory (param_secondary).
   int secondary_partition_size = 0;
 

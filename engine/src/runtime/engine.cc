@@ -47,7 +47,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
   auto engine = std::make_unique<internal::EngineImpl>(model, train, device, comm,
                                                        std::move(layout), std::move(plan));
   ZS_RETURN_IF_ERROR(engine->Allocate());
-  ZS_RETURN_IF_ERROR(engine->SetUpSecondaryGroup());
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
@@ -114,32 +113,6 @@ EngineImpl::EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& d
     ZS_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, RecordCompute());
     return offload_->OnGradFinal(u, done);
   });
-}
-
-absl::Status EngineImpl::SetUpSecondaryGroup() {
-  const int size = plan_.secondary_partition_size;
-  if (size == 0) return absl::OkStatus();
-  // Each group of `size` consecutive ranks on one node: that is what keeps
-  // the backward's gathers inside the node.
-  const NodeLayout nodes = comm_.node_layout();
-  const int first = rank_ / size * size;
-  for (int r = first; r < first + size; ++r) {
-    if (nodes.node_of_rank[r] != nodes.node_of_rank[first]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Engine::Create: zeropp.secondary_partition_size %d groups ranks %d-%d, but rank %d is "
-          "on %s and rank %d on %s (%s); hpZ's groups must each lie on one node: set it to the "
-          "ranks per node and place ranks by node",
-          size, first, first + size - 1, first, nodes.node_names[nodes.node_of_rank[first]], r,
-          nodes.node_names[nodes.node_of_rank[r]], nodes.Describe()));
-    }
-  }
-  ZS_ASSIGN_OR_RETURN(secondary_group_, comm_.Split(rank_ / size, rank_));
-  if (secondary_group_ == nullptr || secondary_group_->size() != size ||
-      secondary_group_->rank() != rank_ - first) {
-    return absl::InternalError("Engine::Create: hpZ's group split went wrong");
-  }
-  gatherer_->set_secondary_group(secondary_group_.get());
-  return absl::OkStatus();
 }
 
 EngineImpl::~EngineImpl() {

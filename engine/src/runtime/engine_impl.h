@@ -50,7 +50,8 @@ class EngineImpl final : public Engine, private RuntimeServices {
 
   absl::Status Allocate();
   // hpZ: splits the secondary groups off the engine's communicator (after
-  // checking each lies on one node) and hands this rank's to the gatherer.
+  // checking each lies on one node) and hands this rank's to the gatherer;
+  // in Start, once the ranks' TrainSpecs are known to agree.
   absl::Status SetUpSecondaryGroup();
   // Allocate's part for TrainSpec::offload: the swap files, the streamed
   // update, the gatherer's shard fetch (engine_offload.cc).

@@ -185,6 +185,9 @@ absl::Status EngineImpl::Start(absl::Span<const TrainerSetting> settings) {
     return Poison(StartMismatch(per_rank));
   }
   ZS_RETURN_IF_ERROR(CheckWeightsAndSettingsAgree(settings));
+  // hpZ's groups: a Split, so only once every rank is known to run the same
+  // TrainSpec (a rank without hpZ would not take part).
+  ZS_RETURN_IF_ERROR(SetUpSecondaryGroup());
   started_ = true;
   // The first step begins here: Start's own exchanges, a Load and anything
   // reported before belong to no step.
