@@ -126,8 +126,8 @@ struct ZeroPlusPlusSpec {
   // a recompute) all-gather those pieces within the group of `size`
   // consecutive ranks instead of across the world. It must divide the world
   // size (PlanEngineBuffers and Engine::Create check), and each group must
-  // lie on one node (Engine::Start checks it against node_layout). Bitwise the same training; costs
-  // the secondary copy's memory (param_secondary).
+  // lie on one node (Engine::Start checks it against node_layout). Bitwise
+  // the same training; costs the secondary copy's memory (param_secondary).
   int secondary_partition_size = 0;
 
   bool any() const { return quantized_weights || secondary_partition_size > 0; }
