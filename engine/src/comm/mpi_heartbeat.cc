@@ -44,6 +44,9 @@ struct Heartbeats {
 // write into its receive buffers after StopHeartbeats let them go.
 std::mutex g_mu;
 Heartbeats* g_heartbeats = nullptr;
+// Stopped heartbeats stay reachable from here (not a leak to the leak
+// checker): MPI may still write into their buffers.
+Heartbeats* g_stopped = nullptr;
 bool g_started = false;
 
 void Run(Heartbeats* h) {
@@ -169,12 +172,45 @@ void StopHeartbeats() {
     std::lock_guard<std::mutex> guard(g_mu);
     h = g_heartbeats;
     g_heartbeats = nullptr;
+    if (h != nullptr) g_stopped = h;
   }
   if (h == nullptr) return;
   h->stop.store(true);
   h->thread.join();
+  // Every rank stops beating before it enters this barrier; until the
+  // barrier completes (and a little after) the beats still arriving are
+  // received, so none is left unmatched inside MPI at MPI_Finalize. A peer
+  // that never comes (dead) ends the wait after 2 s.
+  const int n = static_cast<int>(h->watched.size());
+  std::vector<int> indices(n);
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  {
+    MpiCallLock lock;
+    MPI_Ibarrier(h->comm, &barrier);
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(2);
+  absl::Time drained = absl::InfiniteFuture();
+  while (absl::Now() < std::min(give_up, drained)) {
+    MpiCallLock lock;
+    int done = 0;
+    if (barrier != MPI_REQUEST_NULL) MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+    if (done && drained == absl::InfiniteFuture()) drained = absl::Now() + absl::Milliseconds(100);
+    int completed = 0;
+    if (MPI_Testsome(n, h->receives.data(), &completed, indices.data(), MPI_STATUSES_IGNORE) ==
+            MPI_SUCCESS &&
+        completed != MPI_UNDEFINED) {
+      for (int k = 0; k < completed; ++k) {
+        const int i = indices[k];
+        MPI_Irecv(&h->inbox[i], 1, MPI_INT64_T, h->watched[i], kHeartbeatTag, h->comm,
+                  &h->receives[i]);
+      }
+    }
+  }
   MpiCallLock lock;
+  if (barrier != MPI_REQUEST_NULL) MPI_Request_free(&barrier);
   AbandonRequests(h->receives, [](size_t) { return true; });
+  // Freed before MPI_Finalize (MPI completes what is still in flight first).
+  MPI_Comm_free(&h->comm);
   // `h` stays allocated: a receive let go unfinished may still be written.
 }
 
