@@ -252,8 +252,10 @@ TEST(CpuDeviceOpsTest, QuantizeInt8KeepsEachValueWithinHalfItsBlocksScale) {
     for (int64_t i = 0; i < n; ++i) {
       const double scale = scales[i / 256];
       ASSERT_LE(std::abs(q[i]), 127);
-      // Within half a scale, up to the division's rounding.
-      ASSERT_LE(std::fabs(q[i] * scale - input[i]), 0.5 * scale * (1 + 1e-6))
+      // Within half a scale, up to the fp32 division x / scale's rounding
+      // (its quotient is at most 127: 127 * 2^-24 of a scale) and the
+      // scale's own (the same again): 2^-16 of a scale covers both.
+      ASSERT_LE(std::fabs(q[i] * scale - input[i]), (0.5 + std::ldexp(1.0, -16)) * scale)
           << "element " << i << ", " << SeedTrace();
       const float deq = static_cast<float>(q[i]) * scales[i / 256];
       double got;
