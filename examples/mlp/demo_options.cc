@@ -28,10 +28,12 @@ void PrintUsage(std::FILE* out) {
       "  --accum A          micro-batches per rank per step (default %d)\n"
       "  --prefetch N       stage 3: units all-gathered ahead of use, 0 = on demand\n"
       "                     (default %d)\n"
-      "  --zeropp LIST      ZeRO++ options of the distributed run (stage 3): qwz (int8\n"
-      "                     param all-gathers; the run is then compared with the\n"
-      "                     baseline by loss, not bit for bit), hpz (a secondary\n"
-      "                     param copy per node; bitwise) (docs/multinode.md)\n"
+      "  --zeropp LIST      ZeRO++ options of the distributed run: qwz (stage 3, int8\n"
+      "                     param all-gathers), hpz (stage 3, a secondary param copy\n"
+      "                     per node; bitwise), qgz8 / qgz4 (stages 2-3, int8 / int4\n"
+      "                     gradient reduce-scatters); with qwz or qgz the run is\n"
+      "                     compared with the baseline by loss, not bit for bit\n"
+      "                     (docs/multinode.md)\n"
       "  --hidden H         hidden size (default %lld)\n"
       "  --blocks B         residual blocks (default %d)\n"
       "  --micro-batch M    samples per micro-batch (default %d)\n"
@@ -189,10 +191,13 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
                 opts.zeropp = ZeroPlusPlusSpec{};
                 opts.hpz = false;
                 for (absl::string_view part : absl::StrSplit(v, ',')) {
-                  ZS_ASSIGN_OR_RETURN(const int option,
-                                      cli::ParseChoiceFlag("--zeropp", part, {"qwz", "hpz"}));
+                  ZS_ASSIGN_OR_RETURN(
+                      const int option,
+                      cli::ParseChoiceFlag("--zeropp", part, {"qwz", "hpz", "qgz8", "qgz4"}));
                   if (option == 0) opts.zeropp.quantized_weights = true;
                   if (option == 1) opts.hpz = true;
+                  if (option == 2) opts.zeropp.quantized_grad_bits = 8;
+                  if (option == 3) opts.zeropp.quantized_grad_bits = 4;
                 }
                 return absl::OkStatus();
               })

@@ -92,8 +92,8 @@ void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
                  c.bitwise_identical ? "yes" : "no");
     return;
   }
-  if (opts.zeropp.quantized_weights) {
-    // qwZ changes the numerics: compare the loss curves instead.
+  if (opts.zeropp.quantized_weights || opts.zeropp.quantized_grad_bits != 0) {
+    // qwZ and qgZ change the numerics: compare the loss curves instead.
     const std::vector<double>& d = r.distributed.losses;
     const std::vector<double>& b = r.baseline.losses;
     const size_t n = std::min(d.size(), b.size());
@@ -114,10 +114,12 @@ void PrintWeights(const DemoOptions& opts, const DemoResults& r, std::FILE* out)
                    "%.6g vs %.6g\n",
                    worst, worst_step, n, finite ? "" : ", NON-FINITE losses", d[n - 1], b[n - 1]);
     }
-    std::fprintf(out,
-                 "  bitwise identical: %s (not expected: ZeRO++ qwZ trains on int8-quantized "
-                 "params)\n",
-                 c.bitwise_identical ? "yes" : "no");
+    std::fprintf(out, "  bitwise identical: %s (not expected: ZeRO++ %s)\n",
+                 c.bitwise_identical ? "yes" : "no",
+                 opts.zeropp.quantized_weights && opts.zeropp.quantized_grad_bits != 0
+                     ? "qwZ and qgZ train on int8-quantized params and quantized gradients"
+                 : opts.zeropp.quantized_weights ? "qwZ trains on int8-quantized params"
+                                                 : "qgZ steps on quantized gradients");
     return;
   }
   // One micro-batch per dp rank accumulates like the baseline; so does a
@@ -450,9 +452,12 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
     absl::StrAppendFormat(&distributed, ", prefetch %d%s", opts.prefetch,
                           r.distributed.prefetch_active ? "" : " (inactive)");
   }
-  if (opts.zeropp.quantized_weights || opts.hpz) {
+  if (opts.zeropp.any() || opts.hpz) {
     absl::StrAppend(&distributed, ", ZeRO++", opts.zeropp.quantized_weights ? " qwZ" : "",
                     opts.hpz ? " hpZ" : "");
+    if (const int bits = opts.zeropp.quantized_grad_bits; bits != 0) {
+      absl::StrAppend(&distributed, " qgZ(int", bits, ")");
+    }
   }
   const std::string baseline =
       absl::StrFormat("1 rank, ZeRO stage 0, %s, accum %d%s", PrecisionName(opts.precision),
@@ -467,7 +472,7 @@ void PrintReport(const DemoOptions& opts, const DemoResults& r, std::FILE* out) 
     const int64_t steps = std::max<int64_t>(1, opts.steps - r.distributed.first_step);
     std::fprintf(out,
                  "  traffic:     %.3f MB across nodes (%.3f MB per step), %.3f MB within nodes "
-                 "(all ranks' collectives%s, MB = 10^6 bytes)\n",
+                 "(all ranks' messages%s, MB = 10^6 bytes)\n",
                  r.inter_node_bytes / 1e6, r.inter_node_bytes / 1e6 / steps,
                  r.intra_node_bytes / 1e6,
                  opts.hpz ? "; hpZ's gathers within a node not counted" : "");

@@ -370,8 +370,11 @@ absl::Status WriteResultJson(const DemoOptions& opts, const DemoResults& r) {
       {"tiers_rank0", tiers},
       {"device_plan_without_offload", d.device_plan_without_offload},
       {"baseline_losses", r.baseline.losses},
-      {"zeropp", {{"qwz", opts.zeropp.quantized_weights}, {"hpz", opts.hpz}}},
-      // mpi: every rank's collective bytes, summed (Communicator::traffic).
+      {"zeropp",
+       {{"qwz", opts.zeropp.quantized_weights},
+        {"hpz", opts.hpz},
+        {"qgz_bits", opts.zeropp.quantized_grad_bits}}},
+      // mpi: every rank's bytes sent, summed (Communicator::traffic).
       {"inter_node_bytes", r.inter_node_bytes},
       {"intra_node_bytes", r.intra_node_bytes},
       // The slowest rank's mean step time (StepTimes' total, ms).

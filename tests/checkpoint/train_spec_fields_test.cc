@@ -122,6 +122,8 @@ TrainSpec Changed(const TrainSpec& base, const TrainSpecField& field, std::mt199
   // and 2), which Validate cannot know.
   if (std::string(field.name) == "zeropp.secondary_partition_size")
     candidates = {bits == 0 ? 1 : 0};
+  // qgZ takes 0, 8 or 4 bits only.
+  if (std::string(field.name) == "zeropp.quantized_grad_bits") candidates = {8, 4, 0};
   for (int64_t c : candidates) {
     TrainSpec t = base;
     field.set(t, c);

@@ -306,9 +306,14 @@ TEST(GridMlpTrainer, SixteenBitViewsTrainOnAGrid) {
 
 // fp16 at the default scale of 65536 overflows this model's gradients (see
 // kTrainingLossScale): the first steps are skipped and the scale backs off.
-// Every rank of the grid must skip exactly the steps the one-rank run skips
-// and carry the same scale: the overflow is seen on some shards only, so this
-// holds only if the non-finite count is agreed over the model-parallel group.
+// Every rank of the grid must make the same skip decisions and carry the
+// same scale: the overflow is seen on some shards only, so this holds only
+// if the non-finite count is agreed over the model-parallel group. A
+// pipeline without tp has the baseline's bits, so its steps are the
+// baseline's; tp sums the row-parallel products in fp16 in another order,
+// so near the overflow (CI seed 600845904418796063: the sixth step at scale
+// 16384) it may skip a step the baseline takes: it must still overflow
+// where the baseline first does.
 TEST(GridMlpTrainer, FpSixteenOverflowSkipsTheBaselinesStepsOnEveryRank) {
   const MlpConfig cfg = TestConfig();
   const double default_scale = LossScaleSpec().initial_scale;
@@ -325,8 +330,15 @@ TEST(GridMlpTrainer, FpSixteenOverflowSkipsTheBaselinesStepsOnEveryRank) {
     std::printf("fp16 at scale %g, %s: steps %s\n", default_scale, shape.ToString().c_str(),
                 baseline->scale_traces[0].c_str());
     for (int r = 0; r < shape.world(); ++r) {
-      EXPECT_EQ(run->scale_traces[r], baseline->scale_traces[0])
-          << shape.ToString() << ", rank " << r << "; " << SeedTrace();
+      EXPECT_EQ(run->scale_traces[r], run->scale_traces[0])
+          << shape.ToString() << ", rank " << r << " disagrees with rank 0; " << SeedTrace();
+    }
+    if (shape.tp == 1) {
+      EXPECT_EQ(run->scale_traces[0], baseline->scale_traces[0])
+          << shape.ToString() << "; " << SeedTrace();
+    } else {
+      EXPECT_EQ(run->scale_traces[0].rfind("skip@65536 ", 0), 0u)
+          << shape.ToString() << ": " << run->scale_traces[0] << "; " << SeedTrace();
     }
   }
 }

@@ -39,6 +39,7 @@ TrainSpec MakeTrainSpec(const RunConfig& run) {
   t.prefetch_units = run.prefetch_units;
   t.zeropp.quantized_weights = run.quantized_weights;
   t.zeropp.secondary_partition_size = run.secondary_partition_size;
+  t.zeropp.quantized_grad_bits = run.quantized_grad_bits;
   return t;
 }
 

@@ -23,6 +23,7 @@ struct RunConfig {
   int prefetch_units = 1;
   bool quantized_weights = false;    // TrainSpec::zeropp.quantized_weights (qwZ)
   int secondary_partition_size = 0;  // TrainSpec::zeropp.secondary_partition_size (hpZ)
+  int quantized_grad_bits = 0;       // TrainSpec::zeropp.quantized_grad_bits (qgZ)
 };
 
 struct RunResult {

@@ -93,6 +93,12 @@ inline constexpr char kParamGatherInt8Buffer[] = "param_gather_int8";
 // S): per sharded segment, 1/S of its padded params (the piece of this
 // rank's position in its group of S), in the param dtype.
 inline constexpr char kParamSecondaryBuffer[] = "param_secondary";
+// Stages 2-3 with ZeRO++'s qgZ (TrainSpec::zeropp.quantized_grad_bits):
+// grad_quant_slots slots of grad_quant_slot_bytes, one per gradient
+// reduce-scatter in flight: two regions of world_size packs
+// (QgzPackBytes) of a shard of the largest segment, the packs a rank sends
+// and those it receives.
+inline constexpr char kGradQuantBuffer[] = "grad_quant";
 // qwZ's pack of n elements (the planner's copy of the kernels' format,
 // kernels/common/quant_int8.h, which the runtime checks it equals): n int8
 // values padded to 8 bytes, then one fp32 scale per kQwzBlockElements,
@@ -100,6 +106,13 @@ inline constexpr char kParamSecondaryBuffer[] = "param_secondary";
 inline constexpr int64_t kQwzBlockElements = 256;
 constexpr int64_t QwzPackBytes(int64_t n) {
   return (n + 7) / 8 * 8 + ((n + kQwzBlockElements - 1) / kQwzBlockElements * 4 + 7) / 8 * 8;
+}
+// qgZ's pack of n elements with `bits` 8 or 4 (kernels/common/quant_int8.h,
+// checked by the runtime): the values (one byte each, or two per byte)
+// padded to 8 bytes, then the fp32 block scales padded to 8 bytes.
+constexpr int64_t QgzPackBytes(int64_t n, int bits) {
+  return ((bits == 4 ? (n + 1) / 2 : n) + 7) / 8 * 8 +
+         ((n + kQwzBlockElements - 1) / kQwzBlockElements * 4 + 7) / 8 * 8;
 }
 // NVMe tier only, host memory: kOffloadStateSlots chunks of each swapped
 // tensor (master with mixed precision, m, v, the params with OffloadSpec::
@@ -132,6 +145,10 @@ struct BufferPlan {
   // kParamSecondaryBuffer, in elements (-1 for a resident segment).
   int secondary_partition_size = 0;
   std::vector<int64_t> secondary_offset;
+  // qgZ: the bits (0: off) and the scratch slots of kGradQuantBuffer.
+  int quantized_grad_bits = 0;
+  int grad_quant_slots = 0;
+  int64_t grad_quant_slot_bytes = 0;
   // Optimizer offload: elements per streamed chunk (0 without offload), and
   // the state tensors swapped to NVMe per chunk (0, 2 or 3).
   int64_t offload_chunk_numel = 0;

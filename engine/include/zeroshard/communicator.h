@@ -111,8 +111,8 @@ enum class CollectiveTopology {
 // "auto", "flat", "hierarchical".
 const char* CollectiveTopologyName(CollectiveTopology topology);
 
-// Bytes of collective data this rank has sent so far, split by where the
-// peer is (Communicator::traffic).
+// Bytes this rank has sent so far (collectives, Send and Recv), split by
+// where the peer is (Communicator::traffic).
 struct CommTraffic {
   int64_t intra_node_bytes = 0;  // to ranks on this rank's node
   int64_t inter_node_bytes = 0;  // to ranks on other nodes
@@ -263,10 +263,10 @@ class Communicator {
   // members' nodes); local: one node; nccl: one node, assumed (the source
   // says so).
   virtual NodeLayout node_layout() const;
-  // The collectives' bytes this rank has sent since creation, to ranks on
-  // its node and to ranks on other nodes (node_layout's nodes): headers and
-  // the descriptor exchange included, Send and Recv not. mpi counts; the
-  // other backends return zeros.
+  // The bytes this rank has sent since creation, to ranks on its node and
+  // to ranks on other nodes (node_layout's nodes): its collectives' and its
+  // Sends' data, headers and the descriptor exchange included (a Recv sends
+  // its header too). mpi counts; the other backends return zeros.
   virtual CommTraffic traffic() const { return {}; }
   // Whether large collectives run hierarchically over this group's nodes
   // (CommOptions::topology), and why: "hierarchical: 2 nodes x 2 ranks",

@@ -129,8 +129,21 @@ struct ZeroPlusPlusSpec {
   // lie on one node (Engine::Start checks it against node_layout). Bitwise
   // the same training; costs the secondary copy's memory (param_secondary).
   int secondary_partition_size = 0;
+  // qgZ, stages 2-3: 0 (off), 8 or 4. Each gradient reduce-scatter moves
+  // blockwise int8 or int4 packs (one fp32 scale per block of 256, largest
+  // magnitude / 127 or / 7) through a hierarchical all-to-all: within the
+  // node first, then one pack per other node across nodes; every sum is
+  // taken in fp32 after dequantization and the result rounded once to the
+  // grad dtype (engine/src/runtime/quantized_reduce_scatter.h). The
+  // optimizer steps on that gradient: a rank's contribution to an element
+  // errs by up to half its block's scale at each of the two levels. Needs a
+  // communicator with Send and Recv in host memory (local or mpi); costs
+  // the scratch kGradQuantBuffer.
+  int quantized_grad_bits = 0;
 
-  bool any() const { return quantized_weights || secondary_partition_size > 0; }
+  bool any() const {
+    return quantized_weights || secondary_partition_size > 0 || quantized_grad_bits != 0;
+  }
 };
 
 struct TrainSpec {

@@ -67,7 +67,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, MPI_Comm p2p_comm, int rank, int
   PlanHierarchy();
   p2p_ = std::make_unique<MpiPointToPoint>(
       p2p_comm, rank, processes_, options.timeout, ErrorPrefix(),
-      [this](CommOpState& op, absl::Status result) { FinishPointToPoint(op, std::move(result)); });
+      [this](CommOpState& op, absl::Status result) { FinishPointToPoint(op, std::move(result)); },
+      [this](int peer, int64_t bytes) {
+        (hierarchy_.node_of[peer] == hierarchy_.node_of[this->rank()] ? intra_node_bytes_
+                                                                      : inter_node_bytes_) += bytes;
+      });
   StartProgressThread();
 }
 

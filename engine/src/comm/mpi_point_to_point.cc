@@ -28,14 +28,16 @@ constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
 
 MpiPointToPoint::MpiPointToPoint(MPI_Comm comm, int rank, std::vector<ProcessIdentity> processes,
                                  absl::Duration timeout, std::string prefix,
-                                 std::function<void(CommOpState&, absl::Status)> finish)
+                                 std::function<void(CommOpState&, absl::Status)> finish,
+                                 std::function<void(int, int64_t)> count_sent)
     : comm_(comm),
       rank_(rank),
       size_(static_cast<int>(processes.size())),
       processes_(std::move(processes)),
       timeout_(timeout),
       prefix_(std::move(prefix)),
-      finish_(std::move(finish)) {
+      finish_(std::move(finish)),
+      count_sent_(std::move(count_sent)) {
   int64_t tag_space = 32768;
   void* tag_ub = nullptr;
   int found = 0;
@@ -166,6 +168,7 @@ void MpiPointToPoint::Start(const OpPtr& op) {
     rc = MPI_Isend(&op->mine, sizeof(Header), MPI_BYTE, peer,
                    args.is_send ? kSendHeaderTag : kRecvHeaderTag, comm_, &op->header_request);
   }
+  if (rc == MPI_SUCCESS && count_sent_) count_sent_(peer, sizeof(Header));
   if (rc != MPI_SUCCESS) {
     Fail(op, Check(rc, "MPI_Isend(header)", op.get()));
     return;
@@ -230,6 +233,7 @@ void MpiPointToPoint::Match(const OpPtr& op, const Header& theirs) {
                ? MPI_Isend(data + done, n, MPI_BYTE, op->args.peer, data_tag, comm_, &request)
                : MPI_Irecv(data + done, n, MPI_BYTE, op->args.peer, data_tag, comm_, &request);
     }
+    if (rc == MPI_SUCCESS && op->args.is_send && count_sent_) count_sent_(op->args.peer, n);
     if (rc != MPI_SUCCESS) {
       Fail(op, Check(rc, op->args.is_send ? "MPI_Isend" : "MPI_Irecv", op.get()));
       return;

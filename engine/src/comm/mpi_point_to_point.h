@@ -43,10 +43,13 @@ class MpiPointToPoint {
  public:
   // Takes ownership of `comm` (a communicator used for nothing else).
   // `finish` completes an operation (and poisons on an error); it is called
-  // on the point-to-point thread.
+  // on the point-to-point thread. `count_sent(peer, bytes)`, when set, is
+  // told of every message posted to a peer (headers and data), for
+  // Communicator::traffic.
   MpiPointToPoint(MPI_Comm comm, int rank, std::vector<ProcessIdentity> processes,
                   absl::Duration timeout, std::string prefix,
-                  std::function<void(CommOpState&, absl::Status)> finish);
+                  std::function<void(CommOpState&, absl::Status)> finish,
+                  std::function<void(int peer, int64_t bytes)> count_sent = nullptr);
   // Stops the thread, fails what is left (Cancelled) and frees the MPI
   // communicator.
   ~MpiPointToPoint();
@@ -94,6 +97,7 @@ class MpiPointToPoint {
   const absl::Duration timeout_;
   const std::string prefix_;
   const std::function<void(CommOpState&, absl::Status)> finish_;
+  const std::function<void(int, int64_t)> count_sent_;
   int64_t data_tags_ = 0;  // data tags are 2 .. 2 + data_tags_ - 1
 
   std::mutex mu_;

@@ -94,6 +94,18 @@ absl::Status TrainSpec::Validate() const {
         "%d; use zero_stage 3 or turn it off",
         zero_stage));
   }
+  if (zeropp.quantized_grad_bits != 0 && zeropp.quantized_grad_bits != 4 &&
+      zeropp.quantized_grad_bits != 8) {
+    return bad(
+        absl::StrFormat("zeropp.quantized_grad_bits %d is not supported; use 0 (off), 8 or 4",
+                        zeropp.quantized_grad_bits));
+  }
+  if (zeropp.quantized_grad_bits != 0 && zero_stage < 2) {
+    return bad(absl::StrFormat(
+        "zeropp.quantized_grad_bits (qgZ) quantizes the gradient reduce-scatters of stages 2 and "
+        "3, but zero_stage is %d; use zero_stage 2 or 3, or set it to 0",
+        zero_stage));
+  }
   // Enums can hold any value of their underlying type (a cast, a corrupt
   // config): check each against the values the engine knows.
   if (precision != Precision::kFp32 && precision != Precision::kBf16Mixed &&

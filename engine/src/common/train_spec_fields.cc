@@ -86,6 +86,7 @@ const TrainSpecField kFields[] = {
     {"zeropp.quantized_weights", Kind::kBool, ZS_MEMBER(zeropp.quantized_weights)},
     {"zeropp.secondary_partition_size", Kind::kInt, ZS_MEMBER(zeropp.secondary_partition_size), 0,
      1 << 20},
+    {"zeropp.quantized_grad_bits", Kind::kInt, ZS_MEMBER(zeropp.quantized_grad_bits), 0, 8},
 };
 
 #undef ZS_MEMBER

@@ -248,6 +248,17 @@ absl::StatusOr<BufferPlan> PlanBuffers(const FlatLayout& layout, const TrainSpec
                               slots * (plan.gather_slot_numel / layout.world_size())});
     }
   }
+  if (const int bits = train.zeropp.quantized_grad_bits; bits != 0) {
+    // qgZ: one scratch slot per gradient reduce-scatter in flight, as many
+    // as staging slots (the reducer retires the oldest when all are busy).
+    // Validate() allowed it at stages 2-3 only, which always stage.
+    plan.quantized_grad_bits = bits;
+    plan.grad_quant_slots = std::max(1, plan.grad_staging_slots);
+    const int64_t shard_numel = layout.max_unit_numel() / layout.world_size();
+    plan.grad_quant_slot_bytes = 2 * int64_t{layout.world_size()} * QgzPackBytes(shard_numel, bits);
+    plan.buffers.push_back({kGradQuantBuffer, MemoryCategory::kCommBuffers, DType::kUInt8,
+                            plan.grad_quant_slots * plan.grad_quant_slot_bytes});
+  }
   // One double per norm block of the rank's shard. The gradient norm sums
   // blocks of kNormBlockElements (the runtime checks that the kernels use
   // the same size); a shard is a whole number of blocks.

@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelSpec& model,
         "memory; create the engine on %s (ranks as threads share one GPU)",
         device.name(), comm.backend(), group->name(), group->name()));
   }
+  ZS_RETURN_IF_ERROR(internal::CheckQuantizedGradsBackend(train, device, comm));
   ZS_ASSIGN_OR_RETURN(internal::FlatLayout layout,
                       internal::FlatLayout::Create(model, comm.size()));
   if (layout.train_total_numel() == 0) {

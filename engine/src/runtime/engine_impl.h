@@ -42,6 +42,12 @@
 
 namespace zeroshard::internal {
 
+// qgZ (TrainSpec::zeropp.quantized_grad_bits) quantizes and sums on the
+// host: Unimplemented for a device whose gradients are not in host memory
+// (engine_zeropp.cc).
+absl::Status CheckQuantizedGradsBackend(const TrainSpec& train, const Device& device,
+                                        const Communicator& comm);
+
 class EngineImpl final : public Engine, private RuntimeServices {
  public:
   EngineImpl(const ModelSpec& model, const TrainSpec& train, Device& device, Communicator& comm,

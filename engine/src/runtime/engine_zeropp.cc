@@ -1,12 +1,26 @@
 // EngineImpl's ZeRO++ set-up (TrainSpec::zeropp; docs/multinode.md,
-// "ZeRO++"): hpZ's secondary groups. qwZ needs none (ParamGatherer packs and
-// unpacks per gather).
+// "ZeRO++"): hpZ's secondary groups, qgZ's backend check. qwZ needs no set-up
+// (ParamGatherer packs and unpacks per gather), nor does qgZ beyond the
+// check (GradReducer runs its reduce-scatters).
 #include "absl/strings/str_format.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
+
+absl::Status CheckQuantizedGradsBackend(const TrainSpec& train, const Device& device,
+                                        const Communicator& comm) {
+  if (train.zeropp.quantized_grad_bits == 0) return absl::OkStatus();
+  if (device.kind() != DeviceKind::kCpu || !device.host_accessible()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "Engine::Create: zeropp.quantized_grad_bits (qgZ) quantizes and sums on the host, but "
+        "device %s keeps the gradients in GPU memory (the '%s' communicator); qgZ runs on CPU "
+        "devices with the local or mpi backend for now: set it to 0 here",
+        device.name(), comm.backend()));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status EngineImpl::SetUpSecondaryGroup() {
   const int size = plan_.secondary_partition_size;

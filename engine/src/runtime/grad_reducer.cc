@@ -31,10 +31,23 @@ GradReducer::GradReducer(const ModelSpec& model, const FlatLayout& layout, const
   open_use_.assign(layout_.num_units(), -1);
   accum_busy_.assign(layout_.num_units(), 0);
   for (int s = 0; s < plan_.grad_staging_slots; ++s) free_slots_.push_back(s);
+  if (plan_.quantized_grad_bits != 0) {
+    quant_ranks_per_node_ = QgzRanksPerNode(services.comm().node_layout());
+    for (int s = 0; s < plan_.grad_quant_slots; ++s) free_quant_slots_.push_back(s);
+    quant_worker_ = std::make_unique<QuantizedReduceWorker>();
+  }
 }
 
 GradReducer::~GradReducer() {
   for (Reduction& r : queue_) r.handle.Wait().IgnoreError();
+}
+
+absl::StatusOr<int> GradReducer::AcquireQuantSlot() {
+  // Every reduction in flight holds a slot: retiring the oldest frees one.
+  while (free_quant_slots_.empty()) ZS_RETURN_IF_ERROR(RetireOldest(WaitSite::kStepReductions));
+  const int slot = free_quant_slots_.front();
+  free_quant_slots_.pop_front();
+  return slot;
 }
 
 void GradReducer::BeginNextStep() {
@@ -73,6 +86,7 @@ absl::Status GradReducer::RetireOldest(WaitSite site) {
   Reduction r = std::move(queue_.front());
   queue_.pop_front();
   ZS_RETURN_IF_ERROR(services_.WaitComm(r.handle, site));
+  if (r.quant_slot >= 0) free_quant_slots_.push_back(r.quant_slot);
   if (r.slot >= 0 || r.slot == kAccumView) {
     if (r.micro > 0) {
       // Stage 2, later micro-batch: the reduce-scatter left this rank's
@@ -290,7 +304,22 @@ absl::Status GradReducer::MicroComplete(int segment, int micro, int slot, void* 
   r.unit = segment;
   r.slot = slot;
   r.micro = micro;
-  if (slot == kAccumView) {
+  if (plan_.quantized_grad_bits != 0) {
+    // qgZ quantizes on this thread: the compute stream's work on `data`
+    // (the padding's zeroing, a tied segment's sum) must be done.
+    ZS_ASSIGN_OR_RETURN(r.quant_slot, AcquireQuantSlot());
+    ZS_RETURN_IF_ERROR(services_.SyncCompute());
+    if (slot == kAccumView) accum_busy_[segment] = 1;
+    auto op = std::make_unique<QuantizedReduceScatter>();
+    const absl::Status started =
+        op->Start(comm, quant_ranks_per_node_, plan_.quantized_grad_bits, data, recv,
+                  seg.shard_numel, grad_dtype_, tag, buffers_.GradQuantSlotData(r.quant_slot));
+    if (!started.ok()) {
+      free_quant_slots_.push_back(r.quant_slot);
+      return started;
+    }
+    r.handle = quant_worker_->Submit(std::move(op));
+  } else if (slot == kAccumView) {
     accum_busy_[segment] = 1;
     ZS_ASSIGN_OR_RETURN(std::shared_ptr<Event> ready, services_.RecordCompute());
     r.handle = comm.ReduceScatterAfter(ready, data, recv, seg.shard_numel, grad_dtype_, tag);

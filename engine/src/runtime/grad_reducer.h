@@ -21,7 +21,10 @@
 //     slot (or a tied segment's accumulator); the first writes straight into
 //     the gradient shard, later ones reduce in place and are added to the
 //     shard when the entry retires (retiring in issue order adds the
-//     micro-batches in order).
+//     micro-batches in order). With qgZ (plan.quantized_grad_bits) the
+//     reduce-scatter is a QuantizedReduceScatter, quantized at issue and run
+//     to its end on the reducer's QuantizedReduceWorker, holding a scratch
+//     slot of kGradQuantBuffer until it retires.
 // The queue retires through one path, blocking (Drain, or GradView wanting
 // a slot) or polling (Poll, after every ReduceGrads). When a segment's
 // gradient is final (its last micro-batch reduced, and added), the
@@ -34,12 +37,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/src/layout/flat_layout.h"
 #include "engine/src/plan/buffer_plan.h"
+#include "engine/src/runtime/quantized_reduce_scatter.h"
 #include "engine/src/runtime/runtime_services.h"
 #include "engine/src/runtime/shard_buffers.h"
 #include "zeroshard/model_spec.h"
@@ -104,9 +109,12 @@ class GradReducer {
     int slot = -1;  // the staging slot it reads (stage 2), kAccumView, -1 for none
     int micro = 0;  // the micro-batch it reduces
     CommHandle handle;
+    int quant_slot = -1;  // qgZ: its scratch slot
   };
 
   absl::StatusOr<int> AcquireSlot();
+  // qgZ: a free scratch slot, retiring the oldest reduction when none is.
+  absl::StatusOr<int> AcquireQuantSlot();
   absl::StatusOr<SegmentView> OpenSegment(int segment);
   absl::Status ReduceSegment(const SegmentView& view);
   // The micro-batch gradient of segment `segment` is complete in `data`
@@ -139,6 +147,9 @@ class GradReducer {
   std::vector<int> open_use_;       // per segment: the unit whose view is open on it, -1
   std::vector<char> accum_busy_;    // per segment: a stage-2 reduction reads its accumulator
   std::deque<int> free_slots_;
+  int quant_ranks_per_node_ = 1;  // qgZ's hierarchy (QgzRanksPerNode)
+  std::deque<int> free_quant_slots_;
+  std::unique_ptr<QuantizedReduceWorker> quant_worker_;
   std::deque<Reduction> queue_;  // in issue order
 };
 

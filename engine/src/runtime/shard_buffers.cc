@@ -87,6 +87,8 @@ absl::Status ShardBuffers::Allocate(Device& device, Device* host) {
       param_gather_int8 = std::move(buffer);
     } else if (b.name == kParamSecondaryBuffer) {
       param_secondary = std::move(buffer);
+    } else if (b.name == kGradQuantBuffer) {
+      grad_quant = std::move(buffer);
     } else {
       return absl::InternalError(absl::StrFormat(
           "engine: the plan lists buffer '%s' that the engine does not use", b.name));
@@ -126,6 +128,10 @@ void* ShardBuffers::GatherInt8SlotData(int slot) const {
 void* ShardBuffers::SecondaryData(int unit) const {
   return At(param_secondary,
             plan_.secondary_offset[unit] * static_cast<int64_t>(DTypeSize(param_dtype_)));
+}
+
+char* ShardBuffers::GradQuantSlotData(int slot) const {
+  return static_cast<char*>(At(grad_quant, slot * plan_.grad_quant_slot_bytes));
 }
 
 void* ShardBuffers::GradsAt(int unit, int64_t seg_index) const {

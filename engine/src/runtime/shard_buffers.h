@@ -73,6 +73,7 @@ class ShardBuffers {
   DeviceBuffer offload_param_shard, param_stage;
   DeviceBuffer param_gather_int8;  // qwZ (kParamGatherInt8Buffer)
   DeviceBuffer param_secondary;    // hpZ (kParamSecondaryBuffer)
+  DeviceBuffer grad_quant;         // qgZ (kGradQuantBuffer)
   // Whether `unit`'s params live on the host tier (a sharded unit with
   // OffloadSpec::params host): ParamsAt then points to host memory.
   bool ParamsOnHost(int unit) const { return params_on_host_ && !plan_.unit_resident[unit]; }
@@ -87,6 +88,8 @@ class ShardBuffers {
   void* GatherInt8SlotData(int slot) const;
   // hpZ: sharded segment `unit`'s piece in kParamSecondaryBuffer.
   void* SecondaryData(int unit) const;
+  // qgZ: scratch slot `slot` of kGradQuantBuffer.
+  char* GradQuantSlotData(int slot) const;
 
  private:
   float* OptimizerAt(const DeviceBuffer& buf, int unit, int64_t seg_index) const;
