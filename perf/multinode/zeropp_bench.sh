@@ -10,7 +10,7 @@
 # shape and link, in one JSON file (make perf's report reads it).
 #
 #   zeropp_bench.sh MLP_DEMO OUT.json [--steps N] [--smoke]
-#     --smoke: 2 x 2 unshaped, exact and qwz,hpz, 3 steps (ctest)
+#     --smoke: 2 x 2 unshaped, exact and qwz,hpz,qgz4, 3 steps (ctest)
 set -euo pipefail
 demo=$1
 out=$2
@@ -35,11 +35,11 @@ trap '"$cluster" down 2>/dev/null; rm -rf "$work"' EXIT
 
 shapes=("2 2" "4 1")
 links=("" "1gbit")
-options=(exact qwz hpz "qwz,hpz")
+options=(exact qwz hpz qgz8 qgz4 "qwz,hpz" "qwz,hpz,qgz8" "qwz,hpz,qgz4")
 if [[ ${smoke} -eq 1 ]]; then
   shapes=("2 2")
   links=("")
-  options=(exact "qwz,hpz")
+  options=(exact "qwz,hpz,qgz4")
 fi
 tx_total() { "$cluster" counters | awk '{ s += $3 } END { printf "%.0f\n", s }'; }
 
@@ -71,7 +71,7 @@ print(json.dumps({"shape": f"{nodes}x{per_node}", "link": link, "options": opt,
                   "loss_max_rel_diff": worst, "final_loss": d[-1],
                   "baseline_final_loss": b[-1]}))
 PY
-      tail -1 "$work/rows.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); print('zeropp_bench: %(shape)s %(link)-8s %(options)-8s %(inter_node_bytes_per_step)12.0f B/step across nodes (engine), %(interface_tx_bytes_per_step)12.0f B/step (interfaces), %(step_ms)8.1f ms/step, loss within %(loss_max_rel_diff).4f' % r)"
+      tail -1 "$work/rows.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); print('zeropp_bench: %(shape)s %(link)-8s %(options)-12s %(inter_node_bytes_per_step)12.0f B/step across nodes (engine), %(interface_tx_bytes_per_step)12.0f B/step (interfaces), %(step_ms)8.1f ms/step, loss within %(loss_max_rel_diff).4f' % r)"
     done
     "$cluster" down
   done

@@ -6,7 +6,8 @@ link. make_report.py passes its Svg writer and tick helper."""
 import os
 
 COLOURS = {"exact": "#4c72b0", "qwz": "#dd8452", "hpz": "#55a868", "qwz,hpz": "#c44e52",
-           "qgz": "#8172b3", "qwz,hpz,qgz": "#937860"}
+           "qgz8": "#8172b3", "qgz4": "#da8bc3", "qwz,hpz,qgz8": "#937860",
+           "qwz,hpz,qgz4": "#8c8c8c"}
 
 
 def chart_bytes(rows, path, svg_class, nice_ticks):
@@ -60,8 +61,9 @@ def multinode_section(data, out_dir, md, svg_class, nice_ticks):
         f"CPU {data.get('cpu', 'unknown')}. `mlp_demo --backend mpi --stage 3 --steps {steps}` on "
         "the emulated cluster (tests/multinode/zs_cluster.sh: network namespaces, Open MPI over "
         "TCP between nodes; every node shares this machine's cores), 2 nodes x 2 ranks and 4 x 1, "
-        "links unshaped and shaped to 1 Gbit/s (tbf). *Engine* = the collectives' bytes to ranks "
-        "on other nodes (Communicator::traffic, all ranks) per step; *interfaces* = all nodes' "
+        "links unshaped and shaped to 1 Gbit/s (tbf). *Engine* = the bytes each rank sent to ranks "
+        "on other nodes (Communicator::traffic: collectives and qgZ's Sends, all ranks) per "
+        "step; *interfaces* = all nodes' "
         "eth0 tx per step (payload plus TCP/IP and Open MPI headers and the launcher's "
         "messages); *vs exact* = against the exact run of the same shape and link; *speed-up* = "
         "the exact run's step time / this one's; *loss* = the largest relative difference from "
