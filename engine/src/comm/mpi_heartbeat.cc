@@ -179,8 +179,12 @@ void StopHeartbeats() {
   h->thread.join();
   // Every rank stops beating before it enters this barrier; until the
   // barrier completes (and a little after) the beats still arriving are
-  // received, so none is left unmatched inside MPI at MPI_Finalize. A peer
-  // that never comes (dead) ends the wait after 2 s.
+  // received, so none is left unmatched inside MPI at MPI_Finalize. The
+  // wait has no limit: a rank that finishes later (rank 0 of mlp_demo runs
+  // its one-rank baseline first) keeps beating until it comes, and
+  // MPI_Finalize would wait for it all the same; a peer that died instead
+  // ends the job through the launcher. (An active nonblocking barrier must
+  // not be freed either: Open MPI fails MPI_Request_free on it.)
   const int n = static_cast<int>(h->watched.size());
   std::vector<int> indices(n);
   MPI_Request barrier = MPI_REQUEST_NULL;
@@ -188,26 +192,29 @@ void StopHeartbeats() {
     MpiCallLock lock;
     MPI_Ibarrier(h->comm, &barrier);
   }
-  const absl::Time give_up = absl::Now() + absl::Seconds(2);
   absl::Time drained = absl::InfiniteFuture();
-  while (absl::Now() < std::min(give_up, drained)) {
-    MpiCallLock lock;
-    int done = 0;
-    if (barrier != MPI_REQUEST_NULL) MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
-    if (done && drained == absl::InfiniteFuture()) drained = absl::Now() + absl::Milliseconds(100);
-    int completed = 0;
-    if (MPI_Testsome(n, h->receives.data(), &completed, indices.data(), MPI_STATUSES_IGNORE) ==
-            MPI_SUCCESS &&
-        completed != MPI_UNDEFINED) {
-      for (int k = 0; k < completed; ++k) {
-        const int i = indices[k];
-        MPI_Irecv(&h->inbox[i], 1, MPI_INT64_T, h->watched[i], kHeartbeatTag, h->comm,
-                  &h->receives[i]);
+  while (absl::Now() < drained) {
+    {
+      MpiCallLock lock;
+      int done = 0;
+      if (barrier != MPI_REQUEST_NULL) MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+      if (done && drained == absl::InfiniteFuture()) {
+        drained = absl::Now() + absl::Milliseconds(100);
+      }
+      int completed = 0;
+      if (MPI_Testsome(n, h->receives.data(), &completed, indices.data(), MPI_STATUSES_IGNORE) ==
+              MPI_SUCCESS &&
+          completed != MPI_UNDEFINED) {
+        for (int k = 0; k < completed; ++k) {
+          const int i = indices[k];
+          MPI_Irecv(&h->inbox[i], 1, MPI_INT64_T, h->watched[i], kHeartbeatTag, h->comm,
+                    &h->receives[i]);
+        }
       }
     }
+    absl::SleepFor(absl::Milliseconds(1));
   }
   MpiCallLock lock;
-  if (barrier != MPI_REQUEST_NULL) MPI_Request_free(&barrier);
   AbandonRequests(h->receives, [](size_t) { return true; });
   // Freed before MPI_Finalize (MPI completes what is still in flight first).
   MPI_Comm_free(&h->comm);

@@ -46,8 +46,10 @@ absl::Status StartHeartbeats(MPI_Comm world, std::vector<int> watched, absl::Tim
 // (same node, or no heartbeats in this job).
 std::optional<absl::Duration> SilenceOf(int world_rank);
 
-// Stops the thread and frees its requests (FinalizeMpi; not needed before
-// AbortJob).
+// Stops the thread, waits for every rank to stop (a nonblocking barrier,
+// receiving the beats of ranks not there yet; no time limit, like the
+// MPI_Finalize that follows) and frees its requests (FinalizeMpi; not
+// needed before AbortJob).
 void StopHeartbeats();
 
 }  // namespace internal
