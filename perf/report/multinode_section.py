@@ -20,8 +20,10 @@ def chart_bytes(rows, path, svg_class, nice_ticks):
     for r in rows:
         if r["options"] not in options:
             options.append(r["options"])
-    width, height = 760, 400
-    left, top, plot_w, plot_h = 80, 50, 640, 260
+    # About 25 px per bar, so that each bar's "0.21x" label fits above it.
+    plot_w = max(640, 25 * len(options) * len(groups) * 5 // 4)
+    width, height = plot_w + 120, 400
+    left, top, plot_h = 80, 50, 260
     svg = svg_class(width, height, "Bytes across nodes per step (engine counters), stage 3")
     top_value = max(r["inter_node_bytes_per_step"] for r in rows) / 1e6
     ticks = nice_ticks(top_value)
@@ -42,7 +44,7 @@ def chart_bytes(rows, path, svg_class, nice_ticks):
                 continue
             v = r["inter_node_bytes_per_step"] / 1e6
             svg.rect(x0 + k * bar_w, y(v), bar_w * 0.9, top + plot_h - y(v), COLOURS.get(opt, "#888"))
-            svg.text(x0 + k * bar_w + bar_w * 0.45, y(v) - 4, f"{r['bytes_vs_exact']:.2f}x", size=9,
+            svg.text(x0 + k * bar_w + bar_w * 0.45, y(v) - 4, f"{r['bytes_vs_exact']:.2f}x", size=8,
                      anchor="middle")
         svg.text(left + g * group_w + group_w / 2, top + plot_h + 18, f"{shape}, {link}", size=12,
                  anchor="middle")
