@@ -8,12 +8,17 @@
 # timeout), a killed one by Open MPI's launcher or the heartbeats. Nothing
 # may be left on any node: ranks, daemons, shells (node_leftovers).
 # In ctest (multinode_lost_node) once per fault; docs/multinode.md quotes 5.
+# DEMO_ARG...: more mlp_demo flags (multinode_lost_node_qgz: ZeRO++ with
+# qgZ, whose transfers are Sends and Recvs, watched by the heartbeats too).
 #
-#   lost_node_test.sh MLP_DEMO FAULT[,FAULT...] [RUNS]   FAULT: KILL, STOP, LINK
+#   lost_node_test.sh MLP_DEMO FAULT[,FAULT...] [RUNS [DEMO_ARG...]]
+#   FAULT: KILL, STOP, LINK
 set -uo pipefail
 demo=$1
 faults=$2
 runs=${3:-1}
+shift $(($# < 3 ? $# : 3))
+demo_args=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/zs_cluster.sh
 export ZS_CLUSTER="zsl$$"
@@ -61,7 +66,7 @@ for fault in ${faults//,/ }; do
   for ((run = 1; run <= runs; run++)); do
     export ZS_MPI_TEST_ID="zs-lost-node-$$-$fault-$run"
     "$cluster" mpirun 2 -- "$demo" --backend mpi --steps 1000000 --comm-timeout "$timeout_s" \
-      >"$work/out" 2>&1 &
+      "${demo_args[@]}" >"$work/out" 2>&1 &
     launcher=$!
     victims=""
     for _ in $(seq 600); do
@@ -94,6 +99,7 @@ for fault in ${faults//,/ }; do
     done
     elapsed=$(($(now_ms) - start))
     echo "$fault of node 1, run $run: mpirun exited $rc after $((elapsed / 1000)).$(printf %03d $((elapsed % 1000))) s"
+    grep -m1 -o "mlp_demo: run failed: .\{0,160\}" "$work/out" | sed 's/^/  /'
     [ "$rc" != 0 ] || fail "mpirun exited 0"
     ((elapsed <= limit_ms)) || fail "took $elapsed ms, more than the timeout + 5 s"
     # The engine's message, or (a killed rank) Open MPI's launcher, which

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/src/comm/mpi_heartbeat.h"
 #include "engine/src/comm/mpi_runtime.h"
 
 namespace zeroshard::internal {
@@ -36,6 +38,7 @@ MpiPointToPoint::MpiPointToPoint(MPI_Comm comm, int rank, std::vector<ProcessIde
       processes_(std::move(processes)),
       timeout_(timeout),
       prefix_(std::move(prefix)),
+      heartbeat_limit_(HeartbeatLimit(timeout)),
       finish_(std::move(finish)),
       count_sent_(std::move(count_sent)) {
   int64_t tag_space = 32768;
@@ -314,14 +317,28 @@ void MpiPointToPoint::CheckDeadlinesAndPeers() {
     std::set<int> peers;
     for (const OpPtr& op : ops_) peers.insert(op->args.peer);
     for (int peer : peers) {
-      if (ProbeProcess(processes_[peer], processes_[rank_]) != ProcessState::kGone) continue;
+      std::string why;
+      if (ProbeProcess(processes_[peer], processes_[rank_]) == ProcessState::kGone) {
+        why = absl::StrCat(DescribeRank(peer), " ", DescribeState(ProcessState::kGone));
+      } else if (const std::optional<absl::Duration> silence =
+                     SilenceOf(processes_[peer].world_rank);
+                 silence.has_value() && *silence > heartbeat_limit_) {
+        // A peer on another node whose heartbeats stopped (as for the
+        // collectives): its node is down or cut off, or it is stopped.
+        why = absl::StrFormat(
+            "%s has sent no heartbeat for %s (one every %s): its node %s is down or cut off from "
+            "this one, or the process is stopped",
+            DescribeRank(peer),
+            absl::FormatDuration(absl::Trunc(*silence, absl::Milliseconds(100))),
+            absl::FormatDuration(kHeartbeatInterval), processes_[peer].host);
+      } else {
+        continue;
+      }
       for (auto it = ops_.begin(); it != ops_.end();) {
         const OpPtr op = *it++;
         if (op->args.peer != peer) continue;
-        Fail(op, absl::AbortedError(absl::StrFormat("%s: %s failed: %s %s; the job cannot continue",
-                                                    prefix_, DescribePointToPoint(op->args),
-                                                    DescribeRank(peer),
-                                                    DescribeState(ProcessState::kGone))));
+        Fail(op, absl::AbortedError(absl::StrFormat("%s: %s failed: %s; the job cannot continue",
+                                                    prefix_, DescribePointToPoint(op->args), why)));
       }
     }
   }

@@ -96,6 +96,7 @@ class MpiPointToPoint {
   const std::vector<ProcessIdentity> processes_;
   const absl::Duration timeout_;
   const std::string prefix_;
+  const absl::Duration heartbeat_limit_;  // a peer on another node silent longer fails
   const std::function<void(CommOpState&, absl::Status)> finish_;
   const std::function<void(int, int64_t)> count_sent_;
   int64_t data_tags_ = 0;  // data tags are 2 .. 2 + data_tags_ - 1
