@@ -38,7 +38,8 @@ TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_
 	mlp_trainer_test mlp_data_loader_test engine_step_times_test plan_vs_ledger_test checkpoint_test \
 	checkpoint_directory_test checkpoint_recovery_test \
 	device_ops_test engine_opaque_device_test swap_files_test engine_offload_test \
-	comm_collective_batch_test grad_reducer_test param_gatherer_test grad_norm_test checkpoint_writer_test
+	comm_collective_batch_test grad_reducer_test param_gatherer_test grad_norm_test checkpoint_writer_test \
+	quantized_reduce_scatter_test engine_zeropp_test
 
 # Sanitizer builds: clang, optimised with line info, CPU only.
 CLANG_CMAKE_FLAGS := -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
