@@ -38,121 +38,50 @@ namespace {
 // fully read before any output is written (this is what makes in place safe).
 constexpr int64_t kBlock = 1024;
 
-struct Fp32Codec {
-  using Storage = float;
-  using Acc = float;
-  static Acc Load(Storage v) { return v; }
-  static Storage Store(Acc v) { return v; }
-};
-struct Fp64Codec {
-  using Storage = double;
-  using Acc = double;
-  static Acc Load(Storage v) { return v; }
-  static Storage Store(Acc v) { return v; }
-};
-struct Int64Codec {
-  using Storage = int64_t;
-  using Acc = int64_t;
-  static Acc Load(Storage v) { return v; }
-  // Wrap-around on overflow, as two's complement (no UB on signed overflow).
-  static Storage Store(Acc v) { return v; }
-};
-
-template <typename Codec>
-void SumTyped(const void* const* inputs, int num_inputs, void* const* outputs, int num_outputs,
-              int64_t count) {
-  using Storage = typename Codec::Storage;
-  using Acc = typename Codec::Acc;
-  Acc acc[kBlock];
-  for (int64_t begin = 0; begin < count; begin += kBlock) {
-    const int64_t n = std::min(kBlock, count - begin);
-    // Start from x_0 (not from zero) so a lone -0.0 stays -0.0.
-    const Storage* first = static_cast<const Storage*>(inputs[0]) + begin;
-    for (int64_t i = 0; i < n; ++i) acc[i] = Codec::Load(first[i]);
-    for (int k = 1; k < num_inputs; ++k) {
-      const Storage* in = static_cast<const Storage*>(inputs[k]) + begin;
-      if constexpr (std::is_same_v<Acc, int64_t>) {
-        for (int64_t i = 0; i < n; ++i) {
-          acc[i] =
-              static_cast<int64_t>(static_cast<uint64_t>(acc[i]) + static_cast<uint64_t>(in[i]));
-        }
-      } else {
-        for (int64_t i = 0; i < n; ++i) acc[i] += Codec::Load(in[i]);
-      }
-    }
-    for (int o = 0; o < num_outputs; ++o) {
-      Storage* out = static_cast<Storage*>(outputs[o]) + begin;
-      for (int64_t i = 0; i < n; ++i) out[i] = Codec::Store(acc[i]);
-    }
-  }
-}
-
-// 16-bit types: widen each block with the vectorised casts, add in fp32 in
-// rank order and narrow once. The casts give the same bits as the scalar
-// codecs above, so every backend still agrees to the bit.
-template <void (*Widen)(const uint16_t*, float*, size_t),
-          void (*Narrow)(const float*, uint16_t*, size_t)>
-void SumHalf(const void* const* inputs, int num_inputs, void* const* outputs, int num_outputs,
-             int64_t count) {
-  float acc[kBlock];
-  float term[kBlock];
-  for (int64_t begin = 0; begin < count; begin += kBlock) {
-    const size_t n = static_cast<size_t>(std::min(kBlock, count - begin));
-    Widen(static_cast<const uint16_t*>(inputs[0]) + begin, acc, n);
-    for (int k = 1; k < num_inputs; ++k) {
-      Widen(static_cast<const uint16_t*>(inputs[k]) + begin, term, n);
-      for (size_t i = 0; i < n; ++i) acc[i] += term[i];
-    }
-    for (int o = 0; o < num_outputs; ++o) {
-      Narrow(acc, static_cast<uint16_t*>(outputs[o]) + begin, n);
-    }
-  }
-}
-
-// One leg of a sum (ContinueSumInRankOrder) for the types whose storage is
-// their accumulator: the accumulator starts from `partial` or input 0.
-template <typename Storage, typename Acc>
-void ContinueTyped(const void* partial, const void* const* inputs, int num_inputs, void* out,
-                   int64_t count, bool finish) {
-  const auto load = [](Storage v) { return static_cast<Acc>(v); };
-  const auto store = [](Acc v) { return static_cast<Storage>(v); };
-  Acc acc[kBlock];
+// One leg of a rank-order sum for the types whose storage is their
+// accumulator (fp32, fp64, int64): the accumulator starts from `partial`
+// or, when it is null, input 0 (not from zero, so a lone -0.0 stays -0.0);
+// `finish` stores it to every output, otherwise it is copied to outputs[0].
+// SumInRankOrder is the leg without a partial that finishes.
+template <typename T>
+void LegTyped(const void* partial, const void* const* inputs, int num_inputs, void* const* outputs,
+              int num_outputs, int64_t count, bool finish) {
+  T acc[kBlock];
   for (int64_t begin = 0; begin < count; begin += kBlock) {
     const int64_t n = std::min(kBlock, count - begin);
     int first_input = 0;
     if (partial != nullptr) {
-      std::memcpy(acc, static_cast<const Acc*>(partial) + begin, n * sizeof(Acc));
+      std::memcpy(acc, static_cast<const T*>(partial) + begin, n * sizeof(T));
     } else {
-      const Storage* first = static_cast<const Storage*>(inputs[0]) + begin;
-      for (int64_t i = 0; i < n; ++i) acc[i] = load(first[i]);
+      std::memcpy(acc, static_cast<const T*>(inputs[0]) + begin, n * sizeof(T));
       first_input = 1;
     }
     for (int k = first_input; k < num_inputs; ++k) {
-      const Storage* in = static_cast<const Storage*>(inputs[k]) + begin;
-      if constexpr (std::is_same_v<Acc, int64_t>) {
+      const T* in = static_cast<const T*>(inputs[k]) + begin;
+      if constexpr (std::is_same_v<T, int64_t>) {
+        // Wrap-around on overflow, as two's complement (no UB on signed overflow).
         for (int64_t i = 0; i < n; ++i) {
           acc[i] =
               static_cast<int64_t>(static_cast<uint64_t>(acc[i]) + static_cast<uint64_t>(in[i]));
         }
       } else {
-        for (int64_t i = 0; i < n; ++i) acc[i] += load(in[i]);
+        for (int64_t i = 0; i < n; ++i) acc[i] += in[i];
       }
     }
-    if (finish) {
-      Storage* o = static_cast<Storage*>(out) + begin;
-      for (int64_t i = 0; i < n; ++i) o[i] = store(acc[i]);
-    } else {
-      std::memcpy(static_cast<Acc*>(out) + begin, acc, n * sizeof(Acc));
+    for (int o = 0; o < (finish ? num_outputs : 1); ++o) {
+      std::memcpy(static_cast<T*>(outputs[o]) + begin, acc, n * sizeof(T));
     }
   }
 }
 
-// The 16-bit types' leg, a block of each input widened at a time as
-// SumHalf does (the same casts, so the same bits).
+// The 16-bit types' leg: widen each block with the vectorised casts, add in
+// fp32 in rank order and, to finish, narrow once. The casts give the same
+// bits as scalar code, so every backend still agrees to the bit. Unfinished,
+// the fp32 accumulator goes to outputs[0].
 template <void (*Widen)(const uint16_t*, float*, size_t),
           void (*Narrow)(const float*, uint16_t*, size_t)>
-void ContinueHalf(const void* partial, const void* const* inputs, int num_inputs, void* out,
-                  int64_t count, bool finish) {
+void LegHalf(const void* partial, const void* const* inputs, int num_inputs, void* const* outputs,
+             int num_outputs, int64_t count, bool finish) {
   float acc[kBlock];
   float term[kBlock];
   for (int64_t begin = 0; begin < count; begin += kBlock) {
@@ -168,11 +97,33 @@ void ContinueHalf(const void* partial, const void* const* inputs, int num_inputs
       Widen(static_cast<const uint16_t*>(inputs[k]) + begin, term, n);
       for (size_t i = 0; i < n; ++i) acc[i] += term[i];
     }
-    if (finish) {
-      Narrow(acc, static_cast<uint16_t*>(out) + begin, n);
-    } else {
-      std::memcpy(static_cast<float*>(out) + begin, acc, n * sizeof(float));
+    if (!finish) {
+      std::memcpy(static_cast<float*>(outputs[0]) + begin, acc, n * sizeof(float));
+      continue;
     }
+    for (int o = 0; o < num_outputs; ++o) {
+      Narrow(acc, static_cast<uint16_t*>(outputs[o]) + begin, n);
+    }
+  }
+}
+
+void Leg(const void* partial, const void* const* inputs, int num_inputs, void* const* outputs,
+         int num_outputs, int64_t count, DType dtype, bool finish) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return LegTyped<float>(partial, inputs, num_inputs, outputs, num_outputs, count, finish);
+    case DType::kBFloat16:
+      return LegHalf<ConvertBf16ToFp32, ConvertFp32ToBf16>(partial, inputs, num_inputs, outputs,
+                                                           num_outputs, count, finish);
+    case DType::kFloat16:
+      return LegHalf<ConvertFp16ToFp32, ConvertFp32ToFp16>(partial, inputs, num_inputs, outputs,
+                                                           num_outputs, count, finish);
+    case DType::kFloat64:
+      return LegTyped<double>(partial, inputs, num_inputs, outputs, num_outputs, count, finish);
+    case DType::kInt64:
+      return LegTyped<int64_t>(partial, inputs, num_inputs, outputs, num_outputs, count, finish);
+    case DType::kUInt8:
+      return;  // Rejected by argument checks before any backend runs.
   }
 }
 
@@ -191,43 +142,14 @@ DType AccumulatorDType(DType dtype) {
 void ContinueSumInRankOrder(const void* partial, const void* const* inputs, int num_inputs,
                             void* out, int64_t count, DType dtype, bool finish) {
   if (count <= 0 || (partial == nullptr && num_inputs <= 0)) return;
-  switch (dtype) {
-    case DType::kFloat32:
-      return ContinueTyped<float, float>(partial, inputs, num_inputs, out, count, finish);
-    case DType::kBFloat16:
-      return ContinueHalf<ConvertBf16ToFp32, ConvertFp32ToBf16>(partial, inputs, num_inputs, out,
-                                                                count, finish);
-    case DType::kFloat16:
-      return ContinueHalf<ConvertFp16ToFp32, ConvertFp32ToFp16>(partial, inputs, num_inputs, out,
-                                                                count, finish);
-    case DType::kFloat64:
-      return ContinueTyped<double, double>(partial, inputs, num_inputs, out, count, finish);
-    case DType::kInt64:
-      return ContinueTyped<int64_t, int64_t>(partial, inputs, num_inputs, out, count, finish);
-    case DType::kUInt8:
-      return;
-  }
+  void* outputs[] = {out};
+  Leg(partial, inputs, num_inputs, outputs, 1, count, dtype, finish);
 }
 
 void SumInRankOrder(const void* const* inputs, int num_inputs, void* const* outputs,
                     int num_outputs, int64_t count, DType dtype) {
   if (count <= 0 || num_inputs <= 0) return;
-  switch (dtype) {
-    case DType::kFloat32:
-      return SumTyped<Fp32Codec>(inputs, num_inputs, outputs, num_outputs, count);
-    case DType::kBFloat16:
-      return SumHalf<ConvertBf16ToFp32, ConvertFp32ToBf16>(inputs, num_inputs, outputs, num_outputs,
-                                                           count);
-    case DType::kFloat16:
-      return SumHalf<ConvertFp16ToFp32, ConvertFp32ToFp16>(inputs, num_inputs, outputs, num_outputs,
-                                                           count);
-    case DType::kFloat64:
-      return SumTyped<Fp64Codec>(inputs, num_inputs, outputs, num_outputs, count);
-    case DType::kInt64:
-      return SumTyped<Int64Codec>(inputs, num_inputs, outputs, num_outputs, count);
-    case DType::kUInt8:
-      return;  // Rejected by argument checks before any backend runs.
-  }
+  Leg(nullptr, inputs, num_inputs, outputs, num_outputs, count, dtype, /*finish=*/true);
 }
 
 }  // namespace internal
