@@ -11,25 +11,10 @@ zeroshard=$1
 calibrate=$2
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/zs_cluster.sh
-export ZS_CLUSTER="zsn$$"
-export ZS_MPI_TEST_ID="zs-calibrate-network-$$-$RANDOM"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
+FAIL_TAIL=30
 # shellcheck source=tests/multinode/multinode_lib.sh
 source "$here/multinode_lib.sh"
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -30 "$f"; }; done
-  exit 1
-}
-cleanup() {
-  "$cluster" down 2>/dev/null
-  for pid in $(our_ranks); do kill -KILL "$pid" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-[ "$(id -u)" = 0 ] || fail "needs root to make namespaces (CI runs as root)"
+multinode_begin zsn zs-calibrate-network
 
 # Without MPI the network cannot be measured: a clear refusal.
 "$calibrate" --what network --out "$work/m.json" >"$work/local.out" 2>&1

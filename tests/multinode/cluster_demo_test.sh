@@ -13,28 +13,9 @@ set -uo pipefail
 demo=$1
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/zs_cluster.sh
-export ZS_CLUSTER="zst$$"                       # unique: tests may run side by side
-export ZS_MPI_TEST_ID="zs-multinode-$$-$RANDOM"  # every rank carries it
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
-  exit 1
-}
-
 # shellcheck source=tests/multinode/multinode_lib.sh
 source "$here/multinode_lib.sh"
-
-cleanup() {
-  "$cluster" down 2>/dev/null
-  for pid in $(our_ranks); do kill -KILL "$pid" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-[ "$(id -u)" = 0 ] || fail "needs root to make network, UTS, PID and mount namespaces (CI runs as root)"
+multinode_begin zst zs-multinode
 
 # A stale cluster (a killed run's) is found and replaced.
 "$cluster" up 1 2>"$work/stale.out" || fail "zs_cluster.sh up 1 failed: $(cat "$work/stale.out")"

@@ -8,27 +8,10 @@ set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/zs_cluster.sh
-export ZS_CLUSTER="zsh$$"                          # unique: tests may run side by side
-export ZS_MPI_TEST_ID="zs-hierarchical-$$-$RANDOM"  # every rank carries it
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
-
+FAIL_TAIL=60
 # shellcheck source=tests/multinode/multinode_lib.sh
 source "$here/multinode_lib.sh"
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -60 "$f"; }; done
-  exit 1
-}
-cleanup() {
-  "$cluster" down 2>/dev/null
-  for pid in $(our_ranks); do kill -KILL "$pid" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-[ "$(id -u)" = 0 ] || fail "needs root to make network, UTS, PID and mount namespaces (CI runs as root)"
+multinode_begin zsh zs-hierarchical
 
 for shape in "2 2" "4 1"; do
   read -r nodes per_node <<<"$shape"

@@ -21,11 +21,8 @@ shift $(($# < 3 ? $# : 3))
 demo_args=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/zs_cluster.sh
-export ZS_CLUSTER="zsl$$"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 timeout_s=10
 limit_ms=$(((timeout_s + 5) * 1000))
-work=$(mktemp -d)
 
 # shellcheck source=tests/multinode/multinode_lib.sh
 source "$here/multinode_lib.sh"
@@ -50,14 +47,7 @@ fail() {
   exit 1
 }
 
-cleanup() {
-  "$cluster" down 2>/dev/null
-  for pid in $(our_ranks); do kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-[ "$(id -u)" = 0 ] || fail "needs root to make namespaces (CI runs as root)"
+multinode_begin zsl zs-lost-node
 "$cluster" up 2 2>"$work/up.out" || fail "zs_cluster.sh up 2 failed: $(cat "$work/up.out")"
 node1_uts=$(readlink "/proc/$(cat "/run/zs-cluster/$ZS_CLUSTER/node1.pid")/ns/uts")
 
