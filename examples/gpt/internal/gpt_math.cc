@@ -46,14 +46,6 @@ void FillRowsWithBias(const float* bias, int64_t rows, int64_t cols, float* out)
   for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * cols, bias, sizeof(float) * cols);
 }
 
-// y [rows, out] = bias + x [rows, in] W [in, out] (Conv1D).
-void Conv1DForward(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
-                   int64_t out, float* y) {
-  FillRowsWithBias(bias, rows, out, y);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out, in, 1.0f, x, in, w, out, 1.0f,
-              y, out);
-}
-
 // Column sums in row order (a fixed order: the same bits on every rank).
 void SumRows(const float* m, int64_t rows, int64_t cols, float* sum) {
   for (int64_t c = 0; c < cols; ++c) sum[c] = 0.0f;
@@ -61,6 +53,16 @@ void SumRows(const float* m, int64_t rows, int64_t cols, float* sum) {
     const float* row = m + r * cols;
     for (int64_t c = 0; c < cols; ++c) sum[c] += row[c];
   }
+}
+
+}  // namespace
+
+// y [rows, out] = bias + x [rows, in] W [in, out] (Conv1D).
+void Conv1DForward(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
+                   int64_t out, float* y) {
+  FillRowsWithBias(bias, rows, out, y);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out, in, 1.0f, x, in, w, out, 1.0f,
+              y, out);
 }
 
 // Conv1D backward: dw [in, out] = x^T dy, db = column sums of dy, and, when
@@ -79,8 +81,6 @@ void Conv1DBackward(const float* x, const float* w, const float* dy, int64_t row
 void AddInPlace(const float* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
-
-}  // namespace
 
 int64_t BlockActsFloats(const GptDims& d) {
   const int64_t n = d.rows(), c = d.width;

@@ -114,6 +114,16 @@ double CrossEntropy(float* logits, const int32_t* targets, const GptDims& d, flo
 void HeadBackward(const float* wte, const float* x, const float* dlogits, const GptDims& d,
                   float* dwte, float* dx);
 
+// Conv1D (HF's y = b + x W, W [in, out]): y [rows, out] = bias + x W, the
+// bias as the sgemm's C operand (as torch.addmm). Backward: dw [in, out] =
+// x^T dy, db = dy's column sums in row order, dx [rows, in] = dy W^T when
+// dx is not null; everything overwritten. dst += src elementwise.
+void Conv1DForward(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
+                   int64_t out, float* y);
+void Conv1DBackward(const float* x, const float* w, const float* dy, int64_t rows, int64_t in,
+                    int64_t out, float* dx, float* dw, float* db);
+void AddInPlace(const float* src, int64_t n, float* dst);
+
 // The pieces BlockForward / BlockBackward are made of, exposed for tests.
 // qkv [N, 3C] -> att [B, H, T, T] (probabilities), out [N, C].
 void AttentionForward(const float* qkv, const GptDims& d, float* att, float* out);
