@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "engine/src/common/convert.h"
 #include "engine/src/device/cpu_stream.h"
 #include "engine/src/device/device_ops.h"
 #include "kernels/common/quant_int8.h"
@@ -77,21 +78,6 @@ void AdamNow(const AdamArgs& a, const kernels::AdamConstants& c) {
   }
 }
 
-// One block of kQuantBlock elements (fewer at the end) widened to fp32.
-void WidenBlock(const void* x, int64_t begin, int64_t len, DType dtype, float* out) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(out, static_cast<const float*>(x) + begin, len * sizeof(float));
-      break;
-    case DType::kBFloat16:
-      ConvertBf16ToFp32(static_cast<const uint16_t*>(x) + begin, out, static_cast<size_t>(len));
-      break;
-    default:
-      ConvertFp16ToFp32(static_cast<const uint16_t*>(x) + begin, out, static_cast<size_t>(len));
-      break;
-  }
-}
-
 void QuantizeNow(const void* x, int64_t n, DType dtype, void* packed) {
   using namespace kernels;  // NOLINT: the quant_int8.h element functions
   int8_t* q = static_cast<int8_t*>(packed);
@@ -100,7 +86,7 @@ void QuantizeNow(const void* x, int64_t n, DType dtype, void* packed) {
   for (int64_t b = 0; b < QuantBlocks(n); ++b) {
     const int64_t begin = b * kQuantBlock;
     const int64_t len = std::min(kQuantBlock, n - begin);
-    WidenBlock(x, begin, len, dtype, block);
+    WidenToFp32(x, begin, len, dtype, block);
     float absmax = 0.0f;
     for (int64_t i = 0; i < len; ++i) absmax = std::fmax(absmax, std::fabs(block[i]));
     const float scale = QuantScale(absmax);
@@ -125,17 +111,7 @@ void DequantizeNow(const void* packed, int64_t n, DType dtype, void* out) {
     const int64_t begin = b * kQuantBlock;
     const int64_t len = std::min(kQuantBlock, n - begin);
     for (int64_t i = 0; i < len; ++i) block[i] = DequantizeElement(q[begin + i], scales[b]);
-    switch (dtype) {
-      case DType::kFloat32:
-        std::memcpy(static_cast<float*>(out) + begin, block, len * sizeof(float));
-        break;
-      case DType::kBFloat16:
-        ConvertFp32ToBf16(block, static_cast<uint16_t*>(out) + begin, static_cast<size_t>(len));
-        break;
-      default:
-        ConvertFp32ToFp16(block, static_cast<uint16_t*>(out) + begin, static_cast<size_t>(len));
-        break;
-    }
+    NarrowFromFp32(block, begin, len, dtype, out);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/src/comm/comm_op.h"
+#include "engine/src/common/convert.h"
 #include "kernels/common/quant_int8.h"
 #include "zeroshard/buffer_plan.h"
 #include "zeroshard/status.h"
@@ -24,36 +25,6 @@ static_assert(kQwzBlockElements == kQuantBlock);
 // Step 1's and step 3's transfers carry the caller's tag with the step in
 // the top byte.
 constexpr int kStepTagShift = 56;
-
-// Elements [begin, begin + len) of `x` widened to fp32.
-void Widen(const void* x, int64_t begin, int64_t len, DType dtype, float* out) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(out, static_cast<const float*>(x) + begin, len * sizeof(float));
-      break;
-    case DType::kBFloat16:
-      ConvertBf16ToFp32(static_cast<const uint16_t*>(x) + begin, out, static_cast<size_t>(len));
-      break;
-    default:
-      ConvertFp16ToFp32(static_cast<const uint16_t*>(x) + begin, out, static_cast<size_t>(len));
-      break;
-  }
-}
-
-// `in` rounded once to dtype into elements [begin, begin + len) of `out`.
-void Narrow(const float* in, int64_t begin, int64_t len, DType dtype, void* out) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(static_cast<float*>(out) + begin, in, len * sizeof(float));
-      break;
-    case DType::kBFloat16:
-      ConvertFp32ToBf16(in, static_cast<uint16_t*>(out) + begin, static_cast<size_t>(len));
-      break;
-    default:
-      ConvertFp32ToFp16(in, static_cast<uint16_t*>(out) + begin, static_cast<size_t>(len));
-      break;
-  }
-}
 
 float* ScalesOf(void* pack, int64_t n, int bits) {
   return reinterpret_cast<float*>(static_cast<char*>(pack) + kernels::QuantScalesOffset(n, bits));
@@ -122,7 +93,7 @@ void QuantizePack(const void* x, int64_t n, DType dtype, int bits, void* pack) {
   float block[kQuantBlock];
   for (int64_t b = 0; b < kernels::QuantBlocks(n); ++b) {
     const int64_t len = std::min(kQuantBlock, n - b * kQuantBlock);
-    Widen(x, b * kQuantBlock, len, dtype, block);
+    WidenToFp32(x, b * kQuantBlock, len, dtype, block);
     QuantizeBlock(block, b, len, n, bits, pack);
   }
   ZeroPackPadding(n, bits, pack);
@@ -143,7 +114,7 @@ void DequantizeSum(const void* const* packs, int num, int64_t n, int bits, DType
   for (int64_t b = 0; b < kernels::QuantBlocks(n); ++b) {
     const int64_t len = std::min(kQuantBlock, n - b * kQuantBlock);
     SumBlock(packs, num, b, len, n, bits, block);
-    Narrow(block, b * kQuantBlock, len, dtype, out);
+    NarrowFromFp32(block, b * kQuantBlock, len, dtype, out);
   }
 }
 
