@@ -94,8 +94,8 @@ TEST(GptTensorParallelBlock, MatchesTheOneRankBlock) {
         grads[rank][k].assign(share[k].size(), -7.0f);  // overwritten, never added to
         g[k] = grads[rank][k].data();
       }
-      std::vector<float> acts(TensorParallelActsFloats(d, tp));
-      const BlockActs a = TensorParallelActsView(d, tp, acts.data());
+      std::vector<float> acts(BlockActsFloats(d, tp));
+      const BlockActs a = BlockActsView(d, acts.data(), tp);
       ys[rank].resize(n * c);
       ZS_RETURN_IF_ERROR(
           TensorParallelBlockForward(p.data(), d, x.data(), a, ys[rank].data(), comm));

@@ -82,13 +82,13 @@ void AddInPlace(const float* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-int64_t BlockActsFloats(const GptDims& d) {
-  const int64_t n = d.rows(), c = d.width;
-  return n * (15 * c + 4) + d.batch * d.heads * d.seq * d.seq;
+int64_t BlockActsFloats(const GptDims& d, int tp) {
+  const int64_t n = d.rows(), c = d.width, cl = c / tp;
+  return n * (3 * c + 4) + n * 12 * cl + d.batch * (d.heads / tp) * d.seq * d.seq;
 }
 
-BlockActs BlockActsView(const GptDims& d, float* base) {
-  const int64_t n = d.rows(), c = d.width;
+BlockActs BlockActsView(const GptDims& d, float* base, int tp) {
+  const int64_t n = d.rows(), c = d.width, cl = c / tp;
   BlockActs a;
   float* p = base;
   auto take = [&p](int64_t floats) {
@@ -99,15 +99,15 @@ BlockActs BlockActsView(const GptDims& d, float* base) {
   a.ln1 = take(n * c);
   a.ln1_mean = take(n);
   a.ln1_rstd = take(n);
-  a.qkv = take(n * 3 * c);
-  a.att = take(d.batch * d.heads * d.seq * d.seq);
-  a.atty = take(n * c);
+  a.qkv = take(n * 3 * cl);
+  a.att = take(d.batch * (d.heads / tp) * d.seq * d.seq);
+  a.atty = take(n * cl);
   a.res1 = take(n * c);
   a.ln2 = take(n * c);
   a.ln2_mean = take(n);
   a.ln2_rstd = take(n);
-  a.fc = take(n * 4 * c);
-  a.fc_gelu = take(n * 4 * c);
+  a.fc = take(n * 4 * cl);
+  a.fc_gelu = take(n * 4 * cl);
   return a;
 }
 

@@ -72,10 +72,13 @@ struct BlockActs {
   float* fc = nullptr;        // [N, 4C] c_fc(ln2), before the GELU
   float* fc_gelu = nullptr;   // [N, 4C] gelu_new(fc)
 };
-// Floats of one BlockActs: N (15 C + 4) + B H T^2.
-int64_t BlockActsFloats(const GptDims& d);
-// Points the fields into `base` (BlockActsFloats(d) floats).
-BlockActs BlockActsView(const GptDims& d, float* base);
+// Floats of one BlockActs: N (15 C + 4) + B H T^2. With tp > 1, those of
+// one rank of a tensor-parallel group (tensor_parallel_block.h): qkv, att,
+// atty, fc and fc_gelu hold its heads' and hidden units' share (C / tp,
+// H / tp), ln1, res1, ln2 and the moments stay whole.
+int64_t BlockActsFloats(const GptDims& d, int tp = 1);
+// Points the fields into `base` (BlockActsFloats(d, tp) floats).
+BlockActs BlockActsView(const GptDims& d, float* base, int tp = 1);
 // Floats of the scratch BlockForward / BlockBackward (and AttentionBackward)
 // need, whatever the implementation chooses (documented in the .cc).
 int64_t BlockScratchFloats(const GptDims& d);

@@ -166,35 +166,6 @@ std::vector<float> JoinBlockParam(BlockParam param, const GptDims& d, int tp,
   return full;
 }
 
-int64_t TensorParallelActsFloats(const GptDims& d, int tp) {
-  const int64_t n = d.rows(), c = d.width, cl = c / tp;
-  return n * (3 * c + 4) + n * (3 * cl + cl + 8 * cl) + d.batch * (d.heads / tp) * d.seq * d.seq;
-}
-
-BlockActs TensorParallelActsView(const GptDims& d, int tp, float* base) {
-  const int64_t n = d.rows(), c = d.width, cl = c / tp;
-  BlockActs a;
-  float* p = base;
-  auto take = [&p](int64_t floats) {
-    float* at = p;
-    p += floats;
-    return at;
-  };
-  a.ln1 = take(n * c);
-  a.ln1_mean = take(n);
-  a.ln1_rstd = take(n);
-  a.qkv = take(n * 3 * cl);
-  a.att = take(d.batch * (d.heads / tp) * d.seq * d.seq);
-  a.atty = take(n * cl);
-  a.res1 = take(n * c);
-  a.ln2 = take(n * c);
-  a.ln2_mean = take(n);
-  a.ln2_rstd = take(n);
-  a.fc = take(n * 4 * cl);
-  a.fc_gelu = take(n * 4 * cl);
-  return a;
-}
-
 int64_t TensorParallelScratchFloats(const GptDims& d, int tp) {
   const int64_t n = d.rows(), c = d.width;
   return n * 4 * (c / tp) + 2 * n * c + d.seq * d.seq;

@@ -45,11 +45,8 @@ std::vector<float> SliceBlockParam(BlockParam param, const GptDims& d, int tp, i
 std::vector<float> JoinBlockParam(BlockParam param, const GptDims& d, int tp,
                                   const std::vector<std::vector<float>>& shares);
 
-// A rank's activations: ln1, res1, ln2 ([N, C]) and their moments whole;
-// qkv [N, 3 C / tp], att [B, H / tp, T, T], atty [N, C / tp], fc and
-// fc_gelu [N, 4 C / tp]. TensorParallelActsFloats(d, tp) floats.
-int64_t TensorParallelActsFloats(const GptDims& d, int tp);
-BlockActs TensorParallelActsView(const GptDims& d, int tp, float* base);
+// A rank's activations: BlockActsFloats(d, tp) and BlockActsView(d, base, tp)
+// (gpt_math.h).
 // Scratch floats of TensorParallelBlockBackward: [N, 4 C / tp] + 2 [N, C] + [T, T].
 int64_t TensorParallelScratchFloats(const GptDims& d, int tp);
 
