@@ -14,15 +14,18 @@ namespace zeroshard {
 namespace gpt {
 namespace internal {
 
+int64_t PaddedVocab(int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
+
 absl::StatusOr<VocabShard> VocabShardOf(int64_t vocab, int tp, int rank) {
-  if (tp < 1 || rank < 0 || rank >= tp || vocab <= 0 || vocab % tp != 0) {
+  if (tp < 1 || rank < 0 || rank >= tp || vocab <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "vocab-parallel: vocabulary %d over %d tensor-parallel ranks (rank %d): the group size "
-        "must divide the vocabulary (pad it to a multiple of tp)",
+        "vocab-parallel: vocabulary %d over %d tensor-parallel ranks, rank %d: need a vocabulary "
+        "of at least 1, tp >= 1 and 0 <= rank < tp",
         vocab, tp, rank));
   }
-  const int64_t size = vocab / tp;
-  return VocabShard{rank * size, size};
+  const int64_t size = PaddedVocab(vocab, tp) / tp;
+  const int64_t begin = rank * size;
+  return VocabShard{begin, size, std::clamp<int64_t>(vocab - begin, 0, size)};
 }
 
 absl::Status VocabParallelEmbedForward(const float* wte_shard, const float* wpe,
@@ -81,11 +84,14 @@ absl::StatusOr<double> VocabParallelCrossEntropy(float* logits_shard, const int3
   const int64_t n = d.rows(), v_len = shard.size;
   const int tp = tp_group.size();
   // Each row's largest logit: this rank's, then every rank's (all-gathered).
-  std::vector<float> local_max(n);
-  for (int64_t r = 0; r < n; ++r) {
+  // A shard of padding only (a tiny vocabulary over many ranks) offers
+  // -infinity, which no token's logit loses to.
+  const int64_t valid = shard.valid;
+  std::vector<float> local_max(n, -INFINITY);
+  for (int64_t r = 0; r < n && valid > 0; ++r) {
     const float* row = logits_shard + r * v_len;
     float max = row[0];
-    for (int64_t v = 1; v < v_len; ++v) max = row[v] > max ? row[v] : max;
+    for (int64_t v = 1; v < valid; ++v) max = row[v] > max ? row[v] : max;
     local_max[r] = max;
   }
   std::vector<float> maxima(static_cast<size_t>(tp) * n);
@@ -103,7 +109,7 @@ absl::StatusOr<double> VocabParallelCrossEntropy(float* logits_shard, const int3
   for (int64_t r = 0; r < n; ++r) {
     const float* row = logits_shard + r * v_len;
     double sum = 0.0;
-    for (int64_t v = 0; v < v_len; ++v) sum += std::exp(static_cast<double>(row[v]) - max[r]);
+    for (int64_t v = 0; v < valid; ++v) sum += std::exp(static_cast<double>(row[v]) - max[r]);
     sums[r] = sum;
     const int64_t target = targets[r];
     if (shard.Holds(target)) {
@@ -121,10 +127,11 @@ absl::StatusOr<double> VocabParallelCrossEntropy(float* logits_shard, const int3
     total += log_sum - sums[n + r];
     float* row = logits_shard + r * v_len;
     const int64_t target = targets[r];
-    for (int64_t v = 0; v < v_len; ++v) {
+    for (int64_t v = 0; v < valid; ++v) {
       const double prob = std::exp(static_cast<double>(row[v]) - max[r] - log_sum);
       row[v] = static_cast<float>((v + shard.begin == target ? prob - 1.0 : prob) * grad_scale);
     }
+    for (int64_t v = valid; v < v_len; ++v) row[v] = 0.0f;
   }
   return total * inv_rows;
 }

@@ -1,8 +1,11 @@
 // The GPT's vocabulary split over a tensor-parallel group (Megatron-LM's
 // vocab-parallel embedding, LM head and cross-entropy; issue 23, the GPT on
-// the dp x tp x pp grid). Rank r of a group of tp holds rows
-// [r V / tp, (r + 1) V / tp) of wte (V divisible by tp); wpe is whole on
-// every rank. Every rank of the group passes the same tokens, targets and
+// the dp x tp x pp grid). The vocabulary V is padded to V' = the next
+// multiple of tp (GPT-2's 50257 over 2 ranks: 50258); rank r of a group of
+// tp holds rows [r V' / tp, (r + 1) V' / tp) of the padded wte, and wpe
+// whole. The padding rows are no token: the loss leaves their logits out of
+// the softmax and gives them zero gradient, so the model is V's whatever
+// the rows hold. Every rank of the group passes the same tokens, targets and
 // x; the collectives go through `tp_group` (sums in rank order, so the
 // results are the same on every rank and every run).
 //
@@ -31,13 +34,17 @@ namespace zeroshard {
 namespace gpt {
 namespace internal {
 
-// The rows of wte that rank `rank` of `tp` holds.
+// The rows of the padded wte that rank `rank` of `tp` holds: `size` rows
+// from `begin`, of which the first `valid` are tokens (the rest padding).
 struct VocabShard {
   int64_t begin = 0;
   int64_t size = 0;
-  bool Holds(int64_t token) const { return token >= begin && token < begin + size; }
+  int64_t valid = 0;
+  bool Holds(int64_t token) const { return token >= begin && token < begin + valid; }
 };
-// InvalidArgument unless tp >= 1, 0 <= rank < tp and tp divides vocab.
+// V padded to a multiple of tp.
+int64_t PaddedVocab(int64_t vocab, int tp);
+// InvalidArgument unless vocab >= 1, tp >= 1 and 0 <= rank < tp.
 absl::StatusOr<VocabShard> VocabShardOf(int64_t vocab, int tp, int rank);
 
 // x0 [N, C] = wte[token] + wpe[t] with this rank's rows `wte_shard`
@@ -57,8 +64,9 @@ void VocabParallelHeadForward(const float* wte_shard, const float* x, const GptD
                               VocabShard shard, float* logits_shard);
 // The mean cross-entropy over the N rows of the logits split over the group
 // (the row maxima all-gathered, the exponentials' sums and the target
-// logits all-reduced in double). Overwrites logits_shard with dL/dlogits *
-// seed for this rank's columns. Returns the loss (the same on every rank).
+// logits all-reduced in double), over the token columns only. Overwrites
+// logits_shard with dL/dlogits * seed for this rank's columns (0 in the
+// padding's). Returns the loss (the same on every rank).
 absl::StatusOr<double> VocabParallelCrossEntropy(float* logits_shard, const int32_t* targets,
                                                  const GptDims& d, VocabShard shard, float seed,
                                                  Communicator& tp_group);
