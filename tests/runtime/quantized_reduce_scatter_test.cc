@@ -97,7 +97,9 @@ TEST(QuantPackTest, EveryElementWithinHalfItsBlocksScale) {
            i < static_cast<int64_t>(pack.size()); ++i) {
         EXPECT_EQ(pack[i], 0) << "scale padding byte " << i;
       }
-      if (bits == 4 && n % 2 == 1) EXPECT_EQ(pack[values - 1] & 0xF0, 0) << "last high nibble";
+      if (bits == 4 && n % 2 == 1) {
+        EXPECT_EQ(pack[values - 1] & 0xF0, 0) << "last high nibble";
+      }
     }
   }
 }

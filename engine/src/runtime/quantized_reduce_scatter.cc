@@ -188,13 +188,6 @@ absl::Status QuantizedReduceScatter::Start(Communicator& comm, int ranks_per_nod
   return absl::OkStatus();
 }
 
-bool QuantizedReduceScatter::Ready() const {
-  for (const CommHandle& h : pending_) {
-    if (!h.Ready()) return false;
-  }
-  return true;
-}
-
 absl::Status QuantizedReduceScatter::WaitPending() {
   absl::Status first;
   for (CommHandle& h : pending_) first.Update(h.Wait());
@@ -283,13 +276,10 @@ void QuantizedReduceWorker::Run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
+    // Advance waits for every transfer of a step, failed or not, before it
+    // returns, so nothing touches the scratch once the handle completes.
     absl::Status status;
     while (status.ok() && !job.op->done()) status = job.op->Advance();
-    if (!status.ok()) {
-      // A failed step leaves transfers that may still touch the scratch:
-      // wait them out (each has the communicator's timeout).
-      for (CommHandle& h : job.op->pending()) h.Wait().IgnoreError();
-    }
     job.state->Complete(std::move(status));
   }
 }

@@ -22,8 +22,8 @@
 //
 // The data moves through the communicator's Send and Recv (host memory: the
 // local and mpi backends), so a reduction is a short state machine: Start
-// issues step 1; when pending() has completed, Advance runs the next step;
-// done() after the last. QuantizedReduceWorker drives reductions to their
+// issues step 1; Advance waits for the current step's transfers and runs
+// the next step; done() after the last. QuantizedReduceWorker drives reductions to their
 // end on a thread of its own, in submission order, so that a rank's later
 // steps never wait for its trainer thread (which may be waiting for a
 // peer's collective). Deterministic: the same inputs give the same bits on
@@ -74,10 +74,6 @@ class QuantizedReduceScatter {
   // `tag` (the step in its top byte).
   absl::Status Start(Communicator& comm, int ranks_per_node, int bits, const void* send, void* recv,
                      int64_t count, DType dtype, uint64_t tag, char* scratch);
-  // The transfers of the current step; Advance needs them complete.
-  std::vector<CommHandle>& pending() { return pending_; }
-  // True when every pending transfer has completed.
-  bool Ready() const;
   // Waits for the pending transfers (their first error), then runs the next
   // step.
   absl::Status Advance();
