@@ -37,6 +37,9 @@ class FakeEngineBase : public Engine {
   absl::Status SetTrainable(int, int, bool) override {
     return absl::UnimplementedError("not in the fake");
   }
+  absl::Status SetFrozenParam(int, int, absl::Span<const float>) override {
+    return absl::UnimplementedError("not in the fake");
+  }
   // Logs the Release; a unit that is not the gathered one is a violation.
   absl::Status Release(int unit) override {
     Log("R", unit);

@@ -294,6 +294,21 @@ class Engine {
   // or for a tied alias (freeze its owner).
   virtual absl::Status SetTrainable(int unit, int param, bool trainable) = 0;
 
+  // Overwrites the values of param `param` of unit `unit`, a param declared
+  // frozen (ParamSpec::trainable false), after Start and between steps: a
+  // replica the trainer keeps equal to a param another engine trains (the
+  // GPT grid's LM head on the last pipeline stage is the first stage's
+  // embedding, docs/parallelism.md). fp32 values, rounded to the param
+  // dtype as SetParam rounds them (a value of the param dtype is kept
+  // exactly); every rank passes the same full tensor, and keeps the part
+  // it holds (stage 3: its shard; a gathered copy kept from an earlier step
+  // is dropped). Not collective, but every rank of the data-parallel group
+  // must call it with the same values before the next Gather of the unit.
+  // FailedPrecondition before Start, in the middle of a step or with a unit
+  // gathered; InvalidArgument for a param declared trainable or tied, a
+  // wrong size or a value that is not finite; OutOfRange for an index.
+  virtual absl::Status SetFrozenParam(int unit, int param, absl::Span<const float> values) = 0;
+
   // The factor the trainer must multiply its loss (the seed of its backward
   // pass) by before writing gradients: the dynamic loss scale with fp16, 1
   // otherwise. Constant within a step.

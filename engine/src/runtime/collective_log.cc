@@ -29,6 +29,8 @@ const char* WaitSiteName(WaitSite site) {
       return "Save: updated params";
     case WaitSite::kModelParallel:
       return "model-parallel norm";
+    case WaitSite::kSetFrozenParam:
+      return "SetFrozenParam";
     case WaitSite::kNumSites:
       break;
   }

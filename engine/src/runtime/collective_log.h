@@ -47,6 +47,7 @@ enum class WaitSite {
   kGetParam,        // GetParam (and its wait for the param all-gathers)
   kSave,            // Save: the updated params' all-gathers
   kModelParallel,   // the model-parallel group's norm all-reduce
+  kSetFrozenParam,  // SetFrozenParam: the param all-gathers and a kept stage-3 copy
   kNumSites
 };
 const char* WaitSiteName(WaitSite site);

@@ -318,41 +318,51 @@ UnitView EngineImpl::MakeView(const std::vector<void*>& bases, DType dtype, int 
   return view;
 }
 
-absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> values) {
-  ZS_RETURN_IF_ERROR(CheckUnit(unit, "SetParam"));
+absl::Status EngineImpl::CheckParamValues(const char* call, int unit, int param,
+                                          absl::Span<const float> values) const {
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, call));
   const UnitSpec& spec = model_.units[unit];
   if (param < 0 || param >= static_cast<int>(spec.params.size())) {
-    return absl::OutOfRangeError(absl::StrFormat("SetParam: unit '%s' has params 0..%d, not %d",
+    return absl::OutOfRangeError(absl::StrFormat("%s: unit '%s' has params 0..%d, not %d", call,
                                                  spec.name, spec.params.size() - 1, param));
-  }
-  if (started_) {
-    return absl::FailedPreconditionError("SetParam after Start(): initial weights are fixed");
   }
   const std::string& name = spec.params[param].name;
   if (const auto& tie = spec.params[param].tied_to; tie.has_value()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "SetParam(%s.%s): the param is tied to %s.%s (ParamSpec::tied_to) and stored there; set "
+        "%s(%s.%s): the param is tied to %s.%s (ParamSpec::tied_to) and stored there; set "
         "%s.%s instead",
-        spec.name, name, tie->unit, tie->param, tie->unit, tie->param));
+        call, spec.name, name, tie->unit, tie->param, tie->unit, tie->param));
   }
   const ParamPlace place = layout_.PlaceOf(unit, param);
-  const int s = place.segment;
-  const ParamSlot& slot = layout_.unit(s).params[place.slot];
-  if (static_cast<int64_t>(values.size()) != slot.numel) {
+  const int64_t numel = layout_.unit(place.segment).params[place.slot].numel;
+  if (static_cast<int64_t>(values.size()) != numel) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("SetParam(%s.%s): got %d values, the param has %d elements", spec.name,
-                        name, values.size(), slot.numel));
+        absl::StrFormat("%s(%s.%s): got %d values, the param has %d "
+                        "elements",
+                        call, spec.name, name, values.size(), numel));
   }
   // A NaN or inf weight would poison every step (and, through the norm, every
   // rank) long after the trainer that wrote it returned: refuse it here.
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "SetParam(%s.%s): element %d is %g; initial weights must be finite (check the "
-          "initialiser or the checkpoint they came from)",
-          spec.name, name, i, values[i]));
+          "%s(%s.%s): element %d is %g; weights must be finite (check the initialiser, the "
+          "checkpoint or the replica's source they came from)",
+          call, spec.name, name, i, values[i]));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::SetParam(int unit, int param, absl::Span<const float> values) {
+  ZS_RETURN_IF_ERROR(CheckUnit(unit, "SetParam"));
+  if (started_) {
+    return absl::FailedPreconditionError("SetParam after Start(): initial weights are fixed");
+  }
+  ZS_RETURN_IF_ERROR(CheckParamValues("SetParam", unit, param, values));
+  const ParamPlace place = layout_.PlaceOf(unit, param);
+  const int s = place.segment;
+  const ParamSlot& slot = layout_.unit(s).params[place.slot];
   // The params keep the part of the tensor this rank holds, rounded to the
   // param dtype; the master keeps the exact fp32 values of the part it owns
   // (a frozen param has no master: its params are all it has).

@@ -63,6 +63,10 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // update, the gatherer's shard fetch (engine_offload.cc).
   absl::Status AllocateOffload();
 
+  // SetParam's and SetFrozenParam's checks of the indices, a tie, the size
+  // and the values (`call` names the caller in the message).
+  absl::Status CheckParamValues(const char* call, int unit, int param,
+                                absl::Span<const float> values) const;
   absl::Status SetParam(int unit, int param, absl::Span<const float> values) override;
   using Engine::Start;
   absl::Status Start(absl::Span<const TrainerSetting> settings) override;
@@ -73,6 +77,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   absl::Status ReduceGrads(int unit) override;
   absl::StatusOr<StepResult> Step() override;
   absl::Status SetTrainable(int unit, int param, bool trainable) override;
+  absl::Status SetFrozenParam(int unit, int param, absl::Span<const float> values) override;
   void RecordInputWait(absl::Duration d) override { timeline_.AddInputWait(d); }
   void RecordPipelineWait(absl::Duration d) override { timeline_.AddPipelineWait(d); }
   double loss_scale() const override { return loss_scaler_.scale(); }

@@ -149,6 +149,37 @@ absl::StatusOr<StepResult> EngineImpl::NormClipAndUpdate() {
   return result;
 }
 
+absl::Status EngineImpl::SetFrozenParam(int unit, int param, absl::Span<const float> values) {
+  StepTimeline::Call call(timeline_);
+  ZS_RETURN_IF_ERROR(CheckBetweenSteps("SetFrozenParam"));
+  ZS_RETURN_IF_ERROR(CheckParamValues("SetFrozenParam", unit, param, values));
+  const UnitSpec& spec = model_.units[unit];
+  if (spec.params[param].trainable) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SetFrozenParam(%s.%s): the param is declared trainable, so the optimizer owns its "
+        "values; only a param declared frozen (ParamSpec::trainable false) takes new values "
+        "between steps",
+        spec.name, spec.params[param].name));
+  }
+  const ParamPlace place = layout_.PlaceOf(unit, param);
+  const int s = place.segment;
+  const ParamSlot& slot = layout_.unit(s).params[place.slot];
+  // Stages 1-2 may still be all-gathering the segment's params after the
+  // last step, and stage 3 keeps a frozen segment's gathered copy across
+  // steps: both would bring the old values back.
+  ZS_RETURN_IF_ERROR(gatherer_->WaitUpdatedParamGathers(WaitSite::kSetFrozenParam));
+  ZS_RETURN_IF_ERROR(Poison(gatherer_->DropSegment(s)));
+  const ElementRange held = buffers_.ParamsHeld(s);
+  const int64_t begin = std::max(held.begin, slot.offset);
+  const int64_t end = std::min(held.end, slot.offset + slot.numel);
+  std::vector<uint16_t> staging;
+  if (begin < end) {
+    ZS_RETURN_IF_ERROR(
+        StoreParams(s, begin, end - begin, values.data() + (begin - slot.offset), staging));
+  }
+  return SyncCompute();
+}
+
 absl::Status EngineImpl::SetTrainable(int unit, int param, bool trainable) {
   StepTimeline::Call call(timeline_);
   // What this rank can tell alone; the exchange below makes every rank

@@ -323,6 +323,17 @@ absl::Status ParamGatherer::DropPool() {
   return absl::OkStatus();
 }
 
+absl::Status ParamGatherer::DropSegment(int segment) {
+  secondary_valid_[segment] = 0;
+  const int slot = unit_slot_[segment];
+  if (slot < 0) return absl::OkStatus();
+  GatherSlot& g = slots_[slot];
+  ZS_RETURN_IF_ERROR(services_.WaitComm(g.gather, WaitSite::kSetFrozenParam));
+  unit_slot_[segment] = -1;
+  g.unit = -1;
+  return absl::OkStatus();
+}
+
 absl::Status ParamGatherer::EndStep(int64_t step, bool first_step) {
   if (plan_.gather_slots == 0) return absl::OkStatus();
   if (first_step) {

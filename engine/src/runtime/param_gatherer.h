@@ -81,6 +81,10 @@ class ParamGatherer {
   // Stage 3, before the optimizer rewrites the shards the pool's copies
   // came from: finishes and forgets them.
   absl::Status DropPool();
+  // Stage 3, before the engine rewrites frozen segment `segment`'s shard
+  // between steps (SetFrozenParam): finishes and forgets the pool's copy
+  // of it (kept across steps otherwise) and its hpZ secondary piece.
+  absl::Status DropSegment(int segment);
   // Stage 3, at the end of step `step` (1-based; `first_step` as in
   // Gather): turns prefetch on after the first step, or off when this step
   // left the recorded order, and gathers the next step's first units.
