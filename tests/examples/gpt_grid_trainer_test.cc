@@ -1,0 +1,308 @@
+// GridGptTrainer on the grids of issue 23 against the one-rank GptTrainer run
+// of the same global batch (and, with tp 1, against the data-parallel run
+// that accumulates the same micro-batches per dp rank), local backend, with
+// the tie across pipeline stages checked after every step.
+//
+// Bitwise (tp 1). A pipeline changes no arithmetic: each stage's engine
+// accumulates its units' gradients over the same micro-batches in the same
+// order, the dp reductions add the same values in rank order, the head's
+// gradient reaches the first stage's engine through its tied alias in the
+// one-rank call order (head, then embedding), and the norm is exact. So a
+// pp run is bitwise the GptTrainer run on dp ranks accumulating pp
+// micro-batches each, at the same ZeRO stage, and with dp 1 bitwise the
+// one-rank run.
+//
+// Tolerance (tp > 1). Tensor parallelism changes summation orders only:
+// each row-parallel product (attention and MLP output projections) and each
+// LayerNorm-output gradient is a sum of tp partial dot products added in
+// rank order instead of one dot product, and the head's input gradient sums
+// V'/tp-term partial products over the ranks. Each such sum is within
+// gamma_n sum|terms| of the exact value in either order (Higham 3.1), so
+// one forward's loss moves by at most about 2 (L gamma_{4C} + gamma_{V'})
+// relative (4C terms in the longest block sum, V' in the head's), and, as
+// the MLP grid test argues, Adam carries a relative gradient difference e
+// into a relative update difference of about e per step, accumulated
+// linearly: bound = steps x 2 (L gamma_{4C} + gamma_{V'}), on the largest
+// relative loss difference and on the weights' relative L2 distance (L2:
+// an element whose gradient is near zero can take an lr-sized Adam step of
+// the other sign, which no rounding bound covers). The vocab-parallel
+// cross-entropy sums its exponentials per rank then over ranks in double
+// (a 1e-16 relative change, far below). Against the one-rank run the dp
+// ranks' accumulation order changes the sums too (the same gamma bound
+// per gradient sum, dp x M terms): covered by the same steps factor.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "examples/gpt/gpt_model.h"
+#include "examples/gpt/gpt_trainer.h"
+#include "examples/gpt/grid_trainer.h"
+#include "examples/gpt/internal/vocab_parallel.h"
+#include "examples/gpt/text_data.h"
+#include "gtest/gtest.h"
+#include "tests/test_seed.h"
+#include "zeroshard/communicator.h"
+#include "zeroshard/device.h"
+#include "zeroshard/engine.h"
+#include "zeroshard/process_grid.h"
+#include "zeroshard/status.h"
+
+namespace zeroshard {
+namespace gpt {
+namespace {
+
+using ::zeroshard::testing::Seed;
+using ::zeroshard::testing::SeedTrace;
+
+constexpr int kSteps = 4;
+
+// Random bytes with a learnable next-byte rule plus noise, fresh per seed.
+std::vector<uint8_t> RandomText(uint64_t seed, size_t n) {
+  std::vector<uint8_t> t(n);
+  uint64_t x = seed | 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t[i] = (x % 4 == 0 || i == 0) ? static_cast<uint8_t>(x >> 24)
+                                  : static_cast<uint8_t>(t[i - 1] * 5 + 1);
+  }
+  return t;
+}
+
+// 4 blocks (7 units: pp 4 fits), 4 heads (tp 4 divides them), a vocabulary
+// of 259 (byte tokens and 3 more), which tp 2 and 4 pad to 260.
+GptConfig GridConfig() {
+  absl::StatusOr<GptConfig> cfg = ParseGptConfig(
+      GptConfigJson(/*layers=*/4, /*heads=*/4, /*width=*/16, /*positions=*/8, /*vocab=*/259),
+      "grid.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+GptRunOptions RunOptions() {
+  GptRunOptions ro;
+  ro.micro_batch = 2;
+  ro.seq = 8;
+  return ro;
+}
+
+TrainSpec MakeTrain(int stage, int accum) {
+  TrainSpec t;
+  t.zero_stage = stage;
+  t.optimizer.lr = 3e-3;
+  t.optimizer.weight_decay = 0.1;
+  t.schedule.kind = LrSchedule::Kind::kWarmupCosine;
+  t.schedule.warmup_steps = 1;
+  t.schedule.total_steps = kSteps;
+  t.schedule.min_lr_ratio = 0.1;
+  t.max_grad_norm = 1.0;
+  t.grad_accum_steps = accum;
+  return t;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;  // stored params, BuildGptModelSpec order
+  int tie_checks = 0;                      // steps after which TieHolds was true
+};
+
+// GptTrainer on `world` ranks accumulating `accum` micro-batches each.
+absl::StatusOr<Outcome> TrainDp(const GptConfig& cfg, const std::vector<uint8_t>& text, int world,
+                                int stage, int accum, uint64_t seed) {
+  Outcome out;
+  ZS_RETURN_IF_ERROR(RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
+    std::unique_ptr<Device> device = CreateCpuDevice();
+    ZS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::Create(BuildGptModelSpec(cfg), MakeTrain(stage, accum), *device, comm));
+    ZS_ASSIGN_OR_RETURN(WindowSampler sampler,
+                        WindowSampler::Create(&text, RunOptions().seq, seed));
+    ZS_ASSIGN_OR_RETURN(std::unique_ptr<GptTrainer> trainer,
+                        GptTrainer::Create(cfg, RunOptions(), *engine, comm, *device, &sampler));
+    ZS_RETURN_IF_ERROR(InitGptParams(*engine, cfg, seed));
+    ZS_RETURN_IF_ERROR(engine->Start());
+    for (int s = 0; s < kSteps; ++s) {
+      ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
+      if (rank == 0) out.losses.push_back(loss);
+    }
+    const ModelSpec& spec = engine->model();
+    for (int u = 0; u < static_cast<int>(spec.units.size()); ++u) {
+      for (int p = 0; p < static_cast<int>(spec.units[u].params.size()); ++p) {
+        if (spec.units[u].params[p].tied_to.has_value()) continue;
+        ZS_ASSIGN_OR_RETURN(std::vector<float> v, engine->GetParam(u, p));
+        if (rank == 0) out.params.push_back(std::move(v));
+      }
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+// GridGptTrainer on `shape`, one micro-batch per rank of the global batch.
+absl::StatusOr<Outcome> TrainGrid(const GptConfig& cfg, const std::vector<uint8_t>& text,
+                                  const GridShape& shape, int stage, uint64_t seed) {
+  Outcome out;
+  std::vector<int> tie_checks(shape.world(), 0);
+  ZS_RETURN_IF_ERROR(
+      RunLocalRanks(shape.world(), [&](int rank, Communicator& world) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
+        std::unique_ptr<Device> device = CreateCpuDevice();
+        ZS_ASSIGN_OR_RETURN(const ModelSpec shard,
+                            BuildGptShardModelSpec(cfg, shape, grid->coord()));
+        ZS_ASSIGN_OR_RETURN(
+            std::unique_ptr<Engine> engine,
+            Engine::Create(shard, MakeTrain(stage, shape.tp * shape.pp), *device, grid->dp(),
+                           ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+        ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, cfg, *grid, seed));
+        ZS_RETURN_IF_ERROR(engine->Start());
+        ZS_ASSIGN_OR_RETURN(WindowSampler sampler,
+                            WindowSampler::Create(&text, RunOptions().seq, seed));
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridGptTrainer> trainer,
+                            GridGptTrainer::Create(cfg, RunOptions(), *engine, *grid, &sampler));
+        for (int s = 0; s < kSteps; ++s) {
+          ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
+          if (rank == 0) out.losses.push_back(loss);
+          // The head the last stage computes with is wte, bit for bit.
+          ZS_ASSIGN_OR_RETURN(const bool tied, trainer->TieHolds());
+          tie_checks[rank] += tied ? 1 : 0;
+        }
+        ZS_ASSIGN_OR_RETURN(std::vector<std::vector<float>> params,
+                            GatherGptGridParams(*engine, cfg, *grid));
+        if (rank == 0) out.params = std::move(params);
+        return absl::OkStatus();
+      }));
+  out.tie_checks = tie_checks[0];
+  for (int c : tie_checks) out.tie_checks = std::min(out.tie_checks, c);
+  return out;
+}
+
+std::string FirstDifference(const Outcome& a, const Outcome& b) {
+  if (a.params.size() != b.params.size() || a.losses.size() != b.losses.size()) {
+    return "different sizes";
+  }
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    if (std::memcmp(&a.losses[s], &b.losses[s], 8) != 0) {
+      return absl::StrFormat("loss of step %d: %.17g vs %.17g", s + 1, a.losses[s], b.losses[s]);
+    }
+  }
+  for (size_t t = 0; t < a.params.size(); ++t) {
+    if (a.params[t].size() != b.params[t].size()) return absl::StrFormat("param %d's size", t);
+    for (size_t i = 0; i < a.params[t].size(); ++i) {
+      if (std::memcmp(&a.params[t][i], &b.params[t][i], 4) != 0) {
+        return absl::StrFormat("param %d element %d: %.9g vs %.9g", t, i, a.params[t][i],
+                               b.params[t][i]);
+      }
+    }
+  }
+  return "";
+}
+
+struct Distance {
+  double loss_rel = 0.0;
+  double weight_rel_l2 = 0.0;
+};
+
+Distance Measure(const Outcome& run, const Outcome& ref) {
+  Distance d;
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    d.loss_rel = std::max(d.loss_rel, std::fabs(run.losses[s] - ref.losses[s]) / ref.losses[s]);
+  }
+  double diff_sq = 0.0, norm_sq = 0.0;
+  for (size_t t = 0; t < ref.params.size(); ++t) {
+    for (size_t i = 0; i < ref.params[t].size(); ++i) {
+      const double diff = static_cast<double>(run.params[t][i]) - ref.params[t][i];
+      diff_sq += diff * diff;
+      norm_sq += static_cast<double>(ref.params[t][i]) * ref.params[t][i];
+    }
+  }
+  d.weight_rel_l2 = std::sqrt(diff_sq / norm_sq);
+  return d;
+}
+
+// The bound of the file comment: steps x 2 (L gamma_{4C} + gamma_{V'}).
+double TensorParallelBound(const GptConfig& cfg, int tp) {
+  const double u = 0x1p-24;
+  auto gamma = [&](double n) { return n * u / (1 - n * u); };
+  const double v = static_cast<double>(internal::PaddedVocab(cfg.vocab, tp));
+  return kSteps * 2.0 * (cfg.layers * gamma(4.0 * cfg.width) + gamma(v));
+}
+
+struct GridCase {
+  GridShape shape;
+  int stage;
+};
+
+std::string Name(const GridCase& c) {
+  return absl::StrFormat("%s, ZeRO stage %d", c.shape.ToString(), c.stage);
+}
+
+// The issue's grids, each with ZeRO stages 1 and 3 over dp 2.
+std::vector<GridCase> Cases() {
+  std::vector<GridCase> cases;
+  for (const GridShape& shape : {GridShape{2, 2, 1}, GridShape{2, 4, 1}, GridShape{2, 1, 2},
+                                 GridShape{2, 1, 4}, GridShape{2, 2, 2}}) {
+    for (int stage : {1, 3}) cases.push_back({shape, stage});
+  }
+  return cases;
+}
+
+TEST(GridGptTrainer, EveryGridTrainsTheOneRankModel) {
+  const uint64_t seed = Seed();
+  const GptConfig cfg = GridConfig();
+  const std::vector<uint8_t> text = RandomText(seed, 6000);
+  for (const GridCase& c : Cases()) {
+    const int world = c.shape.world();
+    absl::StatusOr<Outcome> baseline = TrainDp(cfg, text, 1, 0, world, seed);
+    ASSERT_TRUE(baseline.ok()) << baseline.status();
+    absl::StatusOr<Outcome> run = TrainGrid(cfg, text, c.shape, c.stage, seed);
+    ASSERT_TRUE(run.ok()) << Name(c) << ": " << run.status() << SeedTrace();
+    ASSERT_EQ(run->params.size(), baseline->params.size()) << Name(c);
+    // The loss starts near log(V) (an untrained model's), and the weights
+    // moved: a grid that trained nothing would sit at the initial weights,
+    // far outside the bound below.
+    EXPECT_NEAR(run->losses.front(), std::log(259.0), 0.5) << Name(c) << SeedTrace();
+    EXPECT_EQ(run->tie_checks, kSteps) << Name(c) << ": the head and wte differ" << SeedTrace();
+    const Distance d = Measure(*run, *baseline);
+    const double bound = TensorParallelBound(cfg, c.shape.tp);
+    const std::string diff = FirstDifference(*run, *baseline);
+    std::printf("%s: loss rel diff %.3g, weights rel L2 %.3g (bound %.3g), bitwise %s\n",
+                Name(c).c_str(), d.loss_rel, d.weight_rel_l2, bound, diff.empty() ? "yes" : "no");
+    EXPECT_LE(d.loss_rel, bound) << Name(c) << SeedTrace();
+    EXPECT_LE(d.weight_rel_l2, bound) << Name(c) << SeedTrace();
+    if (c.shape.tp == 1) {
+      // A pipeline is bitwise the dp-only run accumulating its micro-batches.
+      absl::StatusOr<Outcome> dp = TrainDp(cfg, text, c.shape.dp, c.stage, c.shape.pp, seed);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      EXPECT_EQ(FirstDifference(*run, *dp), "") << Name(c) << SeedTrace();
+    }
+  }
+}
+
+// With one dp rank a pipeline is bitwise the one-rank run itself, at every
+// ZeRO stage (the tie's two uses summed in the one-rank order).
+TEST(GridGptTrainer, PipelineAloneIsBitwiseTheOneRankRun) {
+  const uint64_t seed = Seed();
+  const GptConfig cfg = GridConfig();
+  const std::vector<uint8_t> text = RandomText(seed, 6000);
+  for (int pp : {2, 4}) {
+    absl::StatusOr<Outcome> baseline = TrainDp(cfg, text, 1, 0, pp, seed);
+    ASSERT_TRUE(baseline.ok()) << baseline.status();
+    for (int stage : {0, 1, 2, 3}) {
+      absl::StatusOr<Outcome> run = TrainGrid(cfg, text, GridShape{1, 1, pp}, stage, seed);
+      ASSERT_TRUE(run.ok()) << run.status();
+      EXPECT_EQ(run->tie_checks, kSteps) << "pp " << pp << SeedTrace();
+      EXPECT_EQ(FirstDifference(*run, *baseline), "")
+          << "pp " << pp << ", ZeRO stage " << stage << SeedTrace();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpt
+}  // namespace zeroshard
