@@ -22,6 +22,7 @@
 #include "examples/common/tier_bytes.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/gpt_trainer.h"
+#include "examples/gpt/grid_trainer.h"
 #include "examples/gpt/hf_weights.h"
 #include "examples/gpt/text_data.h"
 #include "nlohmann/json.hpp"
@@ -29,6 +30,7 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/process_grid.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -41,6 +43,8 @@ struct Options {
   double val_fraction = 0.05;
   int backend = 0;  // local, mpi
   int ranks = 1;
+  int tp = 1;  // tensor-parallel ranks per model replica
+  int pp = 1;  // pipeline stages
   int stage = 0;
   int precision = 0;  // fp32, bf16
   int64_t steps = 100;
@@ -81,6 +85,10 @@ the zeroshard engine. docs/gpt.md has the details.
   --val-fraction F       the last F of the text is the validation split (0.05)
   --backend local|mpi    in-process ranks (--ranks N) or one rank per process
   --ranks N              local ranks (1)
+  --tp N --pp N          a dp x tp x pp grid of the ranks: heads, MLP and vocabulary
+                         split over tp, whole units on pp pipeline stages (1F1B),
+                         ZeRO over dp = ranks / (tp pp); the tied head stays wte's
+                         bits (docs/parallelism.md) (1, 1)
   --stage K              ZeRO stage 0-3 (0)
   --precision fp32|bf16  bf16: bf16 params and grads, fp32 master (fp32)
   --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1)
@@ -120,6 +128,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
       .Number("val-fraction", &o.val_fraction, 0.0, 0.5, /*lo_open=*/true)
       .Choice("backend", {"local", "mpi"}, &o.backend)
       .Int("ranks", &o.ranks, 1, 64)
+      .Int("tp", &o.tp, 1, 64)
+      .Int("pp", &o.pp, 1, 64)
       .Int("stage", &o.stage, 0, 3)
       .Choice("precision", {"fp32", "bf16"}, &o.precision)
       .Int("steps", &o.steps, 1, cli::kMaxCount)
@@ -158,6 +168,32 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
     return absl::InvalidArgumentError(
         "--init-from and --save-init set and write the initial weights; a --resume run has its "
         "checkpoint's: drop them or --resume");
+  }
+  if (o.tp * o.pp > 1) {
+    // What the grid trainer does not do yet, refused by name.
+    const std::pair<bool, const char*> unsupported[] = {
+        {!o.checkpoint_dir.empty(), "--checkpoint-dir"},
+        {o.resume, "--resume"},
+        {!o.init_from.empty(), "--init-from"},
+        {!o.save_init.empty(), "--save-init"},
+        {!o.dump_logits.empty(), "--dump-logits"},
+        {!o.dump_batches.empty(), "--dump-batches"},
+        {o.val_every > 0, "--val-every"},
+        {o.recompute != 0, "--recompute full"},
+        {o.offload.enabled(), "--offload"}};
+    for (const auto& [given, flag] : unsupported) {
+      if (given) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s is not available on a --tp/--pp grid yet (docs/parallelism.md, \"The GPT on the "
+            "grid\"); drop it, or run with --tp 1 --pp 1",
+            flag));
+      }
+    }
+    if (o.backend == 0 && o.ranks % (o.tp * o.pp) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--ranks %d is not a multiple of --tp %d x --pp %d; give ranks = dp x tp x pp", o.ranks,
+          o.tp, o.pp));
+    }
   }
   if (o.warmup < 0) o.warmup = std::max<int64_t>(1, o.steps / 20);
   if (o.warmup >= o.steps) o.warmup = o.steps - 1;
@@ -378,6 +414,92 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   return absl::OkStatus();
 }
 
+// One rank of a dp x tp x pp run (GridGptTrainer): the progress lines and
+// the summary come from world rank 0, which is on the last stage's tp rank 0
+// only when pp = 1; the loss is every rank's (TrainStep all-reduces it).
+absl::Status GridTrainRank(const Options& o, const SharedRun& run, Communicator& world) {
+  const bool lead = world.rank() == 0;
+  if (world.size() % (o.tp * o.pp) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d ranks are not a multiple of --tp %d x --pp %d; give ranks = dp x tp x pp", world.size(),
+        o.tp, o.pp));
+  }
+  const GridShape shape{world.size() / (o.tp * o.pp), o.tp, o.pp};
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
+  std::unique_ptr<Device> device = CreateCpuDevice();
+  ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildGptShardModelSpec(run.cfg, shape, grid->coord()));
+  TrainSpec train = MakeTrainSpec(o);
+  train.grad_accum_steps = o.accum * o.tp * o.pp;
+  ZS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(shard, train, *device, grid->dp(),
+                     ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+  ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, run.cfg, *grid, static_cast<uint64_t>(o.seed)));
+  ZS_RETURN_IF_ERROR(
+      engine->Start({TrainerSetting::Int("micro_batch", o.micro_batch),
+                     TrainerSetting::Int("seq", o.seq), TrainerSetting::Int("seed", o.seed),
+                     TrainerSetting::Int("tp", o.tp), TrainerSetting::Int("pp", o.pp)}));
+  ZS_ASSIGN_OR_RETURN(WindowSampler sampler, WindowSampler::Create(&run.corpus.train, o.seq,
+                                                                   static_cast<uint64_t>(o.seed)));
+  GptRunOptions ro;
+  ro.micro_batch = o.micro_batch;
+  ro.seq = o.seq;
+  ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridGptTrainer> trainer,
+                      GridGptTrainer::Create(run.cfg, ro, *engine, *grid, &sampler));
+  std::ofstream log;
+  if (lead && !o.log_json.empty()) {
+    log.open(o.log_json, std::ios::app);
+    if (!log.is_open()) return absl::PermissionDeniedError("cannot open --log-json for writing");
+  }
+  std::vector<double> step_ms;
+  const absl::Time start = absl::Now();
+  double loss = 0.0;
+  for (int64_t s = 0; s < o.steps; ++s) {
+    const absl::Time step_start = absl::Now();
+    ZS_ASSIGN_OR_RETURN(loss, trainer->TrainStep());
+    step_ms.push_back(Ms(absl::Now() - step_start));
+    if (!lead) continue;
+    const StepResult& r = trainer->last_step();
+    if (log.is_open()) {
+      log << nlohmann::json(
+                 {{"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}})
+                 .dump()
+          << "\n";
+      log.flush();
+    }
+    if (!o.quiet) {
+      std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms\n",
+                   static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, r.lr,
+                   r.grad_norm, step_ms.back());
+    }
+  }
+  if (lead) {
+    const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+    const double tokens =
+        static_cast<double>(o.steps) * world.size() * o.accum * o.micro_batch * o.seq;
+    const StepTimes& t = engine->Stats().totals;
+    const int64_t steps = std::max<int64_t>(1, o.steps);
+    std::printf("gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
+    std::printf(
+        "gpt_train: %lld steps on %d rank(s) as %s, ZeRO stage %d over dp, %s, final loss %.5f\n",
+        static_cast<long long>(o.steps), world.size(), shape.ToString().c_str(), o.stage,
+        o.precision == 0 ? "fp32" : "bf16", loss);
+    std::printf("  tokens/s %.0f (wall %.2f s); median step %.1f ms\n", tokens / wall, wall,
+                examples::Median(step_ms));
+    std::printf(
+        "  rank 0 (stage 0) per step (ms): compute %.1f, exposed comm %.1f, pipeline wait %.1f, "
+        "optimizer %.1f, total %.1f\n",
+        Ms(t.compute) / steps, Ms(t.exposed_comm) / steps, Ms(t.pipeline_bubble) / steps,
+        Ms(t.optimizer) / steps, Ms(t.total) / steps);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunRank(const Options& o, const SharedRun& run, Communicator& comm) {
+  if (o.tp * o.pp > 1) return GridTrainRank(o, run, comm);
+  return TrainRank(o, run, comm);
+}
+
 [[noreturn]] void Fail(const absl::Status& status) {
   std::fprintf(stderr, "gpt_train: run failed: %s\n", status.ToString().c_str());
   AbortJob(1);
@@ -447,13 +569,13 @@ int main(int argc, char** argv) {
                  opts->config.c_str(), run->corpus.source.c_str(), run->corpus.train.size(),
                  run->corpus.val.size());
     absl::Status s = RunLocalRanks(
-        opts->ranks, [&](int, Communicator& comm) { return TrainRank(*opts, *run, comm); });
+        opts->ranks, [&](int, Communicator& comm) { return RunRank(*opts, *run, comm); });
     if (!s.ok()) Fail(s);
     return 0;
   }
   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
   if (!comm.ok()) Fail(comm.status());
-  absl::Status s = TrainRank(*opts, *run, **comm);
+  absl::Status s = RunRank(*opts, *run, **comm);
   if (!s.ok())
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   comm->reset();

@@ -3,6 +3,8 @@
 #  - 2 local ranks at stage 1 = 2 MPI processes at stage 3 (losses, bit for bit);
 #  - a run saved at step 4 by 2 ranks and resumed on 1 rank accumulating 2
 #    micro-batches at stage 0 continues with the uninterrupted run's losses;
+#  - the grid (--tp 2 --pp 2) on 4 local ranks = 4 MPI processes, and pp 2
+#    over dp 2 = 2 ranks accumulating 2 micro-batches (losses, bit for bit);
 #  - bad input ends with exit 2 and one line naming it.
 # usage: gpt_train_cli_test.sh GPT_TRAIN TEXT [MPIEXEC]
 set -euo pipefail
@@ -42,6 +44,23 @@ grep -q "resumed from" "$work/c2.err" || fail "no resume line: $(cat "$work/c2.e
 diff <(losses "$work/a.jsonl" | tail -4) <(losses "$work/c2.jsonl") ||
   fail "the run resumed on 1 rank x 2 micro-batches does not continue the uninterrupted run"
 
+# The grid: tp 2 x pp 2 on 4 local ranks = 4 MPI processes, and pp 2 over
+# dp 2 = the dp-only run of 2 ranks accumulating 2 micro-batches (losses,
+# bit for bit: a pipeline changes no arithmetic).
+"$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --stage 3 --log-json "$work/g1.jsonl" >"$work/g1.out"
+grep -q "as dp 1 x tp 2 x pp 2" "$work/g1.out" || fail "no grid summary: $(cat "$work/g1.out")"
+[ "$(losses "$work/g1.jsonl" | wc -l)" = 8 ] || fail "the grid run logged $(wc -l <"$work/g1.jsonl") steps"
+if [ -n "$mpiexec" ]; then
+  "$mpiexec" --oversubscribe -n 4 "$gpt" "${common[@]}" --backend mpi --tp 2 --pp 2 --stage 3 \
+    --log-json "$work/g2.jsonl" >/dev/null
+  diff <(losses "$work/g1.jsonl") <(losses "$work/g2.jsonl") ||
+    fail "tp 2 x pp 2: 4 MPI processes differ from 4 local ranks"
+fi
+"$gpt" "${common[@]}" --ranks 4 --pp 2 --stage 1 --log-json "$work/g3.jsonl" >/dev/null
+"$gpt" "${common[@]}" --ranks 2 --accum 2 --stage 1 --log-json "$work/g4.jsonl" >/dev/null
+diff <(losses "$work/g3.jsonl") <(losses "$work/g4.jsonl") ||
+  fail "pp 2 over dp 2 differs from 2 ranks accumulating 2 micro-batches"
+
 # Bad input: exit 2, one line naming the problem.
 set +e
 "$gpt" --config "$work/missing.json" --data "$text" >/dev/null 2>"$work/e1"
@@ -53,4 +72,15 @@ set +e
 rc=$?
 set -e
 [ $rc != 0 ] && grep -q "n_positions" "$work/e2" || fail "--seq 65 > n_positions: rc $rc, $(cat "$work/e2")"
+set +e
+"$gpt" "${common[@]}" --ranks 3 --tp 2 >/dev/null 2>"$work/e3"
+rc=$?
+set -e
+[ $rc = 2 ] && grep -q "not a multiple of --tp 2" "$work/e3" || fail "--ranks 3 --tp 2: rc $rc, $(cat "$work/e3")"
+set +e
+"$gpt" "${common[@]}" --ranks 2 --pp 2 --checkpoint-dir "$work/gc" >/dev/null 2>"$work/e4"
+rc=$?
+set -e
+[ $rc = 2 ] && grep -q "checkpoint-dir is not available on a --tp/--pp grid" "$work/e4" ||
+  fail "--pp 2 --checkpoint-dir: rc $rc, $(cat "$work/e4")"
 echo "PASS"
