@@ -39,7 +39,7 @@ TSAN_TESTS := comm_local_test device_test engine_test engine_stage3_test engine_
 	checkpoint_directory_test checkpoint_recovery_test \
 	device_ops_test engine_opaque_device_test swap_files_test engine_offload_test \
 	comm_collective_batch_test grad_reducer_test param_gatherer_test grad_norm_test checkpoint_writer_test \
-	quantized_reduce_scatter_test engine_zeropp_test
+	quantized_reduce_scatter_test engine_zeropp_test engine_frozen_replica_test gpt_grid_trainer_test
 
 # Sanitizer builds: clang, optimised with line info, CPU only.
 CLANG_CMAKE_FLAGS := -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
