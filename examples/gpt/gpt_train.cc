@@ -5,6 +5,7 @@
 //   mpirun -n 4 build/examples/gpt/gpt_train --config cfg.json --backend mpi --steps 200
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/estimate/planner.h"
 #include "zeroshard/process_grid.h"
 #include "zeroshard/status.h"
 
@@ -43,8 +45,9 @@ struct Options {
   double val_fraction = 0.05;
   int backend = 0;  // local, mpi
   int ranks = 1;
-  int tp = 1;  // tensor-parallel ranks per model replica
-  int pp = 1;  // pipeline stages
+  int tp = 1;           // tensor-parallel ranks per model replica
+  int pp = 1;           // pipeline stages
+  int64_t mem_cap = 0;  // --mem-cap: the planner chooses tp, pp and the stage
   int stage = 0;
   int precision = 0;  // fp32, bf16
   int64_t steps = 100;
@@ -89,6 +92,10 @@ the zeroshard engine. docs/gpt.md has the details.
                          split over tp, whole units on pp pipeline stages (1F1B),
                          ZeRO over dp = ranks / (tp pp); the tied head stays wte's
                          bits (docs/parallelism.md) (1, 1)
+  --mem-cap SIZE         per-rank cap on the engine's buffers (e.g. 64MiB): the
+                         planner chooses tp, pp and the ZeRO stage for the ranks
+                         (the first that fits: sharding alone, then the fewest
+                         model-parallel ranks); activations are not counted
   --stage K              ZeRO stage 0-3 (0)
   --precision fp32|bf16  bf16: bf16 params and grads, fp32 master (fp32)
   --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1)
@@ -130,6 +137,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
       .Int("ranks", &o.ranks, 1, 64)
       .Int("tp", &o.tp, 1, 64)
       .Int("pp", &o.pp, 1, 64)
+      .Size("mem-cap", &o.mem_cap)
       .Int("stage", &o.stage, 0, 3)
       .Choice("precision", {"fp32", "bf16"}, &o.precision)
       .Int("steps", &o.steps, 1, cli::kMaxCount)
@@ -169,7 +177,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
         "--init-from and --save-init set and write the initial weights; a --resume run has its "
         "checkpoint's: drop them or --resume");
   }
-  if (o.tp * o.pp > 1) {
+  if (o.mem_cap > 0 && o.tp * o.pp > 1) {
+    return absl::InvalidArgumentError(
+        "--mem-cap chooses tp and pp itself: drop --tp and --pp, or --mem-cap");
+  }
+  if (o.tp * o.pp > 1 || o.mem_cap > 0) {
     // What the grid trainer does not do yet, refused by name.
     const std::pair<bool, const char*> unsupported[] = {
         {!o.checkpoint_dir.empty(), "--checkpoint-dir"},
@@ -184,8 +196,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
     for (const auto& [given, flag] : unsupported) {
       if (given) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%s is not available on a --tp/--pp grid yet (docs/parallelism.md, \"The GPT on the "
-            "grid\"); drop it, or run with --tp 1 --pp 1",
+            "%s is not available on a --tp/--pp/--mem-cap grid yet (docs/parallelism.md, \"The "
+            "GPT on the grid\"); drop it, or run without --tp, --pp and --mem-cap",
             flag));
       }
     }
@@ -417,8 +429,38 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
 // One rank of a dp x tp x pp run (GridGptTrainer): the progress lines and
 // the summary come from world rank 0, which is on the last stage's tp rank 0
 // only when pp = 1; the loss is every rank's (TrainStep all-reduces it).
-absl::Status GridTrainRank(const Options& o, const SharedRun& run, Communicator& world) {
+// --mem-cap: the planner's grid and stage for this model on `world` ranks,
+// each position sized by the engine's own buffer plan of its shard
+// (BuildGptShardModelSpec), written into `o`; `lead` prints the candidates.
+absl::Status ChooseGptGrid(Options* o, const GptConfig& cfg, int world, bool lead) {
+  GridOptions options;
+  options.shard_spec = [&cfg](int tp, int pp, int pp_rank) {
+    return BuildGptShardModelSpec(cfg, GridShape{1, tp, pp}, GridCoord{0, 0, pp_rank});
+  };
+  absl::StatusOr<GridPlan> plan =
+      PlanGrid(BuildGptModelSpec(cfg), MakeTrainSpec(*o), world, o->mem_cap, options);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        absl::StrFormat("--mem-cap %d bytes on %d ranks: %s", o->mem_cap, world,
+                                        plan.status().message()));
+  }
+  const GridCandidate& chosen = plan->chosen_candidate();
+  o->tp = chosen.tp;
+  o->pp = chosen.pp;
+  o->stage = chosen.stage;
+  if (lead) {
+    std::fprintf(stderr, "gpt_train: --mem-cap: %s\n", plan->description.c_str());
+    for (const GridCandidate& c : plan->candidates) {
+      std::fprintf(stderr, "  %-32s %12lld bytes per rank  %s\n", c.Label().c_str(),
+                   static_cast<long long>(c.per_rank_bytes), c.reason.c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world) {
   const bool lead = world.rank() == 0;
+  if (o.mem_cap > 0) ZS_RETURN_IF_ERROR(ChooseGptGrid(&o, run.cfg, world.size(), lead));
   if (world.size() % (o.tp * o.pp) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d ranks are not a multiple of --tp %d x --pp %d; give ranks = dp x tp x pp", world.size(),
@@ -492,11 +534,24 @@ absl::Status GridTrainRank(const Options& o, const SharedRun& run, Communicator&
         Ms(t.compute) / steps, Ms(t.exposed_comm) / steps, Ms(t.pipeline_bubble) / steps,
         Ms(t.optimizer) / steps, Ms(t.total) / steps);
   }
+  // Every rank's engine buffers (the grid trainer allocates nothing on the
+  // device): what the planner sized for --mem-cap.
+  const int64_t mine = device->ledger().peak_total();
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  ZS_RETURN_IF_ERROR(world.AllGatherSync(&mine, all.data(), 1, DType::kInt64));
+  if (lead) {
+    std::printf(
+        "  engine buffers, largest over the ranks: %lld bytes%s\n",
+        static_cast<long long>(*std::max_element(all.begin(), all.end())),
+        o.mem_cap > 0
+            ? absl::StrFormat(" (--mem-cap %lld)", static_cast<long long>(o.mem_cap)).c_str()
+            : "");
+  }
   return absl::OkStatus();
 }
 
 absl::Status RunRank(const Options& o, const SharedRun& run, Communicator& comm) {
-  if (o.tp * o.pp > 1) return GridTrainRank(o, run, comm);
+  if (o.tp * o.pp > 1 || o.mem_cap > 0) return GridTrainRank(o, run, comm);
   return TrainRank(o, run, comm);
 }
 

@@ -5,6 +5,8 @@
 #    micro-batches at stage 0 continues with the uninterrupted run's losses;
 #  - the grid (--tp 2 --pp 2) on 4 local ranks = 4 MPI processes, and pp 2
 #    over dp 2 = 2 ranks accumulating 2 micro-batches (losses, bit for bit);
+#  - --mem-cap under what ZeRO alone needs chooses a tp/pp split whose
+#    planned bytes are the ledger's;
 #  - bad input ends with exit 2 and one line naming it.
 # usage: gpt_train_cli_test.sh GPT_TRAIN TEXT [MPIEXEC]
 set -euo pipefail
@@ -61,6 +63,24 @@ fi
 diff <(losses "$work/g3.jsonl") <(losses "$work/g4.jsonl") ||
   fail "pp 2 over dp 2 differs from 2 ranks accumulating 2 micro-batches"
 
+# --mem-cap: a cap just under what ZeRO alone needs on 4 ranks makes the
+# planner choose a tp/pp split; the run trains on it and its largest
+# rank's engine buffers are the chosen candidate's planned bytes, under the cap.
+"$gpt" "${common[@]}" --ranks 4 --steps 1 --mem-cap 1GiB >/dev/null 2>"$work/m0.err"
+alone=$(grep -E '^  tp 1 x pp 1 x dp 4, stage [0-3] ' "$work/m0.err" | awk '{print $11}' | sort -n | head -1)
+[ -n "$alone" ] || fail "no stage candidates in: $(cat "$work/m0.err")"
+cap=$((alone - 1))
+"$gpt" "${common[@]}" --ranks 4 --mem-cap "$cap" >"$work/m1.out" 2>"$work/m1.err" ||
+  fail "--mem-cap $cap: $(cat "$work/m1.err")"
+chosen=$(grep "chosen: the first that fits" "$work/m1.err")
+case "$chosen" in
+  *"tp 1 x pp 1"*|"") fail "--mem-cap $cap (ZeRO alone needs $alone): chose '$chosen'" ;;
+esac
+planned=$(echo "$chosen" | awk '{print $11}')
+used=$(sed -n 's/.*engine buffers, largest over the ranks: \([0-9]*\) bytes.*/\1/p' "$work/m1.out")
+[ "$used" = "$planned" ] && [ "$used" -le "$cap" ] ||
+  fail "--mem-cap $cap: planned $planned bytes, the ledger's largest rank $used"
+
 # Bad input: exit 2, one line naming the problem.
 set +e
 "$gpt" --config "$work/missing.json" --data "$text" >/dev/null 2>"$work/e1"
@@ -81,6 +101,6 @@ set +e
 "$gpt" "${common[@]}" --ranks 2 --pp 2 --checkpoint-dir "$work/gc" >/dev/null 2>"$work/e4"
 rc=$?
 set -e
-[ $rc = 2 ] && grep -q "checkpoint-dir is not available on a --tp/--pp grid" "$work/e4" ||
+[ $rc = 2 ] && grep -q "checkpoint-dir is not available on a --tp/--pp/--mem-cap grid" "$work/e4" ||
   fail "--pp 2 --checkpoint-dir: rc $rc, $(cat "$work/e4")"
 echo "PASS"

@@ -19,6 +19,7 @@
 #include "tests/test_seed.h"
 #include "zeroshard/buffer_plan.h"
 #include "zeroshard/estimate/planner.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard {
 namespace {
@@ -316,6 +317,47 @@ TEST(PlanGridTest, ABadStepTimeIsRefusedNamingTheCandidate) {
   options.optimizer_tiers.clear();
   EXPECT_EQ(PlanGrid(s.model, BaseTrain(), 4, s.cap, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A trainer's own split (GridOptions::shard_spec): each position is sized
+// from the spec it returns (here ShardModelSpec's plus a unit only stage 0
+// holds, as the GPT's tied alias), and a split it refuses with
+// InvalidArgument (here tp 4) is no candidate; another error is PlanGrid's.
+TEST(PlanGridTest, ATrainersShardSpecSizesEachPositionAndRefusesSplits) {
+  const ModelSpec model = testing::MlpGridSpec(3, 5);
+  GridOptions options;
+  options.shard_spec = [&model](int tp, int pp, int pp_rank) -> absl::StatusOr<ModelSpec> {
+    if (tp == 4) return absl::InvalidArgumentError("tp 4 does not divide the heads");
+    ZS_ASSIGN_OR_RETURN(ModelSpec shard, ShardModelSpec(model, tp, 0, pp, pp_rank));
+    if (pp_rank == 0) {
+      UnitSpec extra;
+      extra.name = "stage0_extra";
+      extra.params.push_back({"w", {7, 3}});
+      shard.units.push_back(extra);
+    }
+    return shard;
+  };
+  auto plan = PlanGrid(model, BaseTrain(), 8, int64_t{1} << 40, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::set<std::pair<int, int>> splits;
+  for (const GridCandidate& c : plan->candidates) {
+    splits.insert({c.tp, c.pp});
+    for (int pp_rank = 0; pp_rank < c.pp; ++pp_rank) {
+      auto shard = options.shard_spec(c.tp, c.pp, pp_rank);
+      ASSERT_TRUE(shard.ok());
+      auto buffers = PlanEngineBuffers(*shard, GridTrainSpec(BaseTrain(), c), c.dp);
+      ASSERT_TRUE(buffers.ok()) << buffers.status();
+      EXPECT_EQ(c.stage_bytes[pp_rank], buffers->total_bytes())
+          << c.Label() << ", pp rank " << pp_rank;
+    }
+  }
+  const std::set<std::pair<int, int>> expected = {{1, 1}, {1, 2}, {2, 1}, {2, 2}};
+  EXPECT_EQ(splits, expected);
+  options.shard_spec = [](int, int, int) -> absl::StatusOr<ModelSpec> {
+    return absl::InternalError("broken trainer");
+  };
+  EXPECT_EQ(PlanGrid(model, BaseTrain(), 8, int64_t{1} << 40, options).status().code(),
+            absl::StatusCode::kInternal);
 }
 
 }  // namespace

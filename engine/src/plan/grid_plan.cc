@@ -51,7 +51,8 @@ int GridAccumSteps(const TrainSpec& base, int tp, int pp) {
 // Sizes the four stages of one (tp, pp) split with the optimizer on
 // `tier`: appends one candidate per ZeRO stage to `out`.
 absl::Status SizeSplit(const ModelSpec& model, const TrainSpec& base, int world, int tp, int pp,
-                       MemoryTier tier, std::vector<GridCandidate>& out) {
+                       MemoryTier tier, const GridShardSpec& shard_spec,
+                       std::vector<GridCandidate>& out) {
   const int dp = world / (tp * pp);
   std::vector<GridCandidate> split(4);
   for (int stage = 0; stage < 4; ++stage) {
@@ -64,7 +65,9 @@ absl::Status SizeSplit(const ModelSpec& model, const TrainSpec& base, int world,
   }
   for (int pp_rank = 0; pp_rank < pp; ++pp_rank) {
     // tp rank 0 stands for its whole stage: every tp rank has the same shapes.
-    ZS_ASSIGN_OR_RETURN(const ModelSpec shard, ShardModelSpec(model, tp, 0, pp, pp_rank));
+    ZS_ASSIGN_OR_RETURN(const ModelSpec shard, shard_spec
+                                                   ? shard_spec(tp, pp, pp_rank)
+                                                   : ShardModelSpec(model, tp, 0, pp, pp_rank));
     for (int stage = 0; stage < 4; ++stage) {
       GridCandidate& c = split[stage];
       ZS_ASSIGN_OR_RETURN(const BufferPlan plan,
@@ -143,8 +146,15 @@ absl::StatusOr<GridPlan> PlanGrid(const ModelSpec& model, const TrainSpec& base,
     if (world % tp != 0 || !TpDividesSplits(model, tp)) continue;
     for (int pp = 1; pp <= world / tp && pp <= units; ++pp) {
       if ((world / tp) % pp != 0) continue;
+      if (options.shard_spec) {
+        // A split the trainer's own sharding refuses is not a candidate.
+        absl::StatusOr<ModelSpec> first = options.shard_spec(tp, pp, 0);
+        if (first.status().code() == absl::StatusCode::kInvalidArgument) continue;
+        ZS_RETURN_IF_ERROR(first.status());
+      }
       for (MemoryTier tier : options.optimizer_tiers) {
-        ZS_RETURN_IF_ERROR(SizeSplit(model, base, world, tp, pp, tier, plan.candidates));
+        ZS_RETURN_IF_ERROR(
+            SizeSplit(model, base, world, tp, pp, tier, options.shard_spec, plan.candidates));
       }
     }
   }

@@ -390,6 +390,14 @@ struct GridPlan {
 // PlanGrid, prefixed with the candidate's label.
 using GridStepTime = std::function<absl::StatusOr<double>(const GridCandidate&)>;
 
+// The spec one grid position holds, for a model whose split is not
+// ShardModelSpec's (a trainer that pads, unties or adds units per position:
+// the GPT example's BuildGptShardModelSpec). Called with tp rank 0 (every
+// tp rank of a stage holds the same shapes). InvalidArgument means the
+// model cannot be split so (tp does not divide its heads, more stages than
+// units): PlanGrid leaves that split out; any other error is PlanGrid's.
+using GridShardSpec = std::function<absl::StatusOr<ModelSpec>(int tp, int pp, int pp_rank)>;
+
 struct GridOptions {
   // The optimizer tiers to consider beside tp/pp and the stage; kHost and
   // kNvme size the engine's offload buffers (PlanEngineBuffers with
@@ -399,6 +407,9 @@ struct GridOptions {
   // fastest that fits (ties go to the earlier in preference order). When
   // empty: the first that fits in preference order.
   GridStepTime step_time;
+  // When set: each position's spec (above) instead of ShardModelSpec(model,
+  // tp, 0, pp, pp_rank), and a split it refuses is not a candidate.
+  GridShardSpec shard_spec;
 };
 
 // The planner's tensor/pipeline/offload fallback for a ModelSpec on `world`
