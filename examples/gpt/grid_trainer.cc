@@ -110,6 +110,34 @@ absl::StatusOr<ModelSpec> BuildGptShardModelSpec(const GptConfig& cfg, const Gri
   return shard;
 }
 
+std::vector<std::vector<ParamOrigin>> GptParamOrigins(const ModelSpec& shard,
+                                                      const GridShape& shape,
+                                                      const GridCoord& coord) {
+  std::vector<std::vector<ParamOrigin>> origins;
+  for (const UnitSpec& unit : shard.units) {
+    std::vector<ParamOrigin> params;
+    for (size_t p = 0; p < unit.params.size(); ++p) {
+      ParamOrigin o;
+      o.unit = unit.name;
+      o.param = unit.params[p].name;
+      o.parts = shape.tp;
+      o.part = coord.tp;
+      const bool block = unit.name.rfind("h.", 0) == 0;
+      if (!block) {
+        // wte and the head: rows; wpe, ln_f: whole.
+        o.split_dim = unit.params[p].tp_split_dim;
+      } else {
+        o.split_dim = BlockSplitDim(static_cast<int>(p));
+        if (p == internal::kAttnWeight || p == internal::kAttnBias) o.groups = 3;
+      }
+      if (o.split_dim < 0) o.parts = 1, o.part = 0;
+      params.push_back(o);
+    }
+    origins.push_back(std::move(params));
+  }
+  return origins;
+}
+
 absl::Status InitGptShardParams(Engine& engine, const GptConfig& cfg, const ProcessGrid& grid,
                                 uint64_t seed) {
   const GridShape& shape = grid.shape();

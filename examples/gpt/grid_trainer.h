@@ -80,6 +80,16 @@ absl::StatusOr<std::vector<std::vector<float>>> GatherGptGridParams(Engine& engi
                                                                     const GptConfig& cfg,
                                                                     ProcessGrid& grid);
 
+// Where each param of `shard` = BuildGptShardModelSpec(cfg, shape, coord) lives in a
+// checkpoint of the whole model (BuildGptModelSpec's: a one-rank or
+// dp-only GptTrainer run's), for Engine::LoadSlices: wte and the head's
+// replica rows of tp (the padding rows past V load as zeros), c_attn's q, k
+// and v columns of this rank's heads, c_fc's columns, the projections'
+// rows, the rest whole.
+std::vector<std::vector<ParamOrigin>> GptParamOrigins(const ModelSpec& shard,
+                                                      const GridShape& shape,
+                                                      const GridCoord& coord);
+
 // Trains this rank's shard. Not thread-safe: one trainer per rank thread.
 // `engine` was created with BuildGptShardModelSpec(cfg, grid), grid.dp() as
 // communicator and ModelParallelOptions{&grid.model_parallel(),

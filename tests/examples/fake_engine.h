@@ -40,6 +40,10 @@ class FakeEngineBase : public Engine {
   absl::Status SetFrozenParam(int, int, absl::Span<const float>) override {
     return absl::UnimplementedError("not in the fake");
   }
+  absl::StatusOr<CheckpointInfo> LoadSlices(const std::string&,
+                                            const std::vector<std::vector<ParamOrigin>>&) override {
+    return absl::UnimplementedError("not in the fake");
+  }
   // Logs the Release; a unit that is not the gathered one is a violation.
   absl::Status Release(int unit) override {
     Log("R", unit);

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,9 +113,28 @@ struct Outcome {
   int tie_checks = 0;                      // steps after which TieHolds was true
 };
 
+// Checkpoints of a run: save after step `save_at` into `save_dir`, or
+// start from `load_dir` (and run the steps after its step).
+struct Checkpointing {
+  std::string save_dir;
+  int save_at = 0;
+  std::string load_dir;
+};
+
+std::string WindowsState(int64_t consumed) {
+  return absl::StrFormat("{\"windows_consumed\": %d}", consumed);
+}
+
+absl::StatusOr<int64_t> WindowsFrom(const CheckpointInfo& info) {
+  const size_t at = info.trainer_state.find(':');
+  if (at == std::string::npos) return absl::DataLossError("no windows_consumed");
+  return std::stoll(info.trainer_state.substr(at + 1));
+}
+
 // GptTrainer on `world` ranks accumulating `accum` micro-batches each.
 absl::StatusOr<Outcome> TrainDp(const GptConfig& cfg, const std::vector<uint8_t>& text, int world,
-                                int stage, int accum, uint64_t seed) {
+                                int stage, int accum, uint64_t seed,
+                                const Checkpointing& ckpt = {}) {
   Outcome out;
   ZS_RETURN_IF_ERROR(RunLocalRanks(world, [&](int rank, Communicator& comm) -> absl::Status {
     std::unique_ptr<Device> device = CreateCpuDevice();
@@ -125,11 +145,21 @@ absl::StatusOr<Outcome> TrainDp(const GptConfig& cfg, const std::vector<uint8_t>
                         WindowSampler::Create(&text, RunOptions().seq, seed));
     ZS_ASSIGN_OR_RETURN(std::unique_ptr<GptTrainer> trainer,
                         GptTrainer::Create(cfg, RunOptions(), *engine, comm, *device, &sampler));
-    ZS_RETURN_IF_ERROR(InitGptParams(*engine, cfg, seed));
+    if (ckpt.load_dir.empty()) {
+      ZS_RETURN_IF_ERROR(InitGptParams(*engine, cfg, seed));
+    } else {
+      ZS_ASSIGN_OR_RETURN(const CheckpointInfo info, engine->Load(ckpt.load_dir));
+      ZS_ASSIGN_OR_RETURN(const int64_t consumed, WindowsFrom(info));
+      trainer->set_windows_consumed(consumed);
+    }
     ZS_RETURN_IF_ERROR(engine->Start());
-    for (int s = 0; s < kSteps; ++s) {
+    while (engine->steps() < kSteps) {
       ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
       if (rank == 0) out.losses.push_back(loss);
+      if (!ckpt.save_dir.empty() && engine->steps() == ckpt.save_at) {
+        ZS_RETURN_IF_ERROR(engine->Save(ckpt.save_dir, WindowsState(trainer->windows_consumed())));
+        ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
+      }
     }
     const ModelSpec& spec = engine->model();
     for (int u = 0; u < static_cast<int>(spec.units.size()); ++u) {
@@ -146,7 +176,8 @@ absl::StatusOr<Outcome> TrainDp(const GptConfig& cfg, const std::vector<uint8_t>
 
 // GridGptTrainer on `shape`, one micro-batch per rank of the global batch.
 absl::StatusOr<Outcome> TrainGrid(const GptConfig& cfg, const std::vector<uint8_t>& text,
-                                  const GridShape& shape, int stage, uint64_t seed) {
+                                  const GridShape& shape, int stage, uint64_t seed,
+                                  const Checkpointing& ckpt = {}) {
   Outcome out;
   std::vector<int> tie_checks(shape.world(), 0);
   ZS_RETURN_IF_ERROR(
@@ -159,13 +190,22 @@ absl::StatusOr<Outcome> TrainGrid(const GptConfig& cfg, const std::vector<uint8_
             std::unique_ptr<Engine> engine,
             Engine::Create(shard, MakeTrain(stage, shape.tp * shape.pp), *device, grid->dp(),
                            ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
-        ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, cfg, *grid, seed));
+        int64_t consumed = 0;
+        if (ckpt.load_dir.empty()) {
+          ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, cfg, *grid, seed));
+        } else {
+          ZS_ASSIGN_OR_RETURN(
+              const CheckpointInfo info,
+              engine->LoadSlices(ckpt.load_dir, GptParamOrigins(shard, shape, grid->coord())));
+          ZS_ASSIGN_OR_RETURN(consumed, WindowsFrom(info));
+        }
         ZS_RETURN_IF_ERROR(engine->Start());
         ZS_ASSIGN_OR_RETURN(WindowSampler sampler,
                             WindowSampler::Create(&text, RunOptions().seq, seed));
         ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridGptTrainer> trainer,
                             GridGptTrainer::Create(cfg, RunOptions(), *engine, *grid, &sampler));
-        for (int s = 0; s < kSteps; ++s) {
+        trainer->set_windows_consumed(consumed);
+        while (engine->steps() < kSteps) {
           ZS_ASSIGN_OR_RETURN(const double loss, trainer->TrainStep());
           if (rank == 0) out.losses.push_back(loss);
           // The head the last stage computes with is wte, bit for bit.
@@ -301,6 +341,101 @@ TEST(GridGptTrainer, PipelineAloneIsBitwiseTheOneRankRun) {
           << "pp " << pp << ", ZeRO stage " << stage << SeedTrace();
     }
   }
+}
+
+// A checkpoint of the whole model (a dp-only run of 4 ranks at ZeRO stage 1
+// or 3, saved after step 2) resumed on every grid of the issue at stages 1
+// and 3 with LoadSlices: on (4,1,1) at the saving stage it continues the
+// uninterrupted run bit for bit; with tp 1 it is bitwise the dp-only run
+// of dp ranks accumulating pp micro-batches that loads the same checkpoint
+// (Load); with tp > 1 within the tensor-parallel bound of the uninterrupted
+// run.
+TEST(GridGptTrainer, AWholeModelCheckpointResumesOnEveryGrid) {
+  const uint64_t seed = Seed();
+  const GptConfig cfg = GridConfig();
+  const std::vector<uint8_t> text = RandomText(seed, 6000);
+  const std::string root = ::testing::TempDir() + "/gpt_grid_resume_" + std::to_string(seed);
+  for (int saved_stage : {1, 3}) {
+    const std::string dir = absl::StrFormat("%s_s%d", root, saved_stage);
+    std::filesystem::remove_all(dir);
+    absl::StatusOr<Outcome> whole =
+        TrainDp(cfg, text, 4, saved_stage, 1, seed, Checkpointing{dir, 2, ""});
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    Outcome expected = *whole;
+    expected.losses.erase(expected.losses.begin(), expected.losses.begin() + 2);
+    for (const GridShape& shape : {GridShape{4, 1, 1}, GridShape{2, 2, 1}, GridShape{2, 1, 2},
+                                   GridShape{1, 2, 2}, GridShape{1, 4, 1}, GridShape{1, 1, 4}}) {
+      for (int stage : {1, 3}) {
+        const std::string name = absl::StrFormat("saved at stage %d, resumed on %s at stage %d",
+                                                 saved_stage, shape.ToString(), stage);
+        absl::StatusOr<Outcome> run =
+            TrainGrid(cfg, text, shape, stage, seed, Checkpointing{"", 0, dir});
+        ASSERT_TRUE(run.ok()) << name << ": " << run.status() << SeedTrace();
+        ASSERT_EQ(run->losses.size(), 2u) << name;
+        EXPECT_EQ(run->tie_checks, 2) << name << SeedTrace();
+        if (shape.tp == 1 && shape.pp == 1 && stage == saved_stage) {
+          EXPECT_EQ(FirstDifference(*run, expected), "") << name << SeedTrace();
+        }
+        if (shape.tp == 1) {
+          absl::StatusOr<Outcome> dp =
+              TrainDp(cfg, text, shape.dp, stage, shape.pp, seed, Checkpointing{"", 0, dir});
+          ASSERT_TRUE(dp.ok()) << dp.status();
+          EXPECT_EQ(FirstDifference(*run, *dp), "") << name << SeedTrace();
+        } else {
+          const Distance d = Measure(*run, expected);
+          const double bound = TensorParallelBound(cfg, shape.tp);
+          std::printf("%s: loss rel diff %.3g, weights rel L2 %.3g (bound %.3g)\n", name.c_str(),
+                      d.loss_rel, d.weight_rel_l2, bound);
+          EXPECT_LE(d.loss_rel, bound) << name << SeedTrace();
+          EXPECT_LE(d.weight_rel_l2, bound) << name << SeedTrace();
+        }
+      }
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// LoadSlices refuses origins that do not fit the checkpoint's model,
+// naming the param; the refusals leave the engine loadable.
+TEST(GridGptTrainer, LoadSlicesRefusesOriginsThatDoNotFit) {
+  const uint64_t seed = Seed();
+  const GptConfig cfg = GridConfig();
+  const std::vector<uint8_t> text = RandomText(seed, 6000);
+  const std::string dir = ::testing::TempDir() + "/gpt_grid_refuse_" + std::to_string(seed);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(TrainDp(cfg, text, 1, 0, 1, seed, Checkpointing{dir, 1, ""}).ok());
+  const GridShape shape{1, 2, 1};
+  const absl::Status status =
+      RunLocalRanks(shape.world(), [&](int, Communicator& world) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGrid> grid, ProcessGrid::Create(world, shape));
+        std::unique_ptr<Device> device = CreateCpuDevice();
+        ZS_ASSIGN_OR_RETURN(const ModelSpec shard,
+                            BuildGptShardModelSpec(cfg, shape, grid->coord()));
+        ZS_ASSIGN_OR_RETURN(
+            std::unique_ptr<Engine> engine,
+            Engine::Create(shard, MakeTrain(1, 2), *device, grid->dp(),
+                           ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
+        const std::vector<std::vector<ParamOrigin>> origins =
+            GptParamOrigins(shard, shape, grid->coord());
+        std::vector<std::vector<ParamOrigin>> bad = origins;
+        bad[1][2].param = "attn.c_atn.weight";
+        absl::Status s = engine->LoadSlices(dir, bad).status();
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+        EXPECT_NE(s.message().find("h.0.attn.c_attn.weight"), std::string::npos) << s;
+        EXPECT_NE(s.message().find("no param h.0.attn.c_atn.weight"), std::string::npos) << s;
+        bad = origins;
+        bad[1][2].parts = 3;
+        s = engine->LoadSlices(dir, bad).status();
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+        EXPECT_NE(s.message().find("ceil("), std::string::npos) << s;
+        bad = origins;
+        bad[0].pop_back();
+        s = engine->LoadSlices(dir, bad).status();
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+        return engine->LoadSlices(dir, origins).status();
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

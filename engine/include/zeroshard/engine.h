@@ -164,6 +164,26 @@ struct ModelParallelOptions {
   bool count_replicated = true;
 };
 
+// Where one param of a model-parallel shard lives in a checkpoint of the
+// whole model (Engine::LoadSlices).
+struct ParamOrigin {
+  // The checkpoint model's unit and param (a tied alias there reads its
+  // owner).
+  std::string unit;
+  std::string param;
+  // The dimension of the whole param this param is a slice of; -1: the
+  // whole param (the same shape). That dimension is `groups` equal groups
+  // (3 for a fused q | k | v), each cut into `parts` parts of
+  // ceil(group / parts) indices; this param holds part `part` of every
+  // group, in group order. Indices past a group's end are padding (a
+  // vocabulary padded to a multiple of tp): they load as zeros. The other
+  // dimensions equal the whole param's.
+  int split_dim = -1;
+  int groups = 1;
+  int parts = 1;
+  int part = 0;
+};
+
 // One rank's engine.
 //
 // Thread-safety: an Engine is not thread-safe. One thread (the rank's) calls
@@ -386,6 +406,18 @@ class Engine {
   // the loading model's apply from the next step, and each change is listed
   // in CheckpointInfo::changed_settings.
   virtual absl::StatusOr<CheckpointInfo> Load(const std::string& path) = 0;
+  // Load for a model-parallel shard from a checkpoint of the whole model
+  // (docs/checkpoint.md, "Loading onto a grid"): each param of this
+  // engine's model reads the slice `origins[unit][param]` names (a tied
+  // alias's entry is ignored: it is stored with its owner), master and Adam
+  // moments alike, reading per param only the span of the checkpoint that
+  // holds its slice. Everything else as Load: every rank of this engine's
+  // group must load the same checkpoint; the step, LR schedule position and
+  // loss scale carry over. InvalidArgument naming the param for an origin
+  // that names no param of the checkpoint's model, or whose slice does not
+  // fit its shape; or when `origins` does not have one entry per param.
+  virtual absl::StatusOr<CheckpointInfo> LoadSlices(
+      const std::string& path, const std::vector<std::vector<ParamOrigin>>& origins) = 0;
 
   // Full fp32 value of a param: the master weights (gathered across ranks
   // when sharded, so every rank must call it together, for the same unit:

@@ -30,6 +30,7 @@
 #include "engine/src/common/train_spec_fields.h"
 #include "engine/src/runtime/engine_impl.h"
 #include "engine/src/runtime/fingerprint.h"
+#include "engine/src/runtime/slice_reader.h"
 #include "engine/src/runtime/status_words.h"
 #include "zeroshard/status.h"
 
@@ -127,6 +128,16 @@ absl::Status EngineImpl::WaitForCheckpoint() {
 }
 
 absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
+  return LoadImpl(path, nullptr);
+}
+
+absl::StatusOr<CheckpointInfo> EngineImpl::LoadSlices(
+    const std::string& path, const std::vector<std::vector<ParamOrigin>>& origins) {
+  return LoadImpl(path, &origins);
+}
+
+absl::StatusOr<CheckpointInfo> EngineImpl::LoadImpl(
+    const std::string& path, const std::vector<std::vector<ParamOrigin>>* origins) {
   ZS_RETURN_IF_ERROR(poisoned_);
   if (started_) {
     return absl::FailedPreconditionError(
@@ -155,7 +166,9 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     ZS_ASSIGN_OR_RETURN(step_dir, ResolveCheckpointWithNote(path, &resolve_note));
     ZS_ASSIGN_OR_RETURN(manifest, ReadManifest(step_dir));
     // The storage must match; the param groups may change (reported below).
-    const std::string difference = DescribeModelStorageDifference(manifest.model, model_);
+    // LoadSlices: each param names its place in the checkpoint's model.
+    const std::string difference =
+        origins != nullptr ? std::string() : DescribeModelStorageDifference(manifest.model, model_);
     if (!difference.empty()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("checkpoint %s belongs to another model: %s", step_dir, difference));
@@ -176,6 +189,9 @@ absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {
     // Each old rank's file holds a shard of the old layout: read from those
     // whose shards overlap what this rank owns.
     SegmentReader reader(step_dir, manifest);
+    if (origins != nullptr) {
+      return ReadParamSlices(model_, layout_, *origins, manifest, reader, owned, fresh);
+    }
     for (int u = 0; u < units; ++u) {
       float* out[kTensorsPerUnit];
       for (int t = 0; t < kTensorsPerUnit; ++t) {

@@ -86,6 +86,12 @@ class EngineImpl final : public Engine, private RuntimeServices {
                     const CheckpointOptions& options) override;
   absl::Status WaitForCheckpoint() override;
   absl::StatusOr<CheckpointInfo> Load(const std::string& path) override;
+  absl::StatusOr<CheckpointInfo> LoadSlices(
+      const std::string& path, const std::vector<std::vector<ParamOrigin>>& origins) override;
+  // Load and LoadSlices (`origins` null: this engine's model is the
+  // checkpoint's).
+  absl::StatusOr<CheckpointInfo> LoadImpl(const std::string& path,
+                                          const std::vector<std::vector<ParamOrigin>>* origins);
   absl::Status PrepareCheckpointDirectory(const std::string& dir) override;
 
   const ModelSpec& model() const override { return model_; }
