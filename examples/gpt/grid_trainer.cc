@@ -648,6 +648,13 @@ absl::StatusOr<double> GridGptTrainer::TrainStep() {
   return global / (static_cast<double>(grid_.shape().dp) * micro_batches_);
 }
 
+absl::Status GridGptTrainer::Save(const std::string& dir, const std::string& trainer_state,
+                                  const CheckpointOptions& options) {
+  return engine_.SaveSlices(dir, trainer_state, BuildGptModelSpec(cfg_),
+                            GptParamOrigins(engine_.model(), grid_.shape(), grid_.coord()),
+                            grid_.world(), options);
+}
+
 absl::StatusOr<bool> GridGptTrainer::TieHolds() {
   if (!tie_across_) return true;
   // What each stage computes with: its gathered view, as fp32.

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -118,6 +119,14 @@ class GridGptTrainer {
   // element; true on every rank when so. Collective over the grid. With
   // pp == 1 the engine stores the tie once: true.
   absl::StatusOr<bool> TieHolds();
+
+  // Saves one checkpoint of the whole model (BuildGptModelSpec's, an
+  // ordinary checkpoint: Load, LoadSlices onto any grid, inspect and export
+  // read it) with `trainer_state`: Engine::SaveSlices over grid.world().
+  // Collective over the grid; WaitForCheckpoint (on every rank) commits a
+  // background save.
+  absl::Status Save(const std::string& dir, const std::string& trainer_state,
+                    const CheckpointOptions& options = {});
 
   int64_t windows_consumed() const { return consumed_; }
   void set_windows_consumed(int64_t n) { consumed_ = n; }

@@ -40,6 +40,11 @@ class FakeEngineBase : public Engine {
   absl::Status SetFrozenParam(int, int, absl::Span<const float>) override {
     return absl::UnimplementedError("not in the fake");
   }
+  absl::Status SaveSlices(const std::string&, const std::string&, const ModelSpec&,
+                          const std::vector<std::vector<ParamOrigin>>&, Communicator&,
+                          const CheckpointOptions&) override {
+    return absl::UnimplementedError("not in the fake");
+  }
   absl::StatusOr<CheckpointInfo> LoadSlices(const std::string&,
                                             const std::vector<std::vector<ParamOrigin>>&) override {
     return absl::UnimplementedError("not in the fake");

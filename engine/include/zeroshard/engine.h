@@ -374,6 +374,27 @@ class Engine {
   absl::Status Save(const std::string& dir, const std::string& trainer_state) {
     return Save(dir, trainer_state, CheckpointOptions{});
   }
+  // Save for a model-parallel shard, as part of one checkpoint of the whole
+  // model (docs/checkpoint.md, "Grid checkpoints"): collective over `world`
+  // (every rank of the grid, each with its engine, calls it together).
+  // `whole` is the whole model and origins[unit][param] where each param of
+  // this engine lives in it (as LoadSlices). The ranks exchange their
+  // shards' states (fp32 master, Adam moments) so that world rank w writes
+  // rank file w of an ordinary checkpoint of `whole` on world.size() ranks,
+  // which Load (of `whole`, any world size and stage), LoadSlices (any
+  // grid), `zeroshard inspect` and `zeroshard export` read. A replicated
+  // param (tp_split_dim < 0) is written from the rank whose
+  // ModelParallelOptions::count_replicated is true, a param whose origin is
+  // a tied alias in `whole` (a replica) not at all: its owner is. Every
+  // rank returns the same status: Save's errors; InvalidArgument for
+  // origins that do not fit `whole` (naming the param); Internal when the
+  // ranks' params do not cover `whole` exactly once (naming a rank and
+  // count). `world` must outlive the engine; WaitForCheckpoint commits it
+  // (collective over `world` then).
+  virtual absl::Status SaveSlices(const std::string& dir, const std::string& trainer_state,
+                                  const ModelSpec& whole,
+                                  const std::vector<std::vector<ParamOrigin>>& origins,
+                                  Communicator& world, const CheckpointOptions& options) = 0;
   // Waits for the background write of the last Save and makes the
   // checkpoint complete (manifest, rename, `latest`, pruning): its Status is
   // that of the checkpoint, naming the rank whose write failed. OK when no

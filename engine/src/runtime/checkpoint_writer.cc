@@ -181,7 +181,7 @@ absl::Status CheckpointWriter::Begin(const std::string& root, const CheckpointOp
   // every rank fails here, before anything is written.
   ZS_RETURN_IF_ERROR(
       CheckSharedDirectory(root, pending->partial_dir, /*fresh=*/true, local, "Save"));
-  ZS_RETURN_IF_ERROR(TakeSnapshot());
+  ZS_RETURN_IF_ERROR(snapshot_source_ ? snapshot_source_(&snapshot_) : Snapshot(&snapshot_));
   Pending* p = pending.get();
   const std::string file = JoinPath(p->partial_dir, RankFileName(rank_));
   const int rank = rank_;
@@ -202,12 +202,12 @@ absl::Status CheckpointWriter::Begin(const std::string& root, const CheckpointOp
   return absl::OkStatus();
 }
 
-absl::Status CheckpointWriter::TakeSnapshot() {
+absl::Status CheckpointWriter::Snapshot(std::vector<float>* snapshot) {
   // This rank's shard of each segment, master then m then v, in the file's
   // order. With fp32 the params are the master weights. A frozen segment
   // has params only: its values (exact in fp32) and zero moments.
-  snapshot_.resize(static_cast<size_t>(layout_.shard_numel()) * kTensorsPerUnit);
-  float* out = snapshot_.data();
+  snapshot->resize(static_cast<size_t>(layout_.shard_numel()) * kTensorsPerUnit);
+  float* out = snapshot->data();
   std::vector<std::pair<float*, std::vector<uint16_t>>> halves;  // converted after the sync
   for (int u = 0; u < layout_.num_units(); ++u) {
     const ElementRange shard = layout_.ShardRange(u, rank_);

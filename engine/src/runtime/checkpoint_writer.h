@@ -14,6 +14,7 @@
 #define ZEROSHARD_RUNTIME_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -67,6 +68,16 @@ class CheckpointWriter {
 
   bool pending() const { return pending_ != nullptr; }
 
+  // This rank's shard of every segment of the layout, master then m then v
+  // per segment, in the file's order (what Begin writes by default).
+  absl::Status Snapshot(std::vector<float>* out);
+  // Begin writes what `source` puts into its argument (the file's order for
+  // this writer's layout and rank) instead of Snapshot: SaveSlices' shards
+  // of the whole model, gathered from the grid.
+  void set_snapshot_source(std::function<absl::Status(std::vector<float>*)> source) {
+    snapshot_source_ = std::move(source);
+  }
+
  private:
   // A checkpoint whose file write may still be running on its writer thread.
   struct Pending {
@@ -79,8 +90,6 @@ class CheckpointWriter {
     absl::Status write_status;  // set by the writer
     FileRecord record;          // set by the writer
   };
-  // The snapshot of this rank's shard, master then m then v per unit.
-  absl::Status TakeSnapshot();
 
   const FlatLayout& layout_;
   int rank_;
@@ -98,6 +107,7 @@ class CheckpointWriter {
   // ("{}"), measured at the first Begin (-1 before).
   int64_t widest_manifest_bytes_ = -1;
   OffloadOptimizer* offload_ = nullptr;
+  std::function<absl::Status(std::vector<float>*)> snapshot_source_;
 };
 
 }  // namespace zeroshard::internal

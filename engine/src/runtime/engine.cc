@@ -239,6 +239,7 @@ absl::Status EngineImpl::SyncCompute() {
 }
 
 void EngineImpl::SetModelParallel(const ModelParallelOptions& parallel) {
+  parallel_ = parallel;
   norm_.SetModelParallel(model_, parallel);
 }
 

@@ -65,35 +65,24 @@ absl::Status EngineImpl::PrepareCheckpointDirectory(const std::string& dir) {
                                            "PrepareCheckpointDirectory");
 }
 
-absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer_state,
-                              const CheckpointOptions& options) {
-  StepTimeline::Call call(timeline_);
-  // What this rank can tell alone; the directory check below makes every
-  // rank return the same verdict, so one rank's bad argument cannot leave
-  // the others waiting in a collective.
-  absl::Status local = CheckBetweenSteps("Save");
-  const std::string state = trainer_state.empty() ? "{}" : trainer_state;
-  if (local.ok() && dir.empty()) {
-    local = absl::InvalidArgumentError("Save: the checkpoint directory is empty");
+absl::Status EngineImpl::CheckSaveCall(const char* call, const std::string& dir,
+                                       const std::string& state, const CheckpointOptions& options,
+                                       int64_t* state_bytes) const {
+  ZS_RETURN_IF_ERROR(CheckBetweenSteps(call));
+  if (dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the checkpoint directory is empty", call));
   }
-  if (local.ok() && options.keep_last < 1) {
-    local = absl::InvalidArgumentError(absl::StrFormat(
-        "Save: keep_last %d must be >= 1 (the newest complete checkpoint is always kept)",
+  if (options.keep_last < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: keep_last %d must be >= 1 (the newest complete checkpoint is always kept)", call,
         options.keep_last));
   }
-  int64_t state_bytes = 0;
-  if (local.ok()) {
-    absl::StatusOr<int64_t> measured = TrainerStateManifestBytes(state);
-    if (measured.ok()) {
-      state_bytes = *measured;
-    } else {
-      local = measured.status();
-    }
-  }
-  if (!started_) return local;  // CheckBetweenSteps said so, on every rank alike
-  // The previous checkpoint becomes complete (or reports its failure) first.
-  ZS_RETURN_IF_ERROR(WaitForCheckpoint());
+  ZS_ASSIGN_OR_RETURN(*state_bytes, TrainerStateManifestBytes(state));
+  return absl::OkStatus();
+}
 
+Manifest EngineImpl::StateManifest(const std::string& state) const {
   Manifest m;
   m.step = step_;
   m.applied_steps = optimizer_.applied_steps();
@@ -105,6 +94,24 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
   m.hysteresis_left = scale.hysteresis_left;
   m.clean_steps = scale.clean_steps;
   m.skips_at_min_scale = scale.skips_at_min_scale;
+  m.trainer_state = state;
+  return m;
+}
+
+absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer_state,
+                              const CheckpointOptions& options) {
+  StepTimeline::Call call(timeline_);
+  // What this rank can tell alone; the directory check below makes every
+  // rank return the same verdict, so one rank's bad argument cannot leave
+  // the others waiting in a collective.
+  const std::string state = trainer_state.empty() ? "{}" : trainer_state;
+  int64_t state_bytes = 0;
+  const absl::Status local = CheckSaveCall("Save", dir, state, options, &state_bytes);
+  if (!started_) return local;  // CheckBetweenSteps said so, on every rank alike
+  // The previous checkpoint becomes complete (or reports its failure) first.
+  ZS_RETURN_IF_ERROR(WaitForCheckpoint());
+
+  Manifest m = StateManifest(state);
   // The manifest records what its JSON holds: no tensor-parallel split.
   m.model = model_;
   for (UnitSpec& unit : m.model.units) {
@@ -115,7 +122,6 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
     m.used_numel.push_back(layout_.unit(u).used_numel);
     m.shard_numel.push_back(layout_.unit(u).shard_numel);
   }
-  m.trainer_state = state;
   ZS_RETURN_IF_ERROR(checkpoint_->Begin(dir, options, std::move(m), local, state_bytes));
   if (!options.background) return WaitForCheckpoint();
   return absl::OkStatus();
@@ -124,7 +130,8 @@ absl::Status EngineImpl::Save(const std::string& dir, const std::string& trainer
 absl::Status EngineImpl::WaitForCheckpoint() {
   // From Save too: the nested call counts once.
   StepTimeline::Call call(timeline_);
-  return checkpoint_->Commit(poisoned_);
+  ZS_RETURN_IF_ERROR(checkpoint_->Commit(poisoned_));
+  return slices_ == nullptr ? absl::OkStatus() : slices_->writer->Commit(poisoned_);
 }
 
 absl::StatusOr<CheckpointInfo> EngineImpl::Load(const std::string& path) {

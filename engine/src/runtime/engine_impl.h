@@ -37,6 +37,7 @@
 #include "engine/src/runtime/runtime_services.h"
 #include "engine/src/runtime/shard_buffers.h"
 #include "engine/src/runtime/shard_optimizer.h"
+#include "engine/src/runtime/slice_checkpoint.h"
 #include "engine/src/runtime/step_timeline.h"
 #include "zeroshard/engine.h"
 
@@ -86,6 +87,10 @@ class EngineImpl final : public Engine, private RuntimeServices {
                     const CheckpointOptions& options) override;
   absl::Status WaitForCheckpoint() override;
   absl::StatusOr<CheckpointInfo> Load(const std::string& path) override;
+  absl::Status SaveSlices(const std::string& dir, const std::string& trainer_state,
+                          const ModelSpec& whole,
+                          const std::vector<std::vector<ParamOrigin>>& origins, Communicator& world,
+                          const CheckpointOptions& options) override;
   absl::StatusOr<CheckpointInfo> LoadSlices(
       const std::string& path, const std::vector<std::vector<ParamOrigin>>& origins) override;
   // Load and LoadSlices (`origins` null: this engine's model is the
@@ -231,6 +236,21 @@ class EngineImpl final : public Engine, private RuntimeServices {
   // for its collectives in flight (peers may still read our buffers) and the
   // writer for its thread.
   std::unique_ptr<CheckpointWriter> checkpoint_;
+  // SaveSlices' writer of the whole model's checkpoint over the grid's
+  // world (engine_save_slices.cc), made by the first SaveSlices.
+  std::unique_ptr<SliceCheckpoint> slices_;
+  // The exchange of SaveSlices: this world rank's shard of the whole
+  // model's checkpoint, in the rank file's order.
+  absl::Status GatherWholeShard(const std::vector<std::vector<ParamOrigin>>& origins,
+                                std::vector<float>* out);
+  // Save's and SaveSlices' checks of their arguments, what this rank can
+  // tell alone (`state_bytes`: the trainer state's bytes in the manifest).
+  absl::Status CheckSaveCall(const char* call, const std::string& dir, const std::string& state,
+                             const CheckpointOptions& options, int64_t* state_bytes) const;
+  // The manifest of a checkpoint of this engine's state (all but the
+  // model, its layout and the world size).
+  Manifest StateManifest(const std::string& state) const;
+  ModelParallelOptions parallel_;
   // hpZ's group (declared before the gatherer, which waits on its
   // all-gathers when destroyed).
   std::unique_ptr<Communicator> secondary_group_;
