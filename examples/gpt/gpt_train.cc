@@ -184,14 +184,9 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   if (o.tp * o.pp > 1 || o.mem_cap > 0) {
     // What the grid trainer does not do yet, refused by name.
     const std::pair<bool, const char*> unsupported[] = {
-        {!o.checkpoint_dir.empty(), "--checkpoint-dir"},
-        {o.resume, "--resume"},
-        {!o.init_from.empty(), "--init-from"},
-        {!o.save_init.empty(), "--save-init"},
-        {!o.dump_logits.empty(), "--dump-logits"},
-        {!o.dump_batches.empty(), "--dump-batches"},
-        {o.val_every > 0, "--val-every"},
-        {o.recompute != 0, "--recompute full"},
+        {!o.init_from.empty(), "--init-from"},     {!o.save_init.empty(), "--save-init"},
+        {!o.dump_logits.empty(), "--dump-logits"}, {!o.dump_batches.empty(), "--dump-batches"},
+        {o.val_every > 0, "--val-every"},          {o.recompute != 0, "--recompute full"},
         {o.offload.enabled(), "--offload"}};
     for (const auto& [given, flag] : unsupported) {
       if (given) {
@@ -242,8 +237,10 @@ std::string TrainerState(const Options& o, const GptConfig& cfg, const TextCorpu
   return j.dump();
 }
 
-absl::Status RestoreTrainerState(const Options& o, const TextCorpus& corpus,
-                                 const CheckpointInfo& info, GptTrainer& trainer) {
+// The sampler position a checkpoint's trainer state records, after checking
+// that it was written for this data order (--seq, --seed, --data).
+absl::StatusOr<int64_t> RestoreTrainerState(const Options& o, const TextCorpus& corpus,
+                                            const CheckpointInfo& info) {
   const nlohmann::json j = nlohmann::json::parse(info.trainer_state, nullptr, false);
   if (!j.is_object() || !j.contains("windows_consumed")) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -262,8 +259,7 @@ absl::Status RestoreTrainerState(const Options& o, const TextCorpus& corpus,
   ZS_RETURN_IF_ERROR(expect("seq", o.seq));
   ZS_RETURN_IF_ERROR(expect("data_seed", o.seed));
   ZS_RETURN_IF_ERROR(expect("train_tokens", static_cast<int64_t>(corpus.train.size())));
-  trainer.set_windows_consumed(j["windows_consumed"].get<int64_t>());
-  return absl::OkStatus();
+  return j["windows_consumed"].get<int64_t>();
 }
 
 struct SharedRun {
@@ -292,7 +288,8 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
                       GptTrainer::Create(run.cfg, ro, *engine, comm, *device, &sampler));
   if (o.resume) {
     ZS_ASSIGN_OR_RETURN(CheckpointInfo info, engine->Load(o.checkpoint_dir));
-    ZS_RETURN_IF_ERROR(RestoreTrainerState(o, run.corpus, info, *trainer));
+    ZS_ASSIGN_OR_RETURN(const int64_t consumed, RestoreTrainerState(o, run.corpus, info));
+    trainer->set_windows_consumed(consumed);
     if (lead) {
       std::fprintf(stderr,
                    "gpt_train: resumed from %s: step %lld, written by %d rank(s) at ZeRO stage "
@@ -476,7 +473,27 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
       std::unique_ptr<Engine> engine,
       Engine::Create(shard, train, *device, grid->dp(),
                      ModelParallelOptions{&grid->model_parallel(), grid->coord().tp == 0}));
-  ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, run.cfg, *grid, static_cast<uint64_t>(o.seed)));
+  int64_t consumed = 0;
+  if (o.resume) {
+    // Any checkpoint of the whole model: a grid's (any other grid, stage or
+    // world size) or a dp-only run's.
+    ZS_ASSIGN_OR_RETURN(
+        const CheckpointInfo info,
+        engine->LoadSlices(o.checkpoint_dir, GptParamOrigins(shard, shape, grid->coord())));
+    ZS_ASSIGN_OR_RETURN(consumed, RestoreTrainerState(o, run.corpus, info));
+    if (lead) {
+      std::fprintf(stderr,
+                   "gpt_train: resumed from %s: step %lld, written by %d rank(s) at ZeRO stage "
+                   "%d, onto %s; %lld windows consumed\n",
+                   info.path.c_str(), static_cast<long long>(info.step), info.world_size,
+                   info.zero_stage, shape.ToString().c_str(), static_cast<long long>(consumed));
+    }
+  } else {
+    ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, run.cfg, *grid, static_cast<uint64_t>(o.seed)));
+  }
+  // The directory is checked over the whole grid by the first save
+  // (PrepareCheckpointDirectory checks one engine's dp group, and the grid's
+  // positions would race there).
   ZS_RETURN_IF_ERROR(
       engine->Start({TrainerSetting::Int("micro_batch", o.micro_batch),
                      TrainerSetting::Int("seq", o.seq), TrainerSetting::Int("seed", o.seed),
@@ -488,6 +505,7 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   ro.seq = o.seq;
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridGptTrainer> trainer,
                       GridGptTrainer::Create(run.cfg, ro, *engine, *grid, &sampler));
+  trainer->set_windows_consumed(consumed);
   std::ofstream log;
   if (lead && !o.log_json.empty()) {
     log.open(o.log_json, std::ios::app);
@@ -496,10 +514,16 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   std::vector<double> step_ms;
   const absl::Time start = absl::Now();
   double loss = 0.0;
-  for (int64_t s = 0; s < o.steps; ++s) {
+  const int64_t first = engine->steps();
+  for (int64_t s = first; s < o.steps; ++s) {
     const absl::Time step_start = absl::Now();
     ZS_ASSIGN_OR_RETURN(loss, trainer->TrainStep());
     step_ms.push_back(Ms(absl::Now() - step_start));
+    if (o.save_every > 0 && engine->steps() % o.save_every == 0) {
+      // One checkpoint of the whole model, every rank its part.
+      ZS_RETURN_IF_ERROR(trainer->Save(
+          o.checkpoint_dir, TrainerState(o, run.cfg, run.corpus, trainer->windows_consumed())));
+    }
     if (!lead) continue;
     const StepResult& r = trainer->last_step();
     if (log.is_open()) {
@@ -515,16 +539,17 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
                    r.grad_norm, step_ms.back());
     }
   }
+  ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (lead) {
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
     const double tokens =
-        static_cast<double>(o.steps) * world.size() * o.accum * o.micro_batch * o.seq;
+        static_cast<double>(o.steps - first) * world.size() * o.accum * o.micro_batch * o.seq;
     const StepTimes& t = engine->Stats().totals;
-    const int64_t steps = std::max<int64_t>(1, o.steps);
+    const int64_t steps = std::max<int64_t>(1, o.steps - first);
     std::printf("gpt_train: BLAS: %s\n", examples::CpuBlasDescription().c_str());
     std::printf(
         "gpt_train: %lld steps on %d rank(s) as %s, ZeRO stage %d over dp, %s, final loss %.5f\n",
-        static_cast<long long>(o.steps), world.size(), shape.ToString().c_str(), o.stage,
+        static_cast<long long>(o.steps - first), world.size(), shape.ToString().c_str(), o.stage,
         o.precision == 0 ? "fp32" : "bf16", loss);
     std::printf("  tokens/s %.0f (wall %.2f s); median step %.1f ms\n", tokens / wall, wall,
                 examples::Median(step_ms));

@@ -164,5 +164,18 @@ TEST(PeerWatch, AFailedThreadRankIsNamedAndTheOthersAreNot) {
   EXPECT_EQ(blind.DescribePeers(), "");
 }
 
+// A peer of a Split group is named by its world rank too, so that a
+// message names the process the job knows (the world rank mpirun printed).
+TEST(ProcessProbeTest, APeerOfASplitGroupIsNamedByItsWorldRankToo) {
+  ProcessIdentity p;
+  p.pid = 4242;
+  std::snprintf(p.host, sizeof(p.host), "node7");
+  p.world_rank = 2;
+  EXPECT_EQ(DescribePeer(0, p), "rank 0 (world rank 2, pid 4242 on node7)");
+  EXPECT_EQ(DescribePeer(2, p), "rank 2 (pid 4242 on node7)");
+  p.world_rank = -1;  // local ranks: threads of one process
+  EXPECT_EQ(DescribePeer(1, p), "rank 1 (pid 4242 on node7)");
+}
+
 }  // namespace
 }  // namespace zeroshard::internal

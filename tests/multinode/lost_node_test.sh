@@ -94,7 +94,7 @@ for fault in ${faults//,/ }; do
     ((elapsed <= limit_ms)) || fail "took $elapsed ms, more than the timeout + 5 s"
     # The engine's message, or (a killed rank) Open MPI's launcher, which
     # tears the job down first and names the rank and the node's address.
-    grep -Eq "mlp_demo: run failed: .*rank [23] \\(pid [0-9]+ on $ZS_CLUSTER-node1\\)" "$work/out" ||
+    grep -Eq "mlp_demo: run failed: .*(rank [23] \\(|\\(world rank [23], )pid [0-9]+ on $ZS_CLUSTER-node1\\)" "$work/out" ||
       grep -Eq "process rank [23] with PID [0-9]+ on node $("$cluster" hosts 1 | cut -d, -f2 | cut -d: -f1)" "$work/out" ||
       fail "no message naming rank 2 or 3 on $ZS_CLUSTER-node1"
     # A stopped or unreachable node: the heartbeats named it, not the timeout.

@@ -226,7 +226,7 @@ void MpiCommunicator::Abandon(Requests& requests) {
 }
 
 std::string MpiCommunicator::DescribeRank(int peer) const {
-  return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(processes_[peer]));
+  return DescribePeer(peer, processes_[peer]);
 }
 
 std::string MpiCommunicator::PeerState(int peer) const {

@@ -85,7 +85,7 @@ void MpiPointToPoint::Post(const PointToPointArgs& args, std::shared_ptr<CommOpS
 }
 
 std::string MpiPointToPoint::DescribeRank(int peer) const {
-  return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(processes_[peer]));
+  return DescribePeer(peer, processes_[peer]);
 }
 
 absl::Status MpiPointToPoint::Check(int rc, const char* call, const Op* op) {

@@ -29,7 +29,7 @@ PeerWatch PeerWatch::Subset(const std::vector<int>& members, int self) const {
 
 std::string PeerWatch::DescribeRank(int peer) const {
   if (processes_.empty()) return absl::StrFormat("rank %d", peer);
-  return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(processes_[peer]));
+  return DescribePeer(peer, processes_[peer]);
 }
 
 absl::Status PeerWatch::CheckPeers(const std::string& where) {

@@ -119,6 +119,14 @@ std::string DescribeProcess(const ProcessIdentity& process) {
   return absl::StrFormat("pid %d on %s", process.pid, process.host);
 }
 
+std::string DescribePeer(int peer, const ProcessIdentity& process) {
+  if (process.world_rank >= 0 && process.world_rank != peer) {
+    return absl::StrFormat("rank %d (world rank %d, %s)", peer, process.world_rank,
+                           DescribeProcess(process));
+  }
+  return absl::StrFormat("rank %d (%s)", peer, DescribeProcess(process));
+}
+
 std::string DescribeState(ProcessState state) {
   switch (state) {
     case ProcessState::kRunning:

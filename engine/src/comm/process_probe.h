@@ -46,6 +46,10 @@ ProcessState ProbeProcess(const ProcessIdentity& peer, const ProcessIdentity& se
 
 // "pid 4242 on node7".
 std::string DescribeProcess(const ProcessIdentity& process);
+// "rank 2 (pid 4242 on node7)" for `peer` of a communicator; a rank of a
+// Split group whose world rank differs says it too: "rank 0 (world rank 2,
+// pid 4242 on node7)", so a message names the process the job knows.
+std::string DescribePeer(int peer, const ProcessIdentity& process);
 // "is stopped (SIGSTOP, a debugger or job control)", "died: its process is
 // gone (killed or crashed)", ... — completes "rank 2 (pid 4242 on node7) ".
 std::string DescribeState(ProcessState state);
