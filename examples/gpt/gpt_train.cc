@@ -183,11 +183,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   }
   if (o.tp * o.pp > 1 || o.mem_cap > 0) {
     // What the grid trainer does not do yet, refused by name.
-    const std::pair<bool, const char*> unsupported[] = {
-        {!o.init_from.empty(), "--init-from"},     {!o.save_init.empty(), "--save-init"},
-        {!o.dump_logits.empty(), "--dump-logits"}, {!o.dump_batches.empty(), "--dump-batches"},
-        {o.val_every > 0, "--val-every"},          {o.recompute != 0, "--recompute full"},
-        {o.offload.enabled(), "--offload"}};
+    const std::pair<bool, const char*> unsupported[] = {{!o.init_from.empty(), "--init-from"},
+                                                        {!o.dump_logits.empty(), "--dump-logits"},
+                                                        {o.val_every > 0, "--val-every"},
+                                                        {o.recompute != 0, "--recompute full"},
+                                                        {o.offload.enabled(), "--offload"}};
     for (const auto& [given, flag] : unsupported) {
       if (given) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -506,16 +506,46 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridGptTrainer> trainer,
                       GridGptTrainer::Create(run.cfg, ro, *engine, *grid, &sampler));
   trainer->set_windows_consumed(consumed);
-  std::ofstream log;
+  if (!o.save_init.empty()) {
+    // The whole model's weights gathered on every rank (collective), rank 0
+    // writes them: BuildGptModelSpec's params in order, the tied head empty.
+    ZS_ASSIGN_OR_RETURN(const std::vector<std::vector<float>> flat,
+                        GatherGptGridParams(*engine, run.cfg, *grid));
+    const ModelSpec whole = BuildGptModelSpec(run.cfg);
+    ParamValues values;
+    size_t next = 0;
+    for (const UnitSpec& unit : whole.units) {
+      values.emplace_back();
+      for (const ParamSpec& p : unit.params) {
+        values.back().push_back(p.tied_to.has_value() ? std::vector<float>() : flat[next++]);
+      }
+    }
+    if (lead) ZS_RETURN_IF_ERROR(WriteHfGpt2Dir(o.save_init, whole, values, run.cfg.json));
+  }
+  std::ofstream log, dump;
   if (lead && !o.log_json.empty()) {
     log.open(o.log_json, std::ios::app);
     if (!log.is_open()) return absl::PermissionDeniedError("cannot open --log-json for writing");
+  }
+  if (lead && !o.dump_batches.empty()) {
+    dump.open(o.dump_batches, std::ios::app);
+    if (!dump.is_open()) {
+      return absl::PermissionDeniedError("cannot open --dump-batches for writing");
+    }
   }
   std::vector<double> step_ms;
   const absl::Time start = absl::Now();
   double loss = 0.0;
   const int64_t first = engine->steps();
   for (int64_t s = first; s < o.steps; ++s) {
+    if (dump.is_open()) {
+      // The global batch: the dp-only run's of the same world and --accum.
+      const nlohmann::json line = {
+          {"step", s + 1},
+          {"rows", WindowRows(sampler, trainer->windows_consumed(),
+                              WindowsPerStep(world.size(), o.accum, o.micro_batch))}};
+      dump << line.dump() << "\n";
+    }
     const absl::Time step_start = absl::Now();
     ZS_ASSIGN_OR_RETURN(loss, trainer->TrainStep());
     step_ms.push_back(Ms(absl::Now() - step_start));

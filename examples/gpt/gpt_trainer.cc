@@ -216,18 +216,24 @@ absl::StatusOr<double> GptTrainer::TrainStep() {
   return sum / (static_cast<double>(comm_.size()) * accum);
 }
 
-std::vector<std::vector<int32_t>> GptTrainer::NextGlobalBatch() const {
-  const int64_t b = run_.micro_batch, t = run_.seq;
-  const int64_t total = WindowsPerStep(comm_.size(), engine_.train().grad_accum_steps, b);
+std::vector<std::vector<int32_t>> WindowRows(const WindowSampler& sampler, int64_t first,
+                                             int64_t count) {
+  const int64_t t = sampler.seq();
   std::vector<int32_t> tokens(static_cast<size_t>(t)), targets(static_cast<size_t>(t));
   std::vector<std::vector<int32_t>> rows;
-  for (int64_t w = 0; w < total; ++w) {
-    train_->Fill(consumed_ + w, 1, tokens.data(), targets.data());
+  for (int64_t w = 0; w < count; ++w) {
+    sampler.Fill(first + w, 1, tokens.data(), targets.data());
     std::vector<int32_t> row(tokens);
     row.push_back(targets.back());
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+std::vector<std::vector<int32_t>> GptTrainer::NextGlobalBatch() const {
+  return WindowRows(
+      *train_, consumed_,
+      WindowsPerStep(comm_.size(), engine_.train().grad_accum_steps, run_.micro_batch));
 }
 
 absl::StatusOr<double> GptTrainer::ValLoss(const std::vector<uint8_t>& val, int64_t max_windows) {

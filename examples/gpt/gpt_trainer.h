@@ -46,6 +46,11 @@ struct GptRunOptions {
   bool recompute = false;   // keep block inputs only; recompute each block in the backward
 };
 
+// The token windows (T + 1 tokens each: the inputs and the last target) of
+// stream positions [first, first + count): what --dump-batches writes.
+std::vector<std::vector<int32_t>> WindowRows(const WindowSampler& sampler, int64_t first,
+                                             int64_t count);
+
 class GptTrainer {
  public:
   // `engine` was created on BuildGptModelSpec(cfg) with `comm`; `device` is

@@ -63,6 +63,17 @@ fi
 diff <(losses "$work/g3.jsonl") <(losses "$work/g4.jsonl") ||
   fail "pp 2 over dp 2 differs from 2 ranks accumulating 2 micro-batches"
 
+# The grid's --save-init and --dump-batches are the dp-only run's, byte for
+# byte (the same initial weights, the same global batches).
+"$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 2 --save-init "$work/si_grid" \
+  --dump-batches "$work/db_grid.jsonl" >/dev/null
+"$gpt" "${common[@]}" --ranks 4 --steps 2 --save-init "$work/si_dp" \
+  --dump-batches "$work/db_dp.jsonl" >/dev/null
+cmp -s "$work/si_grid/model.safetensors" "$work/si_dp/model.safetensors" ||
+  fail "the grid's --save-init differs from the dp-only run's"
+cmp -s "$work/db_grid.jsonl" "$work/db_dp.jsonl" ||
+  fail "the grid's --dump-batches differs from the dp-only run's"
+
 # --mem-cap: a cap just under what ZeRO alone needs on 4 ranks makes the
 # planner choose a tp/pp split; the run trains on it and its largest
 # rank's engine buffers are the chosen candidate's planned bytes, under the cap.
@@ -98,9 +109,9 @@ rc=$?
 set -e
 [ $rc = 2 ] && grep -q "not a multiple of --tp 2" "$work/e3" || fail "--ranks 3 --tp 2: rc $rc, $(cat "$work/e3")"
 set +e
-"$gpt" "${common[@]}" --ranks 2 --pp 2 --checkpoint-dir "$work/gc" >/dev/null 2>"$work/e4"
+"$gpt" "${common[@]}" --ranks 2 --pp 2 --val-every 2 >/dev/null 2>"$work/e4"
 rc=$?
 set -e
-[ $rc = 2 ] && grep -q "checkpoint-dir is not available on a --tp/--pp/--mem-cap grid" "$work/e4" ||
-  fail "--pp 2 --checkpoint-dir: rc $rc, $(cat "$work/e4")"
+[ $rc = 2 ] && grep -q "val-every is not available on a --tp/--pp/--mem-cap grid" "$work/e4" ||
+  fail "--pp 2 --val-every: rc $rc, $(cat "$work/e4")"
 echo "PASS"
