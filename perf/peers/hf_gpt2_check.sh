@@ -4,14 +4,15 @@
 # Face"). Not part of `make test`: it downloads PyTorch and transformers.
 #
 #   perf/peers/hf_gpt2_check.sh [--config FILE] [--steps 100] [--seq 128]
-#       [--micro-batch 4] [--runs "0:1 0:4 3:1 3:4"] [--precision fp32]
+#       [--micro-batch 4] [--runs "0:1 0:4 3:1 3:4 1:4:2x2"] [--precision fp32]
 #       [--build DIR] [--trainer BIN] [--venv DIR] [--out DIR] [--threads 1]
 #
 # 1. A venv with torch, transformers and safetensors from the package
 #    registry (perf/peers/torch_venv.sh; default build/perf/peers-venv,
 #    shared with perf/peers/run.sh). If it cannot be installed the script
 #    says why and exits 0 with "skipped".
-# 2. For each run STAGE:RANKS: gpt_train (local ranks) trains --steps steps
+# 2. For each run STAGE:RANKS[:TPxPP]: gpt_train (local ranks; with TPxPP on
+#    a dp x tp x pp grid, --tp TP --pp PP) trains --steps steps
 #    from its seeded initial weights, writing them first (--save-init), the
 #    token batches of every step (--dump-batches), its per-step loss, lr and
 #    gradient norm (--log-json), a checkpoint after the last step and the
@@ -26,6 +27,8 @@
 #    losses per step, the final weights' max relative difference, and checks
 #    that from_pretrained loads the export with no missing or unexpected key
 #    and gives the trainer's logits.
+#    A grid run's logits are the one-rank model's: gpt_train on one rank
+#    resumes the grid's last checkpoint (no step left) and dumps them.
 # 4. A table: per run, the max loss relative difference over steps 1-20 and
 #    over all steps, the final weights' and the logits' max relative
 #    difference. Results under --out DIR (default build/perf/hf-gpt2-check).
@@ -80,13 +83,19 @@ echo "hf_gpt2_check: $versions; $(lscpu | sed -n 's/^Model name: *//p')"
 mkdir -p "$out"
 export OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
 table="$out/table.txt"
-printf '%-6s %-6s %-10s %-12s %-12s %-12s %-12s %-12s\n' stage ranks precision "loss 1-20" \
+printf '%-6s %-9s %-10s %-12s %-12s %-12s %-12s %-12s\n' stage ranks precision "loss 1-20" \
   "loss 1-$steps" "weights max" "weights L2" "logits" > "$table"
 for run in $runs; do
-  stage="${run%%:*}" ranks="${run##*:}"
-  dir="$out/stage${stage}_ranks${ranks}_${precision}"
+  IFS=: read -r stage ranks grid <<<"$run"
+  grid_flags=()
+  label="$ranks"
+  if [[ -n "$grid" ]]; then
+    grid_flags=(--tp "${grid%%x*}" --pp "${grid##*x}")
+    label="$ranks:$grid"
+  fi
+  dir="$out/stage${stage}_ranks${ranks}${grid:+_${grid}}_${precision}"
   rm -rf "$dir" && mkdir -p "$dir"
-  echo "hf_gpt2_check: stage $stage, $ranks rank(s), $precision: training ($dir)"
+  echo "hf_gpt2_check: stage $stage, $ranks rank(s)${grid:+ as tp x pp $grid}, $precision: training ($dir)"
   common=(--config "$config" --backend local --seq "$seq" --seed "$seed" --quiet)
   if "$trainer" --help 2>&1 | grep -q -- '--save-init'; then
     save_init=(--save-init "$dir/init")
@@ -97,13 +106,22 @@ for run in $runs; do
       "$cli" export "$dir/init-ckpt" --hf "$dir/init" >> "$dir/init.out" 2>&1 ||
       { tail -5 "$dir/init.out"; echo "hf_gpt2_check: the initial weights' run failed" >&2; exit 1; }
   fi
-  "$trainer" "${common[@]}" --ranks "$ranks" --stage "$stage" \
-    --precision "$precision" --steps "$steps" --micro-batch "$micro_batch" \
-    --lr "$lr" --min-lr-ratio "$min_lr_ratio" --warmup "$warmup" --weight-decay "$weight_decay" \
-    --clip "$clip" "${save_init[@]}" --dump-batches "$dir/batches.jsonl" \
+  train=(--stage "$stage" --precision "$precision" --steps "$steps" --micro-batch "$micro_batch"
+         --lr "$lr" --min-lr-ratio "$min_lr_ratio" --warmup "$warmup"
+         --weight-decay "$weight_decay" --clip "$clip")
+  # A grid run cannot dump logits: the one-rank model of its checkpoint does.
+  logits_flags=(--dump-logits "$dir/logits.json")
+  [[ -n "$grid" ]] && logits_flags=()
+  "$trainer" "${common[@]}" --ranks "$ranks" "${grid_flags[@]}" "${train[@]}" \
+    "${save_init[@]}" --dump-batches "$dir/batches.jsonl" \
     --log-json "$dir/log.jsonl" --checkpoint-dir "$dir/ckpt" --save-every "$steps" \
-    --dump-logits "$dir/logits.json" > "$dir/train.out" 2>&1 ||
+    "${logits_flags[@]}" > "$dir/train.out" 2>&1 ||
     { tail -5 "$dir/train.out"; echo "hf_gpt2_check: gpt_train failed (log: $dir/train.out)" >&2; exit 1; }
+  if [[ -n "$grid" ]]; then
+    "$trainer" "${common[@]}" --ranks 1 "${train[@]}" --checkpoint-dir "$dir/ckpt" --resume \
+      --dump-logits "$dir/logits.json" > "$dir/logits.out" 2>&1 ||
+      { tail -5 "$dir/logits.out"; echo "hf_gpt2_check: the one-rank logits failed" >&2; exit 1; }
+  fi
   "$cli" export "$dir/ckpt" --hf "$dir/final" > "$dir/export.out" 2>&1 ||
     { cat "$dir/export.out"; exit 1; }
   "$venv/bin/python" "$root/perf/peers/hf_gpt2_check.py" --init "$dir/init" \
@@ -112,10 +130,10 @@ for run in $runs; do
     --min-lr-ratio "$min_lr_ratio" --weight-decay "$weight_decay" --max-grad-norm "$clip" \
     --threads "$threads" --summary "$dir/summary.json" 2>&1 | grep -av 'Loading weights' |
     tee "$dir/check.out"
-  "$venv/bin/python" - "$dir/summary.json" "$stage" "$ranks" "$precision" >> "$table" <<'PY'
+  "$venv/bin/python" - "$dir/summary.json" "$stage" "$label" "$precision" >> "$table" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]:<6} {sys.argv[3]:<6} {sys.argv[4]:<10} {s['max_rel_1_20']:<12.2e} "
+print(f"{sys.argv[2]:<6} {sys.argv[3]:<9} {sys.argv[4]:<10} {s['max_rel_1_20']:<12.2e} "
       f"{s['max_rel_all']:<12.2e} {s.get('final_weights_max_rel', float('nan')):<12.2e} "
       f"{s.get('final_weights_rel_l2', float('nan')):<12.2e} "
       f"{s.get('logits_max_rel', float('nan')):<12.2e}")
