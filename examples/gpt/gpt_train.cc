@@ -491,9 +491,11 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   } else {
     ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, run.cfg, *grid, static_cast<uint64_t>(o.seed)));
   }
-  // The directory is checked over the whole grid by the first save
-  // (PrepareCheckpointDirectory checks one engine's dp group, and the grid's
-  // positions would race there).
+  // Every rank of the grid sees the directory and can write there, checked
+  // now rather than at the first save.
+  if (o.save_every > 0) {
+    ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir, grid->world()));
+  }
   ZS_RETURN_IF_ERROR(
       engine->Start({TrainerSetting::Int("micro_batch", o.micro_batch),
                      TrainerSetting::Int("seq", o.seq), TrainerSetting::Int("seed", o.seed),

@@ -30,6 +30,9 @@ class FakeEngineBase : public Engine {
   }
   absl::Status WaitForCheckpoint() override { return absl::OkStatus(); }
   absl::Status PrepareCheckpointDirectory(const std::string&) override { return absl::OkStatus(); }
+  absl::Status PrepareCheckpointDirectory(const std::string&, Communicator&) override {
+    return absl::OkStatus();
+  }
   absl::StatusOr<CheckpointInfo> Load(const std::string&) override {
     return absl::UnimplementedError("not in the fake");
   }

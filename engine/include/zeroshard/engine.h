@@ -412,6 +412,12 @@ class Engine {
   // the ranks that see another directory (the remedy: one path on a shared
   // file system), or the cause's code naming the rank that cannot write.
   virtual absl::Status PrepareCheckpointDirectory(const std::string& dir) = 0;
+  // The same check over `world` instead of this engine's data-parallel
+  // group: every rank of a grid that saves with SaveSlices calls it
+  // together (each rank's own check would let the grid's positions, each
+  // with its own rank 0, race in the directory, and would miss two
+  // positions that see different directories).
+  virtual absl::Status PrepareCheckpointDirectory(const std::string& dir, Communicator& world) = 0;
   // Loads a checkpoint (a step directory, or a checkpoint directory's
   // `latest`) written by any world size and any stage, instead of SetParam
   // and before Start. Each rank reads only the byte ranges it owns from the

@@ -98,6 +98,7 @@ class EngineImpl final : public Engine, private RuntimeServices {
   absl::StatusOr<CheckpointInfo> LoadImpl(const std::string& path,
                                           const std::vector<std::vector<ParamOrigin>>* origins);
   absl::Status PrepareCheckpointDirectory(const std::string& dir) override;
+  absl::Status PrepareCheckpointDirectory(const std::string& dir, Communicator& world) override;
 
   const ModelSpec& model() const override { return model_; }
   const TrainSpec& train() const override { return train_; }

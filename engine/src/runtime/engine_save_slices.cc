@@ -135,6 +135,27 @@ absl::Status EngineImpl::SaveSlices(const std::string& dir, const std::string& t
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::PrepareCheckpointDirectory(const std::string& dir, Communicator& world) {
+  StepTimeline::Call call(timeline_);
+  ZS_RETURN_IF_ERROR(poisoned_);
+  absl::Status local =
+      started_ ? CheckBetweenSteps("PrepareCheckpointDirectory") : absl::OkStatus();
+  if (local.ok() && dir.empty()) {
+    local = absl::InvalidArgumentError("the checkpoint directory is empty");
+  }
+  if (world.memory_kind() != DeviceKind::kCpu) {
+    return absl::UnimplementedError(
+        "PrepareCheckpointDirectory: the world communicator moves device memory; grid "
+        "checkpoints need a host memory world (local, mpi)");
+  }
+  // A writer whose collectives run over the world, for the check only.
+  RuntimeServices& engine_services = *this;  // a private base
+  WorldServices services(engine_services, world);
+  CheckpointWriter writer(layout_, world.rank(), mixed_, param_dtype_, buffers_, services);
+  return writer.CheckSharedDirectory(dir, dir, /*fresh=*/false, local,
+                                     "PrepareCheckpointDirectory");
+}
+
 absl::Status EngineImpl::GatherWholeShard(const std::vector<std::vector<ParamOrigin>>& origins,
                                           std::vector<float>* out) {
   Communicator& world = *slices_->world;
