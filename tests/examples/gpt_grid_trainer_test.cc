@@ -48,6 +48,8 @@
 #include "examples/gpt/internal/vocab_parallel.h"
 #include "examples/gpt/text_data.h"
 #include "gtest/gtest.h"
+#include "tests/examples/gpt_test_text.h"
+#include "tests/grid_test_util.h"
 #include "tests/test_env.h"
 #include "tests/test_seed.h"
 #include "zeroshard/checkpoint.h"
@@ -66,19 +68,7 @@ using ::zeroshard::testing::SeedTrace;
 
 constexpr int kSteps = 4;
 
-// Random bytes with a learnable next-byte rule plus noise, fresh per seed.
-std::vector<uint8_t> RandomText(uint64_t seed, size_t n) {
-  std::vector<uint8_t> t(n);
-  uint64_t x = seed | 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    t[i] = (x % 4 == 0 || i == 0) ? static_cast<uint8_t>(x >> 24)
-                                  : static_cast<uint8_t>(t[i - 1] * 5 + 1);
-  }
-  return t;
-}
+using testing_text::RandomText;
 
 // 4 blocks (7 units: pp 4 fits), 4 heads (tp 4 divides them), a vocabulary
 // of 259 (byte tokens and 3 more), which tp 2 and 4 pad to 260.
@@ -260,26 +250,10 @@ std::string FirstDifference(const Outcome& a, const Outcome& b) {
   return "";
 }
 
-struct Distance {
-  double loss_rel = 0.0;
-  double weight_rel_l2 = 0.0;
-};
+using testing::Distance;
 
 Distance Measure(const Outcome& run, const Outcome& ref) {
-  Distance d;
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    d.loss_rel = std::max(d.loss_rel, std::fabs(run.losses[s] - ref.losses[s]) / ref.losses[s]);
-  }
-  double diff_sq = 0.0, norm_sq = 0.0;
-  for (size_t t = 0; t < ref.params.size(); ++t) {
-    for (size_t i = 0; i < ref.params[t].size(); ++i) {
-      const double diff = static_cast<double>(run.params[t][i]) - ref.params[t][i];
-      diff_sq += diff * diff;
-      norm_sq += static_cast<double>(ref.params[t][i]) * ref.params[t][i];
-    }
-  }
-  d.weight_rel_l2 = std::sqrt(diff_sq / norm_sq);
-  return d;
+  return testing::MeasureDistance(run.losses, run.params, ref.losses, ref.params);
 }
 
 // The bound of the file comment: steps x 2 (L gamma_{4C} + gamma_{V'}).

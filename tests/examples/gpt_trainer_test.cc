@@ -18,6 +18,7 @@
 #include "examples/gpt/text_data.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/examples/gpt_test_text.h"
 #include "tests/test_seed.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -31,20 +32,7 @@ namespace {
 using ::zeroshard::testing::Seed;
 using ::zeroshard::testing::SeedTrace;
 
-// Random bytes with some structure (a learnable next-byte rule plus noise),
-// fresh per run.
-std::vector<uint8_t> RandomText(uint64_t seed, size_t n) {
-  std::vector<uint8_t> t(n);
-  uint64_t x = seed | 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    t[i] = (x % 4 == 0 || i == 0) ? static_cast<uint8_t>(x >> 24)
-                                  : static_cast<uint8_t>(t[i - 1] * 7 + 3);
-  }
-  return t;
-}
+using testing_text::RandomText;
 
 GptConfig SmallConfig() {
   absl::StatusOr<GptConfig> cfg =

@@ -37,6 +37,7 @@
 #include "examples/mlp/grid_trainer.h"
 #include "examples/mlp/mlp.h"
 #include "gtest/gtest.h"
+#include "tests/grid_test_util.h"
 #include "tests/test_seed.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -188,28 +189,10 @@ bool Bitwise(const Outcome& a, const Outcome& b) {
   return std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * 8) == 0;
 }
 
-// Largest relative loss difference over the steps, and the weights'
-// relative L2 distance over all params.
-struct Distance {
-  double loss_rel = 0.0;
-  double weight_rel_l2 = 0.0;
-};
+using testing::Distance;
 
 Distance Measure(const Outcome& run, const Outcome& ref) {
-  Distance d;
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    d.loss_rel = std::max(d.loss_rel, std::fabs(run.losses[s] - ref.losses[s]) / ref.losses[s]);
-  }
-  double diff_sq = 0.0, norm_sq = 0.0;
-  for (size_t t = 0; t < ref.params.size(); ++t) {
-    for (size_t i = 0; i < ref.params[t].size(); ++i) {
-      const double diff = static_cast<double>(run.params[t][i]) - ref.params[t][i];
-      diff_sq += diff * diff;
-      norm_sq += static_cast<double>(ref.params[t][i]) * ref.params[t][i];
-    }
-  }
-  d.weight_rel_l2 = std::sqrt(diff_sq / norm_sq);
-  return d;
+  return testing::MeasureDistance(run.losses, run.params, ref.losses, ref.params);
 }
 
 // The bound derived in the file comment: steps x 2 B gamma_{4h}.
