@@ -185,7 +185,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
     // What the grid trainer does not do yet, refused by name.
     const std::pair<bool, const char*> unsupported[] = {{!o.init_from.empty(), "--init-from"},
                                                         {!o.dump_logits.empty(), "--dump-logits"},
-                                                        {o.val_every > 0, "--val-every"},
                                                         {o.recompute != 0, "--recompute full"},
                                                         {o.offload.enabled(), "--offload"}};
     for (const auto& [given, flag] : unsupported) {
@@ -556,19 +555,24 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
       ZS_RETURN_IF_ERROR(trainer->Save(
           o.checkpoint_dir, TrainerState(o, run.cfg, run.corpus, trainer->windows_consumed())));
     }
+    double val = -1.0;
+    if (o.val_every > 0 && (s + 1) % o.val_every == 0) {
+      ZS_ASSIGN_OR_RETURN(val, trainer->ValLoss(run.corpus.val, o.val_windows));
+    }
     if (!lead) continue;
     const StepResult& r = trainer->last_step();
     if (log.is_open()) {
-      log << nlohmann::json(
-                 {{"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}})
-                 .dump()
-          << "\n";
+      nlohmann::json line = {
+          {"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
+      if (val >= 0) line["val_loss"] = val;
+      log << line.dump() << "\n";
       log.flush();
     }
     if (!o.quiet) {
-      std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms\n",
+      std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms%s\n",
                    static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, r.lr,
-                   r.grad_norm, step_ms.back());
+                   r.grad_norm, step_ms.back(),
+                   val >= 0 ? absl::StrFormat("  val %.5f", val).c_str() : "");
     }
   }
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());

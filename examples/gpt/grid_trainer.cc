@@ -648,6 +648,57 @@ absl::StatusOr<double> GridGptTrainer::TrainStep() {
   return global / (static_cast<double>(grid_.shape().dp) * micro_batches_);
 }
 
+absl::StatusOr<double> GridGptTrainer::ValLoss(const std::vector<uint8_t>& val,
+                                               int64_t max_windows) {
+  const int64_t b = run_.micro_batch, n = d_.rows(), c = d_.width;
+  const int world = grid_.shape().world();
+  const int64_t available = std::min(max_windows, ValWindows(val, run_.seq));
+  const int64_t per_rank = available / (static_cast<int64_t>(world) * b);  // the dp-only run's
+  if (per_rank < 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the validation split has %d windows of %d tokens; %d ranks x micro-batch %d need "
+        "at least %d (use a larger corpus or a smaller --val-fraction's complement)",
+        kWho, ValWindows(val, run_.seq), run_.seq + 1, world, b, int64_t{world} * b));
+  }
+  // This dp rank's micro-batches: those of the tp x pp ranks of the dp-only
+  // run that its position stands for.
+  const int64_t micro = per_rank * grid_.shape().tp * grid_.shape().pp;
+  Slot& slot = *slots_[0];
+  double local = 0.0;
+  ZS_RETURN_IF_ERROR(engine_.SetEvalMode(true));
+  for (int64_t k = 0; k < micro; ++k) {
+    if (first_stage_ || last_stage_) {
+      for (int64_t s = 0; s < b; ++s) {
+        const int64_t w = (grid_.coord().dp * micro + k) * b + s;
+        FillValWindow(val, run_.seq, w, slot.tokens.data() + s * run_.seq,
+                      slot.tokens.data() + n + s * run_.seq);
+      }
+    }
+    if (!first_stage_) {
+      CommHandle recv = grid_.pp().Recv(slot.outs[0].data(), n * c, DType::kFloat32,
+                                        grid_.coord().pp - 1, kActivationTag);
+      ZS_RETURN_IF_ERROR(WaitPipeline(recv));
+    }
+    ZS_RETURN_IF_ERROR(mlp::internal::ForwardUnits(
+        engine_, num_units_, [&](int unit, const UnitView& view) -> absl::Status {
+          ZS_ASSIGN_OR_RETURN(const float* const* p, ParamsAsFp32(unit, view));
+          return ForwardUnit(slot, unit, p);
+        }));
+    if (!last_stage_) {
+      CommHandle send = grid_.pp().Send(slot.outs[num_units_].data(), n * c, DType::kFloat32,
+                                        grid_.coord().pp + 1, kActivationTag);
+      ZS_RETURN_IF_ERROR(WaitPipeline(send));
+    } else {
+      local += slot.loss;
+    }
+  }
+  ZS_RETURN_IF_ERROR(engine_.SetEvalMode(false));
+  const double mine = last_stage_ && grid_.coord().tp == 0 ? local : 0.0;
+  double sum = 0.0;
+  ZS_RETURN_IF_ERROR(grid_.world().AllReduceSync(&mine, &sum, 1, DType::kFloat64));
+  return sum / static_cast<double>(int64_t{world} * per_rank);
+}
+
 absl::Status GridGptTrainer::Save(const std::string& dir, const std::string& trainer_state,
                                   const CheckpointOptions& options) {
   return engine_.SaveSlices(dir, trainer_state, BuildGptModelSpec(cfg_),

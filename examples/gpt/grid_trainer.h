@@ -114,6 +114,15 @@ class GridGptTrainer {
   // (an all-reduce over grid.world(): every rank calls).
   absl::StatusOr<double> TrainStep();
 
+  // Mean loss over the first `max_windows` validation windows, forward
+  // only, as GptTrainer::ValLoss of the dp-only run of grid.world() ranks
+  // counts them: the first W B floor(available / (W B)) windows, W =
+  // world size, B the micro-batch. Each dp rank takes a contiguous share of
+  // them as micro-batches that flow through the pipeline in order; every
+  // rank returns the same value. FailedPrecondition when fewer than W B
+  // windows exist. Collective over the grid.
+  absl::StatusOr<double> ValLoss(const std::vector<uint8_t>& val, int64_t max_windows);
+
   // pp > 1: whether the head the last stage computes with (its gathered
   // view) has the bits of the first stage's wte (GetParam) in every
   // element; true on every rank when so. Collective over the grid. With

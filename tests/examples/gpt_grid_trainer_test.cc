@@ -67,8 +67,16 @@ using ::zeroshard::testing::Seed;
 using ::zeroshard::testing::SeedTrace;
 
 constexpr int kSteps = 4;
+// Validation windows: a multiple of every world size x micro-batch here (8
+// ranks x 2), so that every run counts the same windows.
+constexpr int64_t kValWindows = 16;
 
 using testing_text::RandomText;
+
+// The validation split: the text's first 200 bytes (24 windows of 8 + 1).
+std::vector<uint8_t> ValText(const std::vector<uint8_t>& text) {
+  return std::vector<uint8_t>(text.begin(), text.begin() + 200);
+}
 
 // 4 blocks (7 units: pp 4 fits), 4 heads (tp 4 divides them), a vocabulary
 // of 259 (byte tokens and 3 more), which tp 2 and 4 pad to 260.
@@ -106,6 +114,7 @@ struct Outcome {
   std::vector<double> losses;
   std::vector<std::vector<float>> params;  // stored params, BuildGptModelSpec order
   int tie_checks = 0;                      // steps after which TieHolds was true
+  double val_loss = 0.0;                   // ValLoss over kValWindows at the end
 };
 
 // Checkpoints of a run: save after step `save_at` into `save_dir`, or
@@ -157,6 +166,8 @@ absl::StatusOr<Outcome> TrainDp(const GptConfig& cfg, const std::vector<uint8_t>
         ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
       }
     }
+    ZS_ASSIGN_OR_RETURN(const double val_loss, trainer->ValLoss(ValText(text), kValWindows));
+    if (rank == 0) out.val_loss = val_loss;
     const ModelSpec& spec = engine->model();
     for (int u = 0; u < static_cast<int>(spec.units.size()); ++u) {
       for (int p = 0; p < static_cast<int>(spec.units[u].params.size()); ++p) {
@@ -219,6 +230,8 @@ absl::StatusOr<Outcome> TrainGrid(const GptConfig& cfg, const std::vector<uint8_
                 trainer->Save(ckpt.save_dir, WindowsState(trainer->windows_consumed()), now));
           }
         }
+        ZS_ASSIGN_OR_RETURN(const double val_loss, trainer->ValLoss(ValText(text), kValWindows));
+        if (rank == 0) out.val_loss = val_loss;
         ZS_ASSIGN_OR_RETURN(std::vector<std::vector<float>> params,
                             GatherGptGridParams(*engine, cfg, *grid));
         if (rank == 0) out.params = std::move(params);
@@ -308,6 +321,10 @@ TEST(GridGptTrainer, EveryGridTrainsTheOneRankModel) {
                 Name(c).c_str(), d.loss_rel, d.weight_rel_l2, bound, diff.empty() ? "yes" : "no");
     EXPECT_LE(d.loss_rel, bound) << Name(c) << SeedTrace();
     EXPECT_LE(d.weight_rel_l2, bound) << Name(c) << SeedTrace();
+    // The validation loss of the trained weights, forward only through the
+    // pipeline: the one-rank run's within the same bound.
+    EXPECT_LE(std::fabs(run->val_loss - baseline->val_loss) / baseline->val_loss, bound)
+        << Name(c) << ": val loss " << run->val_loss << " vs " << baseline->val_loss << SeedTrace();
     if (c.shape.tp == 1) {
       // A pipeline is bitwise the dp-only run accumulating its micro-batches.
       absl::StatusOr<Outcome> dp = TrainDp(cfg, text, c.shape.dp, c.stage, c.shape.pp, seed);
@@ -332,6 +349,9 @@ TEST(GridGptTrainer, PipelineAloneIsBitwiseTheOneRankRun) {
       EXPECT_EQ(run->tie_checks, kSteps) << "pp " << pp << SeedTrace();
       EXPECT_EQ(FirstDifference(*run, *baseline), "")
           << "pp " << pp << ", ZeRO stage " << stage << SeedTrace();
+      // One dp rank: the validation loss sums the same micro-batch losses
+      // in the same order.
+      EXPECT_EQ(run->val_loss, baseline->val_loss) << "pp " << pp << SeedTrace();
     }
   }
 }

@@ -63,6 +63,18 @@ fi
 diff <(losses "$work/g3.jsonl") <(losses "$work/g4.jsonl") ||
   fail "pp 2 over dp 2 differs from 2 ranks accumulating 2 micro-batches"
 
+# The grid's validation loss (--val-every) through the pipeline: pp 2 on one
+# dp rank is the one-rank run accumulating 2, validation losses included,
+# bit for bit (4 windows: what both split evenly).
+"$gpt" "${common[@]}" --ranks 2 --pp 2 --val-every 4 --val-windows 4 \
+  --log-json "$work/v1.jsonl" >/dev/null
+"$gpt" "${common[@]}" --ranks 1 --accum 2 --val-every 4 --val-windows 4 \
+  --log-json "$work/v2.jsonl" >/dev/null
+vals() { python3 -c 'import json,sys; [print(repr(j["val_loss"])) for j in map(json.loads, open(sys.argv[1])) if "val_loss" in j]' "$1"; }
+[ "$(vals "$work/v1.jsonl" | wc -l)" = 2 ] || fail "the grid logged $(vals "$work/v1.jsonl" | wc -l) validation losses, not 2"
+diff <(vals "$work/v1.jsonl") <(vals "$work/v2.jsonl") ||
+  fail "the grid's validation losses differ from the one-rank run's"
+
 # The grid's --save-init and --dump-batches are the dp-only run's, byte for
 # byte (the same initial weights, the same global batches).
 "$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 2 --save-init "$work/si_grid" \
@@ -109,9 +121,9 @@ rc=$?
 set -e
 [ $rc = 2 ] && grep -q "not a multiple of --tp 2" "$work/e3" || fail "--ranks 3 --tp 2: rc $rc, $(cat "$work/e3")"
 set +e
-"$gpt" "${common[@]}" --ranks 2 --pp 2 --val-every 2 >/dev/null 2>"$work/e4"
+"$gpt" "${common[@]}" --ranks 2 --pp 2 --dump-logits "$work/l.json" >/dev/null 2>"$work/e4"
 rc=$?
 set -e
-[ $rc = 2 ] && grep -q "val-every is not available on a --tp/--pp/--mem-cap grid" "$work/e4" ||
-  fail "--pp 2 --val-every: rc $rc, $(cat "$work/e4")"
+[ $rc = 2 ] && grep -q "dump-logits is not available on a --tp/--pp/--mem-cap grid" "$work/e4" ||
+  fail "--pp 2 --dump-logits: rc $rc, $(cat "$work/e4")"
 echo "PASS"
