@@ -183,8 +183,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   }
   if (o.tp * o.pp > 1 || o.mem_cap > 0) {
     // What the grid trainer does not do yet, refused by name.
-    const std::pair<bool, const char*> unsupported[] = {{!o.init_from.empty(), "--init-from"},
-                                                        {!o.dump_logits.empty(), "--dump-logits"},
+    const std::pair<bool, const char*> unsupported[] = {{!o.dump_logits.empty(), "--dump-logits"},
                                                         {o.recompute != 0, "--recompute full"},
                                                         {o.offload.enabled(), "--offload"}};
     for (const auto& [given, flag] : unsupported) {
@@ -487,6 +486,14 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
                    info.path.c_str(), static_cast<long long>(info.step), info.world_size,
                    info.zero_stage, shape.ToString().c_str(), static_cast<long long>(consumed));
     }
+  } else if (!o.init_from.empty()) {
+    // A Hugging Face GPT-2's weights, whole on every rank; each keeps its
+    // share.
+    ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg.json));
+    ZS_ASSIGN_OR_RETURN(const ParamValues values,
+                        ReadHfGpt2Weights(o.init_from, BuildGptModelSpec(run.cfg)));
+    ZS_RETURN_IF_ERROR(SetGptShardParams(*engine, run.cfg, *grid,
+                                         [&values](int u, int p) { return values[u][p]; }));
   } else {
     ZS_RETURN_IF_ERROR(InitGptShardParams(*engine, run.cfg, *grid, static_cast<uint64_t>(o.seed)));
   }

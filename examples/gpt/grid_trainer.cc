@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -140,6 +141,14 @@ std::vector<std::vector<ParamOrigin>> GptParamOrigins(const ModelSpec& shard,
 
 absl::Status InitGptShardParams(Engine& engine, const GptConfig& cfg, const ProcessGrid& grid,
                                 uint64_t seed) {
+  return SetGptShardParams(engine, cfg, grid, [&cfg, seed](int unit, int param) {
+    return InitialParam(cfg, unit, param, seed);
+  });
+}
+
+absl::Status SetGptShardParams(
+    Engine& engine, const GptConfig& cfg, const ProcessGrid& grid,
+    const std::function<std::vector<float>(int unit, int param)>& whole_value) {
   const GridShape& shape = grid.shape();
   ZS_ASSIGN_OR_RETURN(const auto stages, GptStageUnits(cfg, shape));
   const auto [first, last] = stages[grid.coord().pp];
@@ -147,7 +156,7 @@ absl::Status InitGptShardParams(Engine& engine, const GptConfig& cfg, const Proc
   const int extra = shape.pp > 1 && grid.coord().pp == 0 ? 1 : 0;
   if (static_cast<int>(model.units.size()) != last - first + extra) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "InitGptShardParams: the engine's model has %d units, stage %d of %s holds %d; create "
+        "SetGptShardParams: the engine's model has %d units, stage %d of %s holds %d; create "
         "the engine with BuildGptShardModelSpec(cfg, grid.shape(), grid.coord())",
         model.units.size(), grid.coord().pp, shape.ToString(), last - first + extra));
   }
@@ -160,16 +169,16 @@ absl::Status InitGptShardParams(Engine& engine, const GptConfig& cfg, const Proc
       if (unit.params[p].tied_to.has_value()) continue;  // set through its owner
       std::vector<float> values;
       if (u == cfg.embed_unit() && p == 0) {
-        values = VocabRows(InitialParam(cfg, u, p, seed), cfg.width, vocab);
+        values = VocabRows(whole_value(u, p), cfg.width, vocab);
       } else if (u == cfg.head_unit()) {
         // The replica of wte (pp > 1).
-        values = VocabRows(InitialParam(cfg, cfg.embed_unit(), 0, seed), cfg.width, vocab);
+        values = VocabRows(whole_value(cfg.embed_unit(), 0), cfg.width, vocab);
       } else if (u >= cfg.block_unit(0) && u < cfg.final_norm_unit()) {
-        const std::vector<float> full = InitialParam(cfg, u, p, seed);
+        const std::vector<float> full = whole_value(u, p);
         values = internal::SliceBlockParam(static_cast<internal::BlockParam>(p), d, shape.tp,
                                            grid.coord().tp, full.data());
       } else {
-        values = InitialParam(cfg, u, p, seed);
+        values = whole_value(u, p);
       }
       ZS_RETURN_IF_ERROR(engine.SetParam(u - first, p, values));
     }

@@ -32,6 +32,7 @@
 #define ZEROSHARD_EXAMPLES_GPT_GRID_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,13 @@ absl::StatusOr<std::vector<std::pair<int, int>>> GptStageUnits(const GptConfig& 
 // starts from the one-rank run's weights. Call before engine.Start().
 absl::Status InitGptShardParams(Engine& engine, const GptConfig& cfg, const ProcessGrid& grid,
                                 uint64_t seed);
+// The same from any whole-model values: `whole_value(unit, param)` gives
+// param `param` of unit `unit` of BuildGptModelSpec(cfg) whole (wte V rows;
+// not called for the tied head). gpt_train --init-from passes a Hugging
+// Face GPT-2's weights.
+absl::Status SetGptShardParams(
+    Engine& engine, const GptConfig& cfg, const ProcessGrid& grid,
+    const std::function<std::vector<float>(int unit, int param)>& whole_value);
 
 // The stored params of the whole model in BuildGptModelSpec's order (the
 // tied head left out; wte V rows), fp32, on every rank: the stages' engines

@@ -85,6 +85,13 @@ cmp -s "$work/si_grid/model.safetensors" "$work/si_dp/model.safetensors" ||
   fail "the grid's --save-init differs from the dp-only run's"
 cmp -s "$work/db_grid.jsonl" "$work/db_dp.jsonl" ||
   fail "the grid's --dump-batches differs from the dp-only run's"
+# --init-from on the grid: those initial weights, sliced, start the same run
+# as the seed's (losses bit for bit).
+"$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 2 --init-from "$work/si_dp" \
+  --log-json "$work/i1.jsonl" >/dev/null
+"$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 2 --log-json "$work/i2.jsonl" >/dev/null
+diff <(losses "$work/i1.jsonl") <(losses "$work/i2.jsonl") ||
+  fail "the grid run from --init-from differs from the run from the same seed"
 
 # --mem-cap: a cap just under what ZeRO alone needs on 4 ranks makes the
 # planner choose a tp/pp split; the run trains on it and its largest
