@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -183,8 +184,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   }
   if (o.tp * o.pp > 1 || o.mem_cap > 0) {
     // What the grid trainer does not do yet, refused by name.
-    const std::pair<bool, const char*> unsupported[] = {{!o.dump_logits.empty(), "--dump-logits"},
-                                                        {o.recompute != 0, "--recompute full"},
+    const std::pair<bool, const char*> unsupported[] = {{o.recompute != 0, "--recompute full"},
                                                         {o.offload.enabled(), "--offload"}};
     for (const auto& [given, flag] : unsupported) {
       if (given) {
@@ -266,6 +266,35 @@ struct SharedRun {
 };
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+// --dump-logits: the logits of the first micro-batch of validation windows
+// (`logits_of`, collective), written by `lead`.
+absl::Status DumpLogits(
+    const Options& o, const SharedRun& run, bool lead,
+    const std::function<absl::StatusOr<std::vector<float>>(const std::vector<int32_t>&)>&
+        logits_of) {
+  std::vector<int32_t> tokens(static_cast<size_t>(o.micro_batch * o.seq));
+  std::vector<int32_t> targets(tokens.size());
+  if (ValWindows(run.corpus.val, o.seq) < o.micro_batch) {
+    return absl::FailedPreconditionError(
+        "--dump-logits: the validation split has fewer windows than --micro-batch");
+  }
+  for (int64_t b = 0; b < o.micro_batch; ++b) {
+    FillValWindow(run.corpus.val, o.seq, b, tokens.data() + b * o.seq, targets.data() + b * o.seq);
+  }
+  ZS_ASSIGN_OR_RETURN(std::vector<float> logits, logits_of(tokens));
+  if (!lead) return absl::OkStatus();
+  std::ofstream f(o.dump_logits);
+  f << nlohmann::json({{"batch", o.micro_batch},
+                       {"seq", o.seq},
+                       {"vocab", run.cfg.vocab},
+                       {"tokens", tokens},
+                       {"logits", logits}})
+           .dump()
+    << "\n";
+  if (!f) return absl::PermissionDeniedError("--dump-logits: cannot write " + o.dump_logits);
+  return absl::OkStatus();
+}
 
 absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& comm) {
   const bool lead = comm.rank() == 0;
@@ -359,28 +388,9 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   }
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (!o.dump_logits.empty()) {
-    std::vector<int32_t> tokens(static_cast<size_t>(o.micro_batch * o.seq));
-    std::vector<int32_t> targets(tokens.size());
-    if (ValWindows(run.corpus.val, o.seq) < o.micro_batch) {
-      return absl::FailedPreconditionError(
-          "--dump-logits: the validation split has fewer windows than --micro-batch");
-    }
-    for (int64_t b = 0; b < o.micro_batch; ++b) {
-      FillValWindow(run.corpus.val, o.seq, b, tokens.data() + b * o.seq,
-                    targets.data() + b * o.seq);
-    }
-    ZS_ASSIGN_OR_RETURN(std::vector<float> logits, trainer->Logits(tokens));
-    if (lead) {
-      std::ofstream f(o.dump_logits);
-      f << nlohmann::json({{"batch", o.micro_batch},
-                           {"seq", o.seq},
-                           {"vocab", run.cfg.vocab},
-                           {"tokens", tokens},
-                           {"logits", logits}})
-               .dump()
-        << "\n";
-      if (!f) return absl::PermissionDeniedError("--dump-logits: cannot write " + o.dump_logits);
-    }
+    ZS_RETURN_IF_ERROR(DumpLogits(o, run, lead, [&trainer](const std::vector<int32_t>& tokens) {
+      return trainer->Logits(tokens);
+    }));
   }
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   const EngineStats stats = engine->Stats();
@@ -583,6 +593,11 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
     }
   }
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
+  if (!o.dump_logits.empty()) {
+    ZS_RETURN_IF_ERROR(DumpLogits(o, run, lead, [&trainer](const std::vector<int32_t>& tokens) {
+      return trainer->Logits(tokens);
+    }));
+  }
   if (lead) {
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
     const double tokens =

@@ -469,10 +469,12 @@ absl::Status GridGptTrainer::ForwardUnit(Slot& slot, int k, const float* const* 
       const int32_t* targets = tokens + n;
       if (tp_ == 1) {
         internal::HeadForward(p[0], in, d_, logits);
+        if (logits_only_) return absl::OkStatus();
         slot.loss = internal::CrossEntropy(logits, targets, d_, seed);
         return absl::OkStatus();
       }
       internal::VocabParallelHeadForward(p[0], in, d_, vocab_, logits);
+      if (logits_only_) return absl::OkStatus();
       ZS_ASSIGN_OR_RETURN(slot.loss, internal::VocabParallelCrossEntropy(logits, targets, d_,
                                                                          vocab_, seed, grid_.tp()));
       return absl::OkStatus();
@@ -706,6 +708,66 @@ absl::StatusOr<double> GridGptTrainer::ValLoss(const std::vector<uint8_t>& val,
   double sum = 0.0;
   ZS_RETURN_IF_ERROR(grid_.world().AllReduceSync(&mine, &sum, 1, DType::kFloat64));
   return sum / static_cast<double>(int64_t{world} * per_rank);
+}
+
+absl::StatusOr<std::vector<float>> GridGptTrainer::Logits(const std::vector<int32_t>& tokens) {
+  const int64_t n = d_.rows(), c = d_.width, v = cfg_.vocab;
+  if (static_cast<int64_t>(tokens.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: Logits of %d tokens; give micro-batch x seq = %d", kWho, tokens.size(), n));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= v) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: token %d is outside [0, vocab_size = %d)", kWho, t, v));
+    }
+  }
+  Slot& slot = *slots_[0];
+  std::copy(tokens.begin(), tokens.end(), slot.tokens.begin());
+  std::vector<float> logits(static_cast<size_t>(n * v));
+  ZS_RETURN_IF_ERROR(engine_.SetEvalMode(true));
+  if (!first_stage_) {
+    CommHandle recv = grid_.pp().Recv(slot.outs[0].data(), n * c, DType::kFloat32,
+                                      grid_.coord().pp - 1, kActivationTag);
+    ZS_RETURN_IF_ERROR(WaitPipeline(recv));
+  }
+  logits_only_ = true;
+  const absl::Status forward = mlp::internal::ForwardUnits(
+      engine_, num_units_, [&](int unit, const UnitView& view) -> absl::Status {
+        ZS_ASSIGN_OR_RETURN(const float* const* p, ParamsAsFp32(unit, view));
+        return ForwardUnit(slot, unit, p);
+      });
+  logits_only_ = false;
+  ZS_RETURN_IF_ERROR(forward);
+  ZS_RETURN_IF_ERROR(engine_.SetEvalMode(false));
+  if (!last_stage_) {
+    CommHandle send = grid_.pp().Send(slot.outs[num_units_].data(), n * c, DType::kFloat32,
+                                      grid_.coord().pp + 1, kActivationTag);
+    ZS_RETURN_IF_ERROR(WaitPipeline(send));
+  } else {
+    // Each tp rank's columns [N, V'/tp], gathered and put in vocabulary
+    // order (the padding left out).
+    const std::vector<float>& mine = slot.saved[num_units_ - 1];
+    std::vector<float> all(mine.size() * tp_);
+    ZS_RETURN_IF_ERROR(grid_.tp().AllGatherSync(
+        mine.data(), all.data(), static_cast<int64_t>(mine.size()), DType::kFloat32));
+    for (int r = 0; r < tp_; ++r) {
+      ZS_ASSIGN_OR_RETURN(const internal::VocabShard shard, internal::VocabShardOf(v, tp_, r));
+      const float* part = all.data() + static_cast<size_t>(r) * mine.size();
+      for (int64_t row = 0; row < n; ++row) {
+        std::copy(part + row * shard.size, part + row * shard.size + shard.valid,
+                  logits.begin() + row * v + shard.begin);
+      }
+    }
+  }
+  // From the last stage to every stage.
+  if (grid_.shape().pp > 1) {
+    ZS_RETURN_IF_ERROR(grid_.pp()
+                           .Broadcast(logits.data(), n * v, DType::kFloat32,
+                                      /*root=*/grid_.shape().pp - 1)
+                           .Wait());
+  }
+  return logits;
 }
 
 absl::Status GridGptTrainer::Save(const std::string& dir, const std::string& trainer_state,

@@ -131,6 +131,12 @@ class GridGptTrainer {
   // windows exist. Collective over the grid.
   absl::StatusOr<double> ValLoss(const std::vector<uint8_t>& val, int64_t max_windows);
 
+  // The logits [B, T, V] of `tokens` [B, T] (B the micro-batch), forward
+  // only, on every rank (the tp ranks' columns gathered, broadcast from the
+  // last stage). Collective over the grid. InvalidArgument for a wrong size
+  // or a token outside the vocabulary.
+  absl::StatusOr<std::vector<float>> Logits(const std::vector<int32_t>& tokens);
+
   // pp > 1: whether the head the last stage computes with (its gathered
   // view) has the bits of the first stage's wte (GetParam) in every
   // element; true on every rank when so. Collective over the grid. With
@@ -192,7 +198,9 @@ class GridGptTrainer {
   int forward_recvs_ = 0;
   int backward_recvs_ = 0;
   int backwards_done_ = 0;
-  int tie_recvs_ = 0;  // first stage: tie-gradient Recvs issued this step
+  int tie_recvs_ = 0;
+  bool logits_only_ = false;  // Logits: the head leaves the cross-entropy out  // first stage:
+                              // tie-gradient Recvs issued this step
   std::vector<float> param_copy_, grads_, scratch_, grad_a_, grad_b_;
   // The tie's head gradients in flight (two buffers each way).
   std::vector<std::vector<float>> tie_bufs_;
