@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -184,8 +185,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   }
   if (o.tp * o.pp > 1 || o.mem_cap > 0) {
     // What the grid trainer does not do yet, refused by name.
-    const std::pair<bool, const char*> unsupported[] = {{o.recompute != 0, "--recompute full"},
-                                                        {o.offload.enabled(), "--offload"}};
+    const std::pair<bool, const char*> unsupported[] = {{o.recompute != 0, "--recompute full"}};
     for (const auto& [given, flag] : unsupported) {
       if (given) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -477,6 +477,18 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   ZS_ASSIGN_OR_RETURN(const ModelSpec shard, BuildGptShardModelSpec(run.cfg, shape, grid->coord()));
   TrainSpec train = MakeTrainSpec(o);
   train.grad_accum_steps = o.accum * o.tp * o.pp;
+  if (train.offload.optimizer == MemoryTier::kNvme && shape.tp * shape.pp > 1) {
+    // The swap files are named by dp rank: each (tp, pp) position's engines
+    // get a directory of their own under --offload-dir.
+    train.offload.dir =
+        absl::StrFormat("%s/tp%d_pp%d", train.offload.dir, grid->coord().tp, grid->coord().pp);
+    std::error_code error;
+    std::filesystem::create_directories(train.offload.dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "cannot create the swap directory %s: %s", train.offload.dir, error.message()));
+    }
+  }
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
       Engine::Create(shard, train, *device, grid->dp(),
@@ -616,6 +628,14 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
         "optimizer %.1f, total %.1f\n",
         Ms(t.compute) / steps, Ms(t.exposed_comm) / steps, Ms(t.pipeline_bubble) / steps,
         Ms(t.optimizer) / steps, Ms(t.total) / steps);
+  }
+  if (lead && o.offload.enabled()) {
+    std::printf("  optimizer state on the %s tier%s\n", MemoryTierName(o.offload.optimizer),
+                o.offload.optimizer == MemoryTier::kNvme
+                    ? absl::StrFormat(" (swap files under %s, a directory per tp x pp position)",
+                                      o.offload.dir)
+                          .c_str()
+                    : "");
   }
   // Every rank's engine buffers (the grid trainer allocates nothing on the
   // device): what the planner sized for --mem-cap.

@@ -110,6 +110,20 @@ cmp -s "$work/si_grid/model.safetensors" "$work/si_dp/model.safetensors" ||
   fail "the grid's --save-init differs from the dp-only run's"
 cmp -s "$work/db_grid.jsonl" "$work/db_dp.jsonl" ||
   fail "the grid's --dump-batches differs from the dp-only run's"
+# --offload on the grid: the optimizer state on the host or in swap files
+# (a directory per tp x pp position) trains the same run, bit for bit.
+"$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 3 --log-json "$work/o0.jsonl" >/dev/null
+for tier in host nvme; do
+  dir_flags=()
+  [ $tier = nvme ] && dir_flags=(--offload-dir "$work/swap")
+  "$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 3 --offload optimizer=$tier \
+    "${dir_flags[@]}" --log-json "$work/o_$tier.jsonl" >"$work/o_$tier.out"
+  grep -q "optimizer state on the $tier tier" "$work/o_$tier.out" ||
+    fail "--offload optimizer=$tier on the grid: $(cat "$work/o_$tier.out")"
+  diff <(losses "$work/o0.jsonl") <(losses "$work/o_$tier.jsonl") ||
+    fail "--offload optimizer=$tier on the grid changed the run"
+done
+
 # --init-from on the grid: those initial weights, sliced, start the same run
 # as the seed's (losses bit for bit).
 "$gpt" "${common[@]}" --ranks 4 --tp 2 --pp 2 --steps 2 --init-from "$work/si_dp" \
