@@ -184,16 +184,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
         "--mem-cap chooses tp and pp itself: drop --tp and --pp, or --mem-cap");
   }
   if (o.tp * o.pp > 1 || o.mem_cap > 0) {
-    // What the grid trainer does not do yet, refused by name.
-    const std::pair<bool, const char*> unsupported[] = {{o.recompute != 0, "--recompute full"}};
-    for (const auto& [given, flag] : unsupported) {
-      if (given) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s is not available on a --tp/--pp/--mem-cap grid yet (docs/parallelism.md, \"The "
-            "GPT on the grid\"); drop it, or run without --tp, --pp and --mem-cap",
-            flag));
-      }
-    }
     if (o.backend == 0 && o.ranks % (o.tp * o.pp) != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--ranks %d is not a multiple of --tp %d x --pp %d; give ranks = dp x tp x pp", o.ranks,
@@ -533,6 +523,7 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   GptRunOptions ro;
   ro.micro_batch = o.micro_batch;
   ro.seq = o.seq;
+  ro.recompute = o.recompute == 1;
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<GridGptTrainer> trainer,
                       GridGptTrainer::Create(run.cfg, ro, *engine, *grid, &sampler));
   trainer->set_windows_consumed(consumed);

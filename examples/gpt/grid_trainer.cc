@@ -281,10 +281,6 @@ absl::StatusOr<std::unique_ptr<GridGptTrainer>> GridGptTrainer::Create(const Gpt
                                                                        Engine& engine,
                                                                        ProcessGrid& grid,
                                                                        const WindowSampler* train) {
-  if (run.recompute) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: activation recompute is not implemented on the grid yet; drop --recompute", kWho));
-  }
   if (run.seq < 1 || run.seq > cfg.positions || run.micro_batch < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: micro-batch %d, sequence length %d; give a micro-batch >= 1 and a sequence length "
@@ -322,6 +318,10 @@ absl::StatusOr<std::unique_ptr<GridGptTrainer>> GridGptTrainer::Create(const Gpt
   return t;
 }
 
+float* GridGptTrainer::BlockActsOf(Slot& slot, int local) {
+  return run_.recompute ? recompute_acts_.data() : slot.saved[local].data();
+}
+
 GridGptTrainer::Kind GridGptTrainer::KindOf(int local) const {
   const int u = first_unit_ + local;
   if (u == cfg_.embed_unit()) return Kind::kEmbed;
@@ -353,6 +353,7 @@ absl::Status GridGptTrainer::Allocate() {
       std::max(internal::BlockScratchFloats(d_), internal::TensorParallelScratchFloats(d_, tp_)));
   grad_a_.resize(n * c);
   grad_b_.resize(n * c);
+  if (run_.recompute) recompute_acts_.resize(internal::BlockActsFloats(d_, tp_));
   // 1F1B keeps at most pp - stage micro-batches in flight on this stage and
   // runs the backwards in micro-batch order: micro-batch m takes slot
   // m % slots once m - slots has finished its backward.
@@ -365,7 +366,9 @@ absl::Status GridGptTrainer::Allocate() {
     for (int k = 0; k < num_units_; ++k) {
       switch (KindOf(k)) {
         case Kind::kBlock:
-          slot->saved[k].resize(internal::BlockActsFloats(d_, tp_));
+          // With recompute the block's activations live in recompute_acts_
+          // from its forward (again) to its backward.
+          if (!run_.recompute) slot->saved[k].resize(internal::BlockActsFloats(d_, tp_));
           break;
         case Kind::kFinalNorm:
           slot->saved[k].resize(2 * n);
@@ -452,7 +455,7 @@ absl::Status GridGptTrainer::ForwardUnit(Slot& slot, int k, const float* const* 
       }
       return internal::VocabParallelEmbedForward(p[0], p[1], tokens, d_, vocab_, grid_.tp(), out);
     case Kind::kBlock: {
-      const internal::BlockActs acts = internal::BlockActsView(d_, slot.saved[k].data(), tp_);
+      const internal::BlockActs acts = internal::BlockActsView(d_, BlockActsOf(slot, k), tp_);
       if (tp_ == 1) {
         internal::BlockForward(p, d_, in, acts, out, scratch_.data());
         return absl::OkStatus();
@@ -547,7 +550,12 @@ absl::Status GridGptTrainer::BackwardUnit(Slot& slot, int k, const float* const*
                                   c, *dx, grad_ptrs_[0], grad_ptrs_[1]);
       break;
     case Kind::kBlock: {
-      const internal::BlockActs acts = internal::BlockActsView(d_, slot.saved[k].data(), tp_);
+      if (run_.recompute) {
+        // The block's forward again from its kept input (the same bits; its
+        // output, rewritten, is read by no later backward).
+        ZS_RETURN_IF_ERROR(ForwardUnit(slot, k, p));
+      }
+      const internal::BlockActs acts = internal::BlockActsView(d_, BlockActsOf(slot, k), tp_);
       if (tp_ == 1) {
         internal::BlockBackward(p, d_, in, acts, *dy, *dx, grad_ptrs_.data(), scratch_.data());
       } else {
@@ -585,6 +593,9 @@ absl::Status GridGptTrainer::HandTieGradient(int micro) {
 absl::Status GridGptTrainer::Backward(int micro) {
   Slot& slot = *slots_[micro % slots_.size()];
   if (!last_stage_) ZS_RETURN_IF_ERROR(WaitPipeline(slot.dy_recv));
+  // Recompute rewrites the stage's output (the same bits): its send must
+  // be done reading it (it is: the next stage's backward needed it).
+  if (run_.recompute) ZS_RETURN_IF_ERROR(WaitPipeline(slot.output_send));
   if (tie_across_ && first_stage_) ZS_RETURN_IF_ERROR(HandTieGradient(micro));
   float* dy = slot.dy.data();
   float* dx = grad_a_.data();

@@ -107,8 +107,10 @@ std::vector<std::vector<ParamOrigin>> GptParamOrigins(const ModelSpec& shard,
 // any precision are converted), every ZeRO stage.
 class GridGptTrainer {
  public:
-  // InvalidArgument when the engine's model is not this rank's shard, for
-  // recompute (not on the grid yet) or a bad micro-batch / sequence length.
+  // InvalidArgument when the engine's model is not this rank's shard, or
+  // for a bad micro-batch / sequence length. With run.recompute each block keeps
+  // only its input and runs its forward again in the backward (one block's
+  // activations alive on the stage instead of every in-flight micro-batch's).
   static absl::StatusOr<std::unique_ptr<GridGptTrainer>> Create(const GptConfig& cfg,
                                                                 const GptRunOptions& run,
                                                                 Engine& engine, ProcessGrid& grid,
@@ -164,6 +166,8 @@ class GridGptTrainer {
                  const WindowSampler* train, int first_unit, int num_units);
   absl::Status Allocate();
   Kind KindOf(int local) const;
+  // Where block `local`'s activations live for `slot`.
+  float* BlockActsOf(Slot& slot, int local);
   absl::Status Forward(int micro, double* loss_sum);
   absl::Status Backward(int micro);
   absl::Status ForwardUnit(Slot& slot, int local, const float* const* p);
@@ -202,6 +206,7 @@ class GridGptTrainer {
   bool logits_only_ = false;  // Logits: the head leaves the cross-entropy out  // first stage:
                               // tie-gradient Recvs issued this step
   std::vector<float> param_copy_, grads_, scratch_, grad_a_, grad_b_;
+  std::vector<float> recompute_acts_;  // run.recompute: one block's activations
   // The tie's head gradients in flight (two buffers each way).
   std::vector<std::vector<float>> tie_bufs_;
   std::vector<CommHandle> tie_handles_;

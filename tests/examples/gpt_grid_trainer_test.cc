@@ -393,7 +393,7 @@ TEST(GridGptTrainer, AWholeModelCheckpointResumesOnEveryGrid) {
     const std::string dir = absl::StrFormat("%s_s%d", root, saved_stage);
     std::filesystem::remove_all(dir);
     absl::StatusOr<Outcome> whole =
-        TrainDp(cfg, text, 4, saved_stage, 1, seed, Checkpointing{dir, 2, ""});
+        TrainDp(cfg, text, 4, saved_stage, 1, seed, Checkpointing{dir, 2, "", ""});
     ASSERT_TRUE(whole.ok()) << whole.status();
     Outcome expected = *whole;
     expected.losses.erase(expected.losses.begin(), expected.losses.begin() + 2);
@@ -403,7 +403,7 @@ TEST(GridGptTrainer, AWholeModelCheckpointResumesOnEveryGrid) {
         const std::string name = absl::StrFormat("saved at stage %d, resumed on %s at stage %d",
                                                  saved_stage, shape.ToString(), stage);
         absl::StatusOr<Outcome> run =
-            TrainGrid(cfg, text, shape, stage, seed, Checkpointing{"", 0, dir});
+            TrainGrid(cfg, text, shape, stage, seed, Checkpointing{"", 0, dir, ""});
         ASSERT_TRUE(run.ok()) << name << ": " << run.status() << SeedTrace();
         ASSERT_EQ(run->losses.size(), 2u) << name;
         EXPECT_EQ(run->tie_checks, 2) << name << SeedTrace();
@@ -412,7 +412,7 @@ TEST(GridGptTrainer, AWholeModelCheckpointResumesOnEveryGrid) {
         }
         if (shape.tp == 1) {
           absl::StatusOr<Outcome> dp =
-              TrainDp(cfg, text, shape.dp, stage, shape.pp, seed, Checkpointing{"", 0, dir});
+              TrainDp(cfg, text, shape.dp, stage, shape.pp, seed, Checkpointing{"", 0, dir, ""});
           ASSERT_TRUE(dp.ok()) << dp.status();
           EXPECT_EQ(FirstDifference(*run, *dp), "") << name << SeedTrace();
         } else {
@@ -437,7 +437,7 @@ TEST(GridGptTrainer, LoadSlicesRefusesOriginsThatDoNotFit) {
   const std::vector<uint8_t> text = RandomText(seed, 6000);
   const std::string dir = ::testing::TempDir() + "/gpt_grid_refuse_" + std::to_string(seed);
   std::filesystem::remove_all(dir);
-  ASSERT_TRUE(TrainDp(cfg, text, 1, 0, 1, seed, Checkpointing{dir, 1, ""}).ok());
+  ASSERT_TRUE(TrainDp(cfg, text, 1, 0, 1, seed, Checkpointing{dir, 1, "", ""}).ok());
   const GridShape shape{1, 2, 1};
   const absl::Status status =
       RunLocalRanks(shape.world(), [&](int, Communicator& world) -> absl::Status {
