@@ -257,6 +257,24 @@ struct SharedRun {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// Rank 0's record of step `step`: a --log-json line and (without --quiet)
+// a progress line; `val` < 0 when no validation loss was taken.
+void ReportStep(const Options& o, int64_t step, double loss, const StepResult& r, double ms,
+                double val, std::ofstream& log) {
+  if (log.is_open()) {
+    nlohmann::json line = {
+        {"step", step}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
+    if (val >= 0) line["val_loss"] = val;
+    log << line.dump() << "\n";
+    log.flush();
+  }
+  if (!o.quiet) {
+    std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms%s\n",
+                 static_cast<long long>(step), static_cast<long long>(o.steps), loss, r.lr,
+                 r.grad_norm, ms, val >= 0 ? absl::StrFormat("  val %.5f", val).c_str() : "");
+  }
+}
+
 // --dump-logits: the logits of the first micro-batch of validation windows
 // (`logits_of`, collective), written by `lead`.
 absl::Status DumpLogits(
@@ -361,20 +379,7 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
           o.checkpoint_dir, TrainerState(o, run.cfg, run.corpus, trainer->windows_consumed())));
     }
     if (!lead) continue;
-    const StepResult& r = trainer->last_step();
-    if (log.is_open()) {
-      nlohmann::json line = {
-          {"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
-      if (val >= 0) line["val_loss"] = val;
-      log << line.dump() << "\n";
-      log.flush();
-    }
-    if (!o.quiet) {
-      std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms%s\n",
-                   static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, r.lr,
-                   r.grad_norm, step_ms.back(),
-                   val >= 0 ? absl::StrFormat("  val %.5f", val).c_str() : "");
-    }
+    ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val, log);
   }
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (!o.dump_logits.empty()) {
@@ -580,20 +585,7 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
       ZS_ASSIGN_OR_RETURN(val, trainer->ValLoss(run.corpus.val, o.val_windows));
     }
     if (!lead) continue;
-    const StepResult& r = trainer->last_step();
-    if (log.is_open()) {
-      nlohmann::json line = {
-          {"step", s + 1}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
-      if (val >= 0) line["val_loss"] = val;
-      log << line.dump() << "\n";
-      log.flush();
-    }
-    if (!o.quiet) {
-      std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms%s\n",
-                   static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, r.lr,
-                   r.grad_norm, step_ms.back(),
-                   val >= 0 ? absl::StrFormat("  val %.5f", val).c_str() : "");
-    }
+    ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val, log);
   }
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (!o.dump_logits.empty()) {
