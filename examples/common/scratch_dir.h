@@ -64,6 +64,21 @@ class ScratchDir {
   bool owned_ = false;
 };
 
+// The swap directory of grid position (tp, pp) under `base`: the NVMe
+// tier's files are named by data-parallel rank, so each position's engines
+// need a directory of their own. Created when missing; FailedPrecondition
+// naming it when it cannot be.
+inline absl::StatusOr<std::string> GridSwapDir(const std::string& base, int tp, int pp) {
+  const std::string dir = absl::StrCat(base, "/tp", tp, "_pp", pp);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the swap directory ", dir, ": ", error.message()));
+  }
+  return dir;
+}
+
 }  // namespace zeroshard::examples
 
 #endif  // ZEROSHARD_EXAMPLES_COMMON_SCRATCH_DIR_H_

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -475,14 +474,9 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   if (train.offload.optimizer == MemoryTier::kNvme && shape.tp * shape.pp > 1) {
     // The swap files are named by dp rank: each (tp, pp) position's engines
     // get a directory of their own under --offload-dir.
-    train.offload.dir =
-        absl::StrFormat("%s/tp%d_pp%d", train.offload.dir, grid->coord().tp, grid->coord().pp);
-    std::error_code error;
-    std::filesystem::create_directories(train.offload.dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "cannot create the swap directory %s: %s", train.offload.dir, error.message()));
-    }
+    ZS_ASSIGN_OR_RETURN(
+        train.offload.dir,
+        examples::GridSwapDir(train.offload.dir, grid->coord().tp, grid->coord().pp));
   }
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,

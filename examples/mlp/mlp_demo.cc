@@ -404,14 +404,9 @@ absl::Status GridTrainRank(const DemoOptions& opts, const GridShape& shape, int 
   if (train.offload.optimizer == MemoryTier::kNvme && shape.tp * shape.pp > 1) {
     // The swap files are named by dp rank: each (tp, pp) position's engines
     // get a directory of their own.
-    train.offload.dir =
-        absl::StrFormat("%s/tp%d_pp%d", train.offload.dir, grid->coord().tp, grid->coord().pp);
-    std::error_code error;
-    std::filesystem::create_directories(train.offload.dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "cannot create the swap directory %s: %s", train.offload.dir, error.message()));
-    }
+    ZS_ASSIGN_OR_RETURN(
+        train.offload.dir,
+        examples::GridSwapDir(train.offload.dir, grid->coord().tp, grid->coord().pp));
   }
   ZS_ASSIGN_OR_RETURN(
       std::unique_ptr<Engine> engine,
