@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "examples/common/rng.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/estimate/model_source.h"
@@ -37,6 +38,54 @@ ParamSpec Param(std::string name, std::vector<int64_t> shape, bool decay) {
   p.no_decay = !decay;
   return p;
 }
+
+// GPT2Config's booleans that change the attention's arithmetic: the value
+// the trainer computes, and what to do about another.
+struct MathSwitch {
+  const char* field;
+  bool computed;
+  const char* remedy;
+};
+constexpr MathSwitch kMathSwitches[] = {
+    {"scale_attn_weights", true, "the scores are divided by sqrt(head size); remove the field"},
+    {"scale_attn_by_inverse_layer_idx", false,
+     "the scores are not scaled by 1 / (layer + 1); remove the field"},
+    {"reorder_and_upcast_attn", false,
+     "the attention's products are fp32 already; remove the field"},
+    {"add_cross_attention", false, "the decoder has no cross-attention; remove the field"},
+};
+
+// The version of the rules by which GridGptTrainer splits the model
+// (docs/parallelism.md, "The GPT on the grid"): the vocabulary padded to a
+// multiple of tp with ceil(V / tp) rows a rank, c_attn split by heads in
+// its q | k | v groups, the MLP by hidden units, whole units on stages, the
+// head tied to wte across stages. A change of these rules changes what a
+// grid checkpoint's slices mean: bump it.
+constexpr int kGridSplitRules = 1;
+
+// The identity's fields: name and value, in one table (GptModelIdentity,
+// GptModelIdentityFields and the test walk it).
+struct IdentityField {
+  const char* name;
+  nlohmann::json (*value)(const GptConfig& cfg);
+};
+const IdentityField kIdentityFields[] = {
+    {"architecture", [](const GptConfig&) { return nlohmann::json("GPT2LMHeadModel"); }},
+    {"n_layer", [](const GptConfig& c) { return nlohmann::json(c.layers); }},
+    {"n_head", [](const GptConfig& c) { return nlohmann::json(c.heads); }},
+    {"n_embd", [](const GptConfig& c) { return nlohmann::json(c.width); }},
+    {"n_positions", [](const GptConfig& c) { return nlohmann::json(c.positions); }},
+    {"vocab_size", [](const GptConfig& c) { return nlohmann::json(c.vocab); }},
+    {"n_inner", [](const GptConfig& c) { return nlohmann::json(4 * c.width); }},
+    {"layer_norm_epsilon", [](const GptConfig& c) { return nlohmann::json(c.eps); }},
+    {"activation_function", [](const GptConfig&) { return nlohmann::json("gelu_new"); }},
+    {"tie_word_embeddings", [](const GptConfig&) { return nlohmann::json(true); }},
+    {"scale_attn_weights", [](const GptConfig&) { return nlohmann::json(true); }},
+    {"scale_attn_by_inverse_layer_idx", [](const GptConfig&) { return nlohmann::json(false); }},
+    {"reorder_and_upcast_attn", [](const GptConfig&) { return nlohmann::json(false); }},
+    {"add_cross_attention", [](const GptConfig&) { return nlohmann::json(false); }},
+    {"grid_split_rules", [](const GptConfig&) { return nlohmann::json(kGridSplitRules); }},
+};
 
 }  // namespace
 
@@ -80,6 +129,47 @@ absl::StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: activation_function '%s'; the GPT example implements gelu_new (GPT-2's) only", origin,
         act));
+  }
+  // GPT2Config's switches of the attention's arithmetic: only GPT-2's own
+  // setting is computed, any other is refused rather than trained as if
+  // absent.
+  for (const MathSwitch& m : kMathSwitches) {
+    if (!j.contains(m.field) || j[m.field].is_null()) continue;
+    if (!j[m.field].is_boolean()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: %s is %s; it must be true or false",
+                                                        origin, m.field, j[m.field].dump()));
+    }
+    if (j[m.field].get<bool>() != m.computed) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s is %s; the GPT example computes %s only: %s", origin, m.field,
+                          j[m.field].dump(), m.computed ? "true" : "false", m.remedy));
+    }
+  }
+  if (j.contains("initializer_range") && !j["initializer_range"].is_null()) {
+    const nlohmann::json& r = j["initializer_range"];
+    if (!r.is_number() || !(r.get<double>() > 0) || !(r.get<double>() < 1)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: initializer_range is %s; it must be a number in (0, 1)", origin, r.dump()));
+    }
+    cfg.init_std = r.get<double>();
+  }
+  // Dropout changes no weight's shape and is off in inference; the trainer
+  // has none, and says so (gpt_train) instead of refusing every config
+  // that GPT2Config() writes (0.1 for each).
+  for (const char* field : {"embd_pdrop", "attn_pdrop", "resid_pdrop"}) {
+    double p = 0.1;  // GPT2Config's default
+    if (j.contains(field) && !j[field].is_null()) {
+      if (!j[field].is_number() || !(j[field].get<double>() >= 0) ||
+          !(j[field].get<double>() < 1)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %s is %s; it must be a number in [0, 1)", origin, field, j[field].dump()));
+      }
+      p = j[field].get<double>();
+    }
+    if (p > 0) {
+      cfg.dropout_ignored.push_back(absl::StrFormat(
+          "%s %g%s", field, p, j.contains(field) ? "" : " (left out: the default)"));
+    }
   }
   return cfg;
 }
@@ -152,7 +242,7 @@ std::vector<float> InitialParam(const GptConfig& cfg, int unit, int param, uint6
     std::fill(v.begin(), v.end(), ln_weight ? 1.0f : 0.0f);
     return v;
   }
-  double stddev = 0.02;
+  double stddev = cfg.init_std;
   if (p.name == "attn.c_proj.weight" || p.name == "mlp.c_proj.weight") {
     stddev /= std::sqrt(2.0 * static_cast<double>(cfg.layers));
   }
@@ -174,6 +264,61 @@ absl::Status InitGptParams(Engine& engine, const GptConfig& cfg, uint64_t seed) 
     }
   }
   return absl::OkStatus();
+}
+
+std::string GptModelIdentity(const GptConfig& cfg) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const IdentityField& f : kIdentityFields) j[f.name] = f.value(cfg);
+  return j.dump();
+}
+
+std::vector<std::string> GptModelIdentityFields() {
+  std::vector<std::string> names;
+  for (const IdentityField& f : kIdentityFields) names.push_back(f.name);
+  return names;
+}
+
+absl::StatusOr<std::string> RecordedGptModelIdentity(const std::string& trainer_state_json,
+                                                     const std::string& origin) {
+  const nlohmann::json j = nlohmann::json::parse(trainer_state_json, nullptr, false);
+  if (j.is_object() && j.contains("model") && j["model"].is_object()) return j["model"].dump();
+  if (j.is_object() && j.contains("hf_config") && j["hf_config"].is_object()) {
+    // Written before the identity was recorded: the config it saved gives it.
+    ZS_ASSIGN_OR_RETURN(const GptConfig cfg,
+                        ParseGptConfig(j["hf_config"].dump(), origin + " (its hf_config)"));
+    return GptModelIdentity(cfg);
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: its trainer state records no model (neither \"model\" nor \"hf_config\"); was it "
+      "written by gpt_train?",
+      origin));
+}
+
+absl::Status CheckSameModel(const std::string& there, const std::string& here,
+                            const std::string& source, const std::string& config,
+                            const std::string& remedy) {
+  const nlohmann::json a = nlohmann::json::parse(there, nullptr, false);
+  const nlohmann::json b = nlohmann::json::parse(here, nullptr, false);
+  if (!a.is_object() || !b.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the model identity is not a JSON object", source));
+  }
+  std::vector<std::string> differ;
+  // Every field of either side: one only the other records differs too.
+  nlohmann::json names = nlohmann::json::object();
+  for (auto it = a.begin(); it != a.end(); ++it) names[it.key()] = true;
+  for (auto it = b.begin(); it != b.end(); ++it) names[it.key()] = true;
+  for (auto it = names.begin(); it != names.end(); ++it) {
+    const std::string& key = it.key();
+    const std::string va = a.contains(key) ? a[key].dump() : "absent";
+    const std::string vb = b.contains(key) ? b[key].dump() : "absent";
+    if (va != vb)
+      differ.push_back(absl::StrFormat("%s is %s there and %s in %s", key, va, vb, config));
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrFormat("%s: the weights belong to another model: %s; %s", source,
+                      absl::StrJoin(differ, ", "), remedy));
 }
 
 internal::GptDims Dims(const GptConfig& cfg, int64_t micro_batch, int64_t seq) {

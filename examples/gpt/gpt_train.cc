@@ -213,14 +213,16 @@ TrainSpec MakeTrainSpec(const Options& o) {
 }
 
 // The trainer's part of a checkpoint: the sampler position, what the data
-// order is keyed by, and the model's config.json (for `zeroshard export --hf`).
+// order is keyed by, the model's config.json (for `zeroshard export --hf`)
+// and its identity (GptModelIdentity: compared on every resume).
 std::string TrainerState(const Options& o, const GptConfig& cfg, const TextCorpus& corpus,
                          int64_t consumed) {
   nlohmann::json j = {{"windows_consumed", consumed},
                       {"seq", o.seq},
                       {"data_seed", o.seed},
                       {"train_tokens", corpus.train.size()},
-                      {"hf_config", nlohmann::json::parse(cfg.json)}};
+                      {"hf_config", nlohmann::json::parse(cfg.json)},
+                      {"model", nlohmann::json::parse(GptModelIdentity(cfg))}};
   return j.dump();
 }
 
@@ -336,7 +338,7 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
       }
     }
   } else if (!o.init_from.empty()) {
-    ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg.json));
+    // Its config.json was held to --config's model by Prepare.
     ZS_ASSIGN_OR_RETURN(ParamValues values, ReadHfGpt2Weights(o.init_from, spec));
     ZS_RETURN_IF_ERROR(SetEngineParams(*engine, values));
   } else {
@@ -499,8 +501,7 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
     }
   } else if (!o.init_from.empty()) {
     // A Hugging Face GPT-2's weights, whole on every rank; each keeps its
-    // share.
-    ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg.json));
+    // share (its config.json was held to --config's model by Prepare).
     ZS_ASSIGN_OR_RETURN(const ParamValues values,
                         ReadHfGpt2Weights(o.init_from, BuildGptModelSpec(run.cfg)));
     ZS_RETURN_IF_ERROR(SetGptShardParams(*engine, run.cfg, *grid,
@@ -631,6 +632,12 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
 }
 
 absl::Status RunRank(const Options& o, const SharedRun& run, Communicator& comm) {
+  if (comm.rank() == 0 && !run.cfg.dropout_ignored.empty()) {
+    std::fprintf(stderr,
+                 "gpt_train: note: %s asks for dropout (%s); this trainer computes none and "
+                 "trains as with 0 (set them to 0.0 to silence this)\n",
+                 o.config.c_str(), absl::StrJoin(run.cfg.dropout_ignored, ", ").c_str());
+  }
   if (o.tp * o.pp > 1 || o.mem_cap > 0) return GridTrainRank(o, run, comm);
   return TrainRank(o, run, comm);
 }
@@ -655,6 +662,21 @@ absl::StatusOr<SharedRun> Prepare(const Options& o) {
   if (run.cfg.vocab < 256) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: vocab_size %d; byte-level tokens need at least 256", o.config, run.cfg.vocab));
+  }
+  // Weights from elsewhere belong to this model, or nothing starts: one
+  // comparison of identities (GptModelIdentity) for a resume on one rank or
+  // on any grid, and for --init-from, before any engine exists.
+  if (o.resume) {
+    ZS_ASSIGN_OR_RETURN(const CheckpointInfo info, ReadCheckpointInfo(o.checkpoint_dir));
+    ZS_ASSIGN_OR_RETURN(const std::string recorded,
+                        RecordedGptModelIdentity(info.trainer_state, "checkpoint " + info.path));
+    ZS_RETURN_IF_ERROR(CheckSameModel(
+        recorded, GptModelIdentity(run.cfg), "checkpoint " + info.path,
+        absl::StrFormat("--config %s", o.config),
+        "resume with the config.json the run was saved with (zeroshard export --hf writes it "
+        "out), or start a new run in another --checkpoint-dir"));
+  } else if (!o.init_from.empty()) {
+    ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg, o.config));
   }
   return run;
 }

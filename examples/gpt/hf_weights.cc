@@ -22,6 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "zeroshard/estimate/model_source.h"
+#include "zeroshard/status.h"
 
 namespace zeroshard::gpt {
 namespace {
@@ -301,33 +303,23 @@ absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const Mode
   return values;
 }
 
-absl::Status CheckHfGpt2Config(const std::string& dir, const std::string& run_config_json) {
+absl::Status CheckHfGpt2Config(const std::string& dir, const GptConfig& run,
+                               const std::string& run_config_path) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(path);
-  if (!in) return absl::OkStatus();
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json theirs = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  const json mine = json::parse(run_config_json, nullptr, /*allow_exceptions=*/false);
-  if (theirs.is_discarded() || !theirs.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s is not a JSON object; fix or remove it", path));
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--init-from %s has no config.json, so the weights' model cannot be checked against "
+        "--config %s (the safetensors shapes do not show n_head or the epsilon); copy the "
+        "config.json that belongs to the weights there (save_pretrained and zeroshard export "
+        "--hf write one)",
+        dir, run_config_path));
   }
-  if (mine.is_discarded() || !mine.is_object()) {
-    return absl::InvalidArgumentError("CheckHfGpt2Config: the run's config is not a JSON object");
-  }
-  for (const char* key : {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size",
-                          "layer_norm_epsilon", "activation_function"}) {
-    if (!theirs.contains(key) || !mine.contains(key)) continue;
-    const json& a = theirs[key];
-    const json& b = mine[key];
-    const bool equal = a.is_number() && b.is_number() ? a.get<double>() == b.get<double>() : a == b;
-    if (!equal) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s is %s there and %s in the run's config; the weights belong to another model",
-          path, key, a.dump(), b.dump()));
-    }
-  }
-  return absl::OkStatus();
+  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "--init-from's config.json"));
+  ZS_ASSIGN_OR_RETURN(const GptConfig theirs, ParseGptConfig(text, path));
+  return CheckSameModel(GptModelIdentity(theirs), GptModelIdentity(run), path,
+                        absl::StrFormat("the run's config (--config %s)", run_config_path),
+                        "give --init-from the weights of this model, or --config theirs");
 }
 
 absl::Status WriteHfGpt2Dir(const std::string& dir, const ModelSpec& spec,

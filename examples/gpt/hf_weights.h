@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "examples/gpt/gpt_model.h"
 #include "zeroshard/dtype.h"
 #include "zeroshard/engine.h"
 #include "zeroshard/model_spec.h"
@@ -45,13 +46,14 @@ absl::StatusOr<std::string> HfGpt2Name(const std::string& unit, const std::strin
 // model.safetensors.index.json, is not supported: say so).
 absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const ModelSpec& spec);
 
-// Compares `dir`/config.json, when there is one, with the run's config
-// (`run_config_json`, its config.json): n_layer, n_head, n_embd,
-// n_positions, vocab_size, layer_norm_epsilon and activation_function must
-// be equal where both give them, since the weights' shapes do not show
-// n_head, the epsilon or the activation. InvalidArgument naming the key and
-// both values; OK when `dir` has no config.json (weights only).
-absl::Status CheckHfGpt2Config(const std::string& dir, const std::string& run_config_json);
+// Compares the model of `dir`/config.json with the run's (`run`, read from
+// `run_config_path`): their identities (GptModelIdentity: every field that
+// fixes the shapes or the math, since the weights' shapes do not show
+// n_head, the epsilon or the activation) must be equal. FailedPrecondition
+// naming every field that differs with both values, or when `dir` has no
+// config.json; the config's own errors (ParseGptConfig) as they are.
+absl::Status CheckHfGpt2Config(const std::string& dir, const GptConfig& run,
+                               const std::string& run_config_path);
 
 // Writes `dir`/model.safetensors (every param of `spec` but tied aliases,
 // under HfGpt2Name, in `dtype`: kFloat32 exactly or kBFloat16 rounded to

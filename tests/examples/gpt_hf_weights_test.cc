@@ -184,15 +184,25 @@ TEST_F(GptHfWeightsTest, WriteThenReadRoundTripsFp32ExactlyAndBf16Rounded) {
     }
   }
   // The config check: the run's own config passes, another n_head or
-  // epsilon is refused by name, a directory without config.json passes.
-  EXPECT_TRUE(CheckHfGpt2Config(fp32, kConfig).ok());
-  absl::Status other = CheckHfGpt2Config(
-      fp32, R"({"n_layer": 2, "n_head": 4, "n_embd": 8, "layer_norm_epsilon": 1e-05})");
+  // epsilon is refused by name, a directory without config.json is refused
+  // (the weights' shapes alone do not show n_head or the epsilon).
+  const auto run_config = [](const std::string& edit) {
+    nlohmann::json j = nlohmann::json::parse(kConfig);
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j.update(nlohmann::json::parse(edit));
+    absl::StatusOr<GptConfig> cfg = ParseGptConfig(j.dump(), "run.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    return *cfg;
+  };
+  EXPECT_TRUE(CheckHfGpt2Config(fp32, run_config("{}"), "run.json").ok());
+  absl::Status other = CheckHfGpt2Config(fp32, run_config(R"({"n_head": 4})"), "run.json");
   EXPECT_TRUE(absl::StrContains(other.message(), "n_head is 2 there and 4 in the run's config"))
       << other;
-  other = CheckHfGpt2Config(fp32, R"({"n_head": 2, "layer_norm_epsilon": 1e-06})");
+  other = CheckHfGpt2Config(fp32, run_config(R"({"layer_norm_epsilon": 1e-06})"), "run.json");
   EXPECT_TRUE(absl::StrContains(other.message(), "layer_norm_epsilon is 1e-05 there")) << other;
-  EXPECT_TRUE(CheckHfGpt2Config(dir_, R"({"n_head": 3})").ok());
+  other = CheckHfGpt2Config(dir_, run_config(R"({"n_head": 1})"), "run.json");
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition) << other;
+  EXPECT_TRUE(absl::StrContains(other.message(), "has no config.json")) << other;
 
   // bf16 halves the data.
   EXPECT_LT(fs::file_size(bf16 + "/model.safetensors"), fs::file_size(fp32 + "/model.safetensors"));

@@ -54,7 +54,10 @@ absl::Status CheckSliceShape(const std::vector<int64_t>& local, const std::vecto
   }
   const int64_t group = whole[k] / origin.groups;
   const int64_t part = local[k] / origin.groups;
-  if (part * origin.parts < group || part * (origin.parts - 1) >= group) {
+  // Exactly ceil(group / parts): a wider part would read indices past the
+  // group's end as padding, so a model with a larger dimension (a widened
+  // vocabulary) would load as if the checkpoint's were padded.
+  if (part != (group + origin.parts - 1) / origin.parts) {
     return refuse(absl::StrFormat("a part of a group of %d is %d, not ceil(%d / %d)", group, part,
                                   group, origin.parts));
   }
