@@ -199,5 +199,26 @@ TEST(GptModelIdentityTest, GptTrainRefusesEveryChangeOnEveryPath) {
   }
   fs::remove_all(dir);
 }
+TEST(GptModelIdentityTest, GptTrainSaysOnceThatDropoutIsOff) {
+  const std::string dir = zeroshard::testing::TestTempPath("attn_note");
+  fs::create_directories(dir);
+  json asks = BaseConfig();
+  asks["attn_pdrop"] = 0.1;
+  std::ofstream(dir + "/asks.json") << asks.dump();
+  std::ofstream(dir + "/none.json") << BaseConfig().dump();
+  const std::string run = Quote(ZS_GPT_TRAIN) + " --data " + Quote(ZS_GPT_TEXT) +
+                          " --seq 32 --micro-batch 2 --steps 1 --quiet --ranks 2 --config ";
+  zeroshard::testing::CommandResult r = zeroshard::testing::RunCommand(run + dir + "/asks.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string note = "asks for dropout (attn_pdrop 0.1); this trainer computes none";
+  const size_t at = r.err.find(note);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(note, at + 1), std::string::npos) << "said twice: " << r.err;
+  r = zeroshard::testing::RunCommand(run + dir + "/none.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.err, "asks for dropout")) << r.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace zeroshard::gpt
