@@ -101,7 +101,7 @@ the zeroshard engine. docs/gpt.md has the details.
                          model-parallel ranks); activations are not counted
   --stage K              ZeRO stage 0-3 (0)
   --precision fp32|bf16  bf16: bf16 params and grads, fp32 master (fp32)
-  --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1)
+  --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1); T <= n_positions
   --lr LR --min-lr-ratio R --warmup W           warm-up + cosine to R x LR (1e-3, 0.1, steps/20)
   --weight-decay WD --clip C                    AdamW decay on the matmul weights; global-norm clip (0.1, 1)
   --recompute none|full  keep every block's activations, or recompute each block in the backward
@@ -128,6 +128,10 @@ the zeroshard engine. docs/gpt.md has the details.
                          under /tmp, removed at the end)
   --offload-chunk N      elements streamed per chunk, a multiple of 1024 (1048576)
   --quiet                no progress lines
+
+A run whose estimate (the planner's engine buffers and the trainer's activations
+and workspace, per rank, times the ranks on this machine) exceeds this machine's
+memory (MemAvailable) is refused before anything is allocated (exit status 2).
 )";
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
