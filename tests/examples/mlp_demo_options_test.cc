@@ -123,7 +123,7 @@ TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
 TEST(DemoOptions, LoraRankIsAtMostTheWidth) {
   std::mt19937_64 rng(std::random_device{}());
   const int64_t hidden = std::uniform_int_distribution<int64_t>(4, 512)(rng);
-  const int64_t lora = std::uniform_int_distribution<int64_t>(hidden + 1, 1 << 20)(rng);
+  const int64_t lora = std::uniform_int_distribution<int64_t>(hidden + 1, 2 * hidden)(rng);
   absl::StatusOr<DemoOptions> refused =
       Parse({"--hidden", std::to_string(hidden), "--lora", std::to_string(lora)});
   ASSERT_FALSE(refused.ok());
