@@ -654,8 +654,7 @@ absl::Status RunRank(const Options& o, const SharedRun& run, Communicator& comm)
 // the least any choice holds) and the trainer's arrays (GptTrainer::
 // PlanBytes; on a grid about 1 / tp of them), times the ranks on this
 // machine (`ranks_here`).
-absl::Status CheckRunFitsMemory(const Options& o, const GptConfig& cfg, int world,
-                                int ranks_here) {
+absl::Status CheckRunFitsMemory(const Options& o, const GptConfig& cfg, int world, int ranks_here) {
   if (o.seq > cfg.positions) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--seq %d is longer than the model's n_positions %d (%s); give --seq at most %d", o.seq,
