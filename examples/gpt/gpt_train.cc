@@ -19,6 +19,7 @@
 #include "cli/flags.h"
 #include "cli/offload_flag.h"
 #include "examples/common/cpu_blas.h"
+#include "examples/common/machine_memory.h"
 #include "examples/common/median.h"
 #include "examples/common/scratch_dir.h"
 #include "examples/common/tier_bytes.h"
@@ -28,6 +29,7 @@
 #include "examples/gpt/hf_weights.h"
 #include "examples/gpt/text_data.h"
 #include "nlohmann/json.hpp"
+#include "zeroshard/buffer_plan.h"
 #include "zeroshard/checkpoint.h"
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
@@ -99,7 +101,7 @@ the zeroshard engine. docs/gpt.md has the details.
                          model-parallel ranks); activations are not counted
   --stage K              ZeRO stage 0-3 (0)
   --precision fp32|bf16  bf16: bf16 params and grads, fp32 master (fp32)
-  --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1)
+  --steps S --micro-batch B --seq T --accum A   (100, 4, 128, 1); T <= n_positions
   --lr LR --min-lr-ratio R --warmup W           warm-up + cosine to R x LR (1e-3, 0.1, steps/20)
   --weight-decay WD --clip C                    AdamW decay on the matmul weights; global-norm clip (0.1, 1)
   --recompute none|full  keep every block's activations, or recompute each block in the backward
@@ -126,6 +128,10 @@ the zeroshard engine. docs/gpt.md has the details.
                          under /tmp, removed at the end)
   --offload-chunk N      elements streamed per chunk, a multiple of 1024 (1048576)
   --quiet                no progress lines
+
+A run whose estimate (the planner's engine buffers and the trainer's activations
+and workspace, per rank, times the ranks on this machine) exceeds this machine's
+memory (MemAvailable) is refused before anything is allocated (exit status 2).
 )";
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
@@ -647,6 +653,68 @@ absl::Status RunRank(const Options& o, const SharedRun& run, Communicator& comm)
   AbortJob(1);
 }
 
+// Before anything is allocated: the run's sizes against the model
+// (--seq <= n_positions) and its estimated bytes against the machine. Per
+// rank: the engine's planned buffers (PlanEngineBuffers, device and host
+// tiers; on a grid the largest pipeline stage's shard, BuildGptShardModelSpec;
+// with --mem-cap, not chosen yet, the whole model at stage 3 over every rank:
+// the least any choice holds) and the trainer's arrays (GptTrainer::
+// PlanBytes; on a grid about 1 / tp of them), times the ranks on this
+// machine (`ranks_here`).
+absl::Status CheckRunFitsMemory(const Options& o, const GptConfig& cfg, int world, int ranks_here) {
+  if (o.seq > cfg.positions) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--seq %d is longer than the model's n_positions %d (%s); give --seq at most %d", o.seq,
+        cfg.positions, o.config, cfg.positions));
+  }
+  GptRunOptions ro;
+  ro.micro_batch = o.micro_batch;
+  ro.seq = o.seq;
+  ro.recompute = o.recompute == 1;
+  const ModelSpec whole = BuildGptModelSpec(cfg);
+  TrainSpec train = MakeTrainSpec(o);
+  absl::StatusOr<GptTrainerBytes> trainer = GptTrainer::PlanBytes(cfg, ro, whole, train.precision);
+  if (!trainer.ok()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s; lower --micro-batch, --seq or the config's sizes (or --recompute full)",
+        trainer.status().message()));
+  }
+  double trainer_bytes = static_cast<double>(trainer->total());
+  auto memory_bytes = [](const BufferPlan& plan) {
+    return static_cast<double>(plan.total_bytes(MemoryTier::kDevice)) +
+           static_cast<double>(plan.total_bytes(MemoryTier::kHost));
+  };
+  double engine_bytes = 0;
+  const int positions = o.tp * o.pp;
+  if (o.mem_cap > 0) {
+    train.zero_stage = 3;
+    ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(whole, train, world));
+    engine_bytes = memory_bytes(plan);
+  } else if (positions > 1) {
+    const GridShape shape{std::max(1, world / positions), o.tp, o.pp};
+    train.grad_accum_steps = o.accum * o.tp * o.pp;
+    for (int pp_rank = 0; pp_rank < o.pp; ++pp_rank) {
+      ZS_ASSIGN_OR_RETURN(const ModelSpec shard,
+                          BuildGptShardModelSpec(cfg, shape, GridCoord{0, 0, pp_rank}));
+      ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(shard, train, shape.dp));
+      engine_bytes = std::max(engine_bytes, memory_bytes(plan));
+    }
+    trainer_bytes /= o.tp;
+  } else {
+    ZS_ASSIGN_OR_RETURN(const BufferPlan plan, PlanEngineBuffers(whole, train, world));
+    engine_bytes = memory_bytes(plan);
+  }
+  return examples::CheckFitsMachine(
+      ranks_here * (engine_bytes + trainer_bytes),
+      absl::StrFormat("%d rank(s) x (engine buffers %s + activations and workspace %s, micro-batch "
+                      "%d x seq %d)",
+                      ranks_here, examples::FormatBytes(engine_bytes),
+                      examples::FormatBytes(trainer_bytes), o.micro_batch, o.seq),
+      examples::ReadMachineMemory(),
+      "--micro-batch, --seq, --ranks or the config's n_layer / n_embd / vocab_size (or use "
+      "--recompute full, --stage 3, --offload)");
+}
+
 absl::StatusOr<SharedRun> Prepare(const Options& o) {
   SharedRun run;
   ZS_ASSIGN_OR_RETURN(run.cfg, ReadGptConfig(o.config));
@@ -722,6 +790,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (opts->backend == 0) {
+    if (absl::Status s = CheckRunFitsMemory(*opts, run->cfg, opts->ranks, opts->ranks); !s.ok()) {
+      std::fprintf(stderr, "gpt_train: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
     std::fprintf(stderr, "gpt_train: %s; corpus %s (%zu train, %zu validation tokens)\n",
                  opts->config.c_str(), run->corpus.source.c_str(), run->corpus.train.size(),
                  run->corpus.val.size());
@@ -732,7 +804,9 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
   if (!comm.ok()) Fail(comm.status());
-  absl::Status s = RunRank(*opts, *run, **comm);
+  absl::Status s = CheckRunFitsMemory(*opts, run->cfg, (*comm)->size(),
+                                      (*comm)->node_layout().max_ranks_per_node());
+  if (s.ok()) s = RunRank(*opts, *run, **comm);
   if (!s.ok())
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   comm->reset();

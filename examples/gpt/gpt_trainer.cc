@@ -65,44 +65,74 @@ absl::StatusOr<std::unique_ptr<GptTrainer>> GptTrainer::Create(const GptConfig& 
   return t;
 }
 
+absl::StatusOr<GptTrainerBytes> GptTrainer::PlanBytes(const GptConfig& cfg,
+                                                      const GptRunOptions& run,
+                                                      const ModelSpec& model, Precision precision) {
+  const internal::GptDims d = Dims(cfg, run.micro_batch, run.seq);
+  const int64_t n = d.rows(), c = d.width, l = cfg.layers;
+  // The largest terms, in double first: past 2^62 bytes the int64 products
+  // below could overflow, and such a run is refused anyway.
+  const double nd = static_cast<double>(run.micro_batch) * static_cast<double>(run.seq);
+  const double largest =
+      4 * (nd * (static_cast<double>(l) + 1) * (15 * static_cast<double>(c) + 4) +
+           static_cast<double>(l) * static_cast<double>(run.micro_batch) *
+               static_cast<double>(cfg.heads) * static_cast<double>(run.seq) *
+               static_cast<double>(run.seq) +
+           nd * static_cast<double>(d.vocab));
+  if (!(largest < static_cast<double>(int64_t{1} << 62))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: micro-batch %d x seq %d on %d layers of width %d, %d heads, vocab %d: the "
+        "activations pass 2^62 bytes",
+        kWho, run.micro_batch, run.seq, l, c, cfg.heads, d.vocab));
+  }
+  int64_t max_unit = 0;
+  for (const UnitSpec& unit : model.units) {
+    int64_t all = 0;
+    for (const ParamSpec& p : unit.params) all += p.NumElements();
+    max_unit = std::max(max_unit, all);
+  }
+  const int64_t kF = sizeof(float);
+  const int64_t act_blocks = run.recompute ? std::min<int64_t>(1, l) : l;
+  GptTrainerBytes b;
+  b.tokens = 2 * n * int64_t{sizeof(int32_t)};
+  b.block_inputs = (l + 1) * n * c * kF;
+  b.block_acts = act_blocks * internal::BlockActsFloats(d) * kF;
+  b.final_norm = (n * c + 2 * n) * kF;
+  b.logits = n * d.vocab * kF;
+  b.grad_io = 2 * n * c * kF;
+  b.block_scratch = internal::BlockScratchFloats(d) * kF;
+  b.unit_grads = max_unit * kF;  // every param of the example trains
+  b.unit_params = precision != Precision::kFp32 ? max_unit * kF : 0;
+  return b;
+}
+
 absl::Status GptTrainer::Allocate() {
-  const int64_t n = d_.rows(), c = d_.width, l = cfg_.layers;
-  int64_t max_unit = 0, max_grads = 0;
   size_t max_params = 0;
   for (const UnitSpec& unit : engine_.model().units) {
     std::vector<int64_t> sizes;
-    int64_t all = 0;
-    for (const ParamSpec& p : unit.params) {
-      sizes.push_back(p.NumElements());
-      all += p.NumElements();
-    }
-    max_unit = std::max(max_unit, all);
-    max_grads = std::max(max_grads, all);  // every param of the example trains
+    for (const ParamSpec& p : unit.params) sizes.push_back(p.NumElements());
     max_params = std::max(max_params, sizes.size());
     unit_sizes_.push_back(std::move(sizes));
   }
   param_ptrs_.assign(max_params, nullptr);
   grad_ptrs_.assign(max_params, nullptr);
-  const int64_t kF = sizeof(float);
-  auto alloc = [&](DeviceBuffer* b, int64_t bytes, MemoryCategory cat, const char* name) {
-    ZS_ASSIGN_OR_RETURN(*b, device_.Allocate(bytes, cat, name));
+  ZS_ASSIGN_OR_RETURN(const GptTrainerBytes b,
+                      PlanBytes(cfg_, run_, engine_.model(), engine_.train().precision));
+  auto alloc = [&](DeviceBuffer* buffer, int64_t bytes, MemoryCategory cat, const char* name) {
+    ZS_ASSIGN_OR_RETURN(*buffer, device_.Allocate(bytes, cat, name));
     return absl::OkStatus();
   };
   using MC = MemoryCategory;
-  ZS_RETURN_IF_ERROR(
-      alloc(&tokens_, 2 * n * int64_t{sizeof(int32_t)}, MC::kActivations, "gpt.tokens"));
-  ZS_RETURN_IF_ERROR(alloc(&inputs_, (l + 1) * n * c * kF, MC::kActivations, "gpt.block_inputs"));
-  const int64_t act_blocks = run_.recompute ? std::min<int64_t>(1, l) : l;
-  ZS_RETURN_IF_ERROR(alloc(&acts_, act_blocks * internal::BlockActsFloats(d_) * kF,
-                           MC::kActivations, "gpt.block_acts"));
-  ZS_RETURN_IF_ERROR(alloc(&final_norm_, (n * c + 2 * n) * kF, MC::kActivations, "gpt.final_norm"));
-  ZS_RETURN_IF_ERROR(alloc(&logits_, n * d_.vocab * kF, MC::kActivations, "gpt.logits"));
-  ZS_RETURN_IF_ERROR(alloc(&grad_io_, 2 * n * c * kF, MC::kWorkspace, "gpt.grad_io"));
-  ZS_RETURN_IF_ERROR(
-      alloc(&scratch_, internal::BlockScratchFloats(d_) * kF, MC::kWorkspace, "gpt.block_scratch"));
-  ZS_RETURN_IF_ERROR(alloc(&unit_grads_, max_grads * kF, MC::kWorkspace, "gpt.unit_grads"));
-  if (engine_.train().precision != Precision::kFp32) {
-    ZS_RETURN_IF_ERROR(alloc(&unit_params_, max_unit * kF, MC::kWorkspace, "gpt.unit_params"));
+  ZS_RETURN_IF_ERROR(alloc(&tokens_, b.tokens, MC::kActivations, "gpt.tokens"));
+  ZS_RETURN_IF_ERROR(alloc(&inputs_, b.block_inputs, MC::kActivations, "gpt.block_inputs"));
+  ZS_RETURN_IF_ERROR(alloc(&acts_, b.block_acts, MC::kActivations, "gpt.block_acts"));
+  ZS_RETURN_IF_ERROR(alloc(&final_norm_, b.final_norm, MC::kActivations, "gpt.final_norm"));
+  ZS_RETURN_IF_ERROR(alloc(&logits_, b.logits, MC::kActivations, "gpt.logits"));
+  ZS_RETURN_IF_ERROR(alloc(&grad_io_, b.grad_io, MC::kWorkspace, "gpt.grad_io"));
+  ZS_RETURN_IF_ERROR(alloc(&scratch_, b.block_scratch, MC::kWorkspace, "gpt.block_scratch"));
+  ZS_RETURN_IF_ERROR(alloc(&unit_grads_, b.unit_grads, MC::kWorkspace, "gpt.unit_grads"));
+  if (b.unit_params > 0) {
+    ZS_RETURN_IF_ERROR(alloc(&unit_params_, b.unit_params, MC::kWorkspace, "gpt.unit_params"));
   }
   return absl::OkStatus();
 }

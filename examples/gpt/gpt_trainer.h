@@ -51,8 +51,28 @@ struct GptRunOptions {
 std::vector<std::vector<int32_t>> WindowRows(const WindowSampler& sampler, int64_t first,
                                              int64_t count);
 
+// The bytes of every array GptTrainer allocates (the names above), from
+// the config alone: Allocate takes its sizes from here, so a program that
+// asks before the engine exists (gpt_train's memory check) gets the
+// ledger's kActivations and kWorkspace bytes to the byte.
+struct GptTrainerBytes {
+  int64_t tokens = 0, block_inputs = 0, block_acts = 0, final_norm = 0, logits = 0;
+  int64_t grad_io = 0, block_scratch = 0, unit_grads = 0, unit_params = 0;
+  int64_t total() const {
+    return tokens + block_inputs + block_acts + final_norm + logits + grad_io + block_scratch +
+           unit_grads + unit_params;
+  }
+};
+
 class GptTrainer {
  public:
+  // The arrays a trainer of `cfg`, `run` allocates beside an engine of
+  // `model` (its units: the largest sizes gpt.unit_grads and
+  // gpt.unit_params) at `precision`. InvalidArgument, naming the sizes,
+  // when they pass 2^62 bytes (no product is formed past it).
+  static absl::StatusOr<GptTrainerBytes> PlanBytes(const GptConfig& cfg, const GptRunOptions& run,
+                                                   const ModelSpec& model, Precision precision);
+
   // `engine` was created on BuildGptModelSpec(cfg) with `comm`; `device` is
   // the engine's (host-accessible). `train` outlives the trainer.
   static absl::StatusOr<std::unique_ptr<GptTrainer>> Create(const GptConfig& cfg,

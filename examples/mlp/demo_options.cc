@@ -70,7 +70,8 @@ void PrintUsage(std::FILE* out) {
       "                     fixed random teacher LM's next token (default: off, the\n"
       "                     regression model)\n"
       "  --lora R           LoRA: blocks' weights and biases frozen (and the embedding\n"
-      "                     and head with --vocab), rank-R adapters trained\n"
+      "                     and head with --vocab), rank-R adapters trained; R at most\n"
+      "                     --hidden (the adapted matrices' rank)\n"
       "  --lora-alpha A     LoRA scale alpha / R (default alpha = R: a scale of 1)\n"
       "  --adapter-lr-scale S  the adapters' learning rate is S x the schedule's\n"
       "                     (default 1)\n"
@@ -87,7 +88,10 @@ void PrintUsage(std::FILE* out) {
       "  --print-spec       print the model (with --vocab, --lora and the adapter flags)\n"
       "                     as a `zeroshard estimate --spec` JSON file and exit\n"
       "  --help             this text\n"
-      "A failed rank prints its error and ends the whole job (exit status 1).\n",
+      "A failed rank prints its error and ends the whole job (exit status 1).\n"
+      "A run whose estimated memory (the planner's engine buffers per rank, the\n"
+      "trainers' activations and data, the baseline) exceeds this machine's\n"
+      "(MemAvailable) is refused before anything is allocated (exit status 2).\n",
       d.ranks, d.stage, static_cast<long long>(d.steps), PrecisionName(d.precision), d.accum,
       d.prefetch, static_cast<long long>(d.model.hidden), d.model.blocks, d.model.micro_batch, d.lr,
       d.weight_decay, d.clip, DataLoaderOptions{}.depth, absl::ToDoubleSeconds(kMinCommTimeout),

@@ -88,6 +88,16 @@ absl::Status MlpConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("MlpConfig.lora_rank must be >= 0, got ", lora_rank));
   }
+  // The adapted matrices are W1 [4h, h] and W2 [h, 4h]: a product B A of
+  // rank above min(in, out) = h adds nothing but memory (B [4h, R] and
+  // A [R, 4h] grow with R).
+  if (lora_rank > hidden) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MlpConfig.lora_rank (--lora) ", lora_rank, " exceeds the hidden width ", hidden,
+        ": the adapted W1 [", internal::InnerSize(hidden), ", ", hidden, "] and W2 [", hidden, ", ",
+        internal::InnerSize(hidden), "] have rank at most ", hidden, "; give --lora at most ",
+        hidden, " (or a larger --hidden)"));
+  }
   ZS_RETURN_IF_ERROR(CheckNonNegative("lora_alpha", lora_alpha));
   ZS_RETURN_IF_ERROR(CheckNonNegative("adapter_lr_scale", adapter_lr_scale));
   if (adapter_weight_decay.has_value()) {

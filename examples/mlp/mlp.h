@@ -73,8 +73,8 @@ struct MlpConfig {
   float LoraScale() const;
 
   // hidden, blocks and micro_batch positive, vocab >= 0 (and below 2^24),
-  // lora_rank >= 0, lora_alpha, adapter_lr_scale and adapter_weight_decay
-  // finite and >= 0; InvalidArgument naming the field.
+  // lora_rank in [0, hidden] (the adapted matrices' rank), lora_alpha, adapter_lr_scale and
+  // adapter_weight_decay finite and >= 0; InvalidArgument naming the field.
   absl::Status Validate() const;
 };
 
@@ -264,6 +264,15 @@ class MlpTrainer {
   // for its backward (block inputs, pre-activations, GELU outputs, logits):
   // with cfg.recompute, only the block inputs and one block's working set.
   int64_t activation_bytes() const;
+  // activation_bytes() of a trainer of `cfg`, from the config alone (double:
+  // a configuration past 2^63 bytes is still a number to refuse).
+  static double PlannedActivationBytes(const MlpConfig& cfg);
+  // About the host bytes one trainer of `cfg` takes beside the engine's
+  // buffers: PlannedActivationBytes, the per-micro-batch buffers, one unit's
+  // widened weights and gradients, and its data loader (the teacher's
+  // weights and forward state, `data.depth` queued micro-batches). What
+  // mlp_demo checks against the machine before it allocates.
+  static double EstimateBytes(const MlpConfig& cfg, const DataLoaderOptions& data);
 
  private:
   // Forward + loss + backward of one local micro-batch; returns its

@@ -23,11 +23,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "examples/common/cpu_blas.h"
+#include "examples/common/machine_memory.h"
 #include "examples/common/median.h"
 #include "examples/common/scratch_dir.h"
 #include "examples/common/tier_bytes.h"
 #include "examples/mlp/demo_options.h"
 #include "examples/mlp/demo_report.h"
+#include "examples/mlp/demo_resources.h"
 #include "examples/mlp/grid_trainer.h"
 #include "examples/mlp/mlp.h"
 #include "nlohmann/json.hpp"
@@ -736,6 +738,13 @@ int RunMpi(DemoOptions opts) {
   results.collective_path = (*comm)->collective_path();
   // The error names the rank that differs; every rank reports it.
   if (absl::Status s = AgreeGridFlags(opts, **comm); !s.ok()) Fail(s);
+  // Before anything is allocated: this node's ranks and the baseline fit.
+  if (absl::Status s =
+          CheckDemoMemory(opts, results.world, (*comm)->node_layout().max_ranks_per_node(),
+                          examples::ReadMachineMemory());
+      !s.ok()) {
+    Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
+  }
   if (absl::Status s = ChooseGrid(&opts, results.world, lead, &results); !s.ok()) {
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   }
@@ -789,6 +798,17 @@ int main(int argc, char** argv) {
   if (opts->print_spec) {
     std::printf("%s\n", zeroshard::mlp::SpecJson(opts->model).dump(2).c_str());
     return 0;
+  }
+  // The local run's ranks are threads of this process: their estimated
+  // bytes and the baseline's must fit the machine before anything is
+  // allocated (mpi: each process checks its node in RunMpi).
+  if (!opts->backend_mpi) {
+    if (absl::Status s = zeroshard::mlp::CheckDemoMemory(*opts, opts->ranks, opts->ranks,
+                                                         zeroshard::examples::ReadMachineMemory());
+        !s.ok()) {
+      std::fprintf(stderr, "mlp_demo: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
   }
   // The BLAS's kernel path is chosen before any rank's thread runs a
   // product; a path slower than the CPU allows is said at once, not only in

@@ -82,6 +82,40 @@ int64_t MlpTrainer::activation_bytes() const {
   return floats * static_cast<int64_t>(sizeof(float));
 }
 
+double MlpTrainer::PlannedActivationBytes(const MlpConfig& cfg) {
+  const double io = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.hidden);
+  const double wide = io * 4;  // [micro_batch, InnerSize(hidden)]
+  // The constructor's sizes: block inputs (blocks + 1), pre and act of every
+  // block (of one with recompute, plus the recomputed output), the logits.
+  const double kept_blocks = cfg.recompute ? 1 : cfg.blocks;
+  double floats = (cfg.blocks + 1) * io + kept_blocks * 2 * wide + (cfg.recompute ? io : 0);
+  if (cfg.lm()) floats += 2 * static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.vocab);
+  return floats * sizeof(float);
+}
+
+double MlpTrainer::EstimateBytes(const MlpConfig& cfg, const DataLoaderOptions& data) {
+  const double h = static_cast<double>(cfg.hidden);
+  const double io = static_cast<double>(cfg.micro_batch) * h;
+  const double r = cfg.lora_rank;
+  // One block's elements, adapters included; the LM's embedding [V, h].
+  const double block = 8 * h * h + 5 * h + (cfg.lora() ? 10 * h * r : 0);
+  const double unit = std::max(block, static_cast<double>(cfg.vocab) * h + cfg.vocab);
+  const double scratch =
+      std::max(4 * io, cfg.lora() ? static_cast<double>(internal::LoraScratchSize(
+                                        cfg.micro_batch, cfg.hidden, cfg.lora_rank))
+                                  : 0.0);
+  // target, dy, dx; scratch; the widened weights and gradients of one unit.
+  const double trainer_floats = 3 * io + scratch + 2 * unit;
+  // The loader's sampler: the teacher's blocks and their forward state,
+  // and (regression) x and y of each queued micro-batch.
+  const double teacher_floats = cfg.blocks * (8 * h * h + 5 * h) + (cfg.blocks + 1) * io +
+                                cfg.blocks * 8 * io +
+                                (cfg.lm() ? static_cast<double>(cfg.vocab) * (h + 1) : 0);
+  const double queued_floats = std::max(1, data.depth) * 2 * io;
+  return PlannedActivationBytes(cfg) +
+         (trainer_floats + teacher_floats + queued_floats) * sizeof(float);
+}
+
 absl::Status MlpTrainer::BlockForwardAt(int block, const float* const* p, float* pre, float* act,
                                         float* y) {
   const internal::BlockWeights w{p[kW1], p[kB1], p[kW2], p[kB2]};

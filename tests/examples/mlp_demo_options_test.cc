@@ -1,11 +1,15 @@
 // mlp_demo's flags for the model variants (--vocab, --lora, --recompute and
 // the adapter groups), the runs that refuse them, and the schedule a run
 // length derives (a one-step run is valid; longer runs keep their warm-up).
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "examples/mlp/demo_options.h"
+#include "examples/mlp/demo_resources.h"
 #include "gtest/gtest.h"
+#include "zeroshard/buffer_plan.h"
 
 namespace zeroshard {
 namespace mlp {
@@ -111,6 +115,66 @@ TEST(DemoOptions, RefusesVariantsWhereTheyDoNotRun) {
     absl::StatusOr<DemoOptions> opts = Parse(c.args);
     ASSERT_FALSE(opts.ok()) << c.args[0];
     EXPECT_NE(opts.status().message().find(c.says), std::string::npos) << opts.status();
+  }
+}
+
+// --lora above --hidden is refused naming both; --lora = --hidden is the
+// largest rank accepted.
+TEST(DemoOptions, LoraRankIsAtMostTheWidth) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t hidden = std::uniform_int_distribution<int64_t>(4, 512)(rng);
+  const int64_t lora = std::uniform_int_distribution<int64_t>(hidden + 1, 2 * hidden)(rng);
+  absl::StatusOr<DemoOptions> refused =
+      Parse({"--hidden", std::to_string(hidden), "--lora", std::to_string(lora)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(std::to_string(lora) + " exceeds the hidden width " +
+                                            std::to_string(hidden)),
+            std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(Parse({"--hidden", std::to_string(hidden), "--lora", std::to_string(hidden)}).ok());
+}
+
+// The memory check: the engine's part is the planner's, and a machine one
+// byte short of the estimate refuses the run naming both figures.
+TEST(DemoResources, EstimateIsThePlannersAndTheMachineBoundsIt) {
+  std::mt19937_64 rng(std::random_device{}());
+  auto draw = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 8; ++trial) {
+    const int64_t hidden = 8 * draw(1, 32);
+    std::vector<std::string> args = {
+        "--hidden",      std::to_string(hidden),      "--blocks", std::to_string(draw(1, 6)),
+        "--micro-batch", std::to_string(draw(1, 64)), "--ranks",  std::to_string(draw(1, 8)),
+        "--stage",       std::to_string(draw(0, 3))};
+    if (draw(0, 1) == 1) {
+      args.insert(args.end(), {"--vocab", std::to_string(draw(2, 500)), "--lora",
+                               std::to_string(draw(1, hidden))});
+    }
+    absl::StatusOr<DemoOptions> opts = Parse(args);
+    ASSERT_TRUE(opts.ok()) << opts.status();
+    absl::StatusOr<DemoMemoryEstimate> e = EstimateDemoMemory(*opts, opts->ranks, opts->ranks);
+    ASSERT_TRUE(e.ok()) << e.status();
+    absl::StatusOr<BufferPlan> plan = PlanEngineBuffers(
+        BuildModelSpec(opts->model), MakeTrainSpec(*opts, opts->stage, opts->accum), opts->ranks);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(e->engine_bytes, static_cast<double>(plan->total_bytes()));
+    EXPECT_GE(e->trainer_bytes, MlpTrainer::PlannedActivationBytes(opts->model));
+    const double total = e->total_bytes();
+    EXPECT_GE(total, opts->ranks * (e->engine_bytes + e->trainer_bytes));
+    examples::MachineMemory machine{static_cast<int64_t>(std::floor(total)) - 1, "a test machine"};
+    const absl::Status refused = CheckDemoMemory(*opts, opts->ranks, opts->ranks, machine);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    for (const std::string& part :
+         {"the run needs about " + examples::FormatBytes(total),
+          "this machine has " + examples::FormatBytes(static_cast<double>(machine.bytes)) +
+              " (a test machine)",
+          std::string("--hidden")}) {
+      EXPECT_NE(refused.message().find(part), std::string::npos) << part << ": " << refused;
+    }
+    machine.bytes = static_cast<int64_t>(std::ceil(total));
+    EXPECT_TRUE(CheckDemoMemory(*opts, opts->ranks, opts->ranks, machine).ok());
   }
 }
 
