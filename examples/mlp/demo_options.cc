@@ -50,6 +50,8 @@ void PrintUsage(std::FILE* out) {
       "  --save-every N     a checkpoint every N steps (background write)\n"
       "  --keep-last K      complete checkpoints kept in D (default 2)\n"
       "  --resume           start from the checkpoint D/latest and train up to --steps\n"
+      "  --overwrite-checkpoints  a new run (no --resume) may save into a D that holds\n"
+      "                     checkpoints: they are removed first (else refused)\n"
       "  --tp T             tensor-parallel ranks per block (Megatron split of W1/W2)\n"
       "                     (default 1)\n"
       "  --pp P             pipeline stages of whole blocks, 1F1B schedule (default 1);\n"
@@ -187,6 +189,7 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
       .Int("save-every", &opts.save_every, 1, cli::kMaxCount)
       .Int("keep-last", &opts.keep_last, 1, cli::kMaxCount)
       .Switch("resume", &opts.resume)
+      .Switch("overwrite-checkpoints", &opts.overwrite_checkpoints)
       .Switch("sync-data", &opts.sync_data)
       .Switch("print-spec", &opts.print_spec)
       .String("result-json", &opts.result_json)
@@ -240,6 +243,10 @@ absl::StatusOr<DemoOptions> ParseDemoFlags(int argc, char** argv, bool* help) {
   if ((opts.save_every > 0 || opts.resume) && opts.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--save-every and --resume need --checkpoint-dir DIR (where checkpoints go)");
+  }
+  if (opts.resume && opts.overwrite_checkpoints) {
+    return absl::InvalidArgumentError(
+        "--overwrite-checkpoints removes the checkpoints a --resume run continues from: drop one");
   }
   ZS_RETURN_IF_ERROR(opts.model.Validate());
   ZS_RETURN_IF_ERROR(CheckModelVariantFlags(opts));

@@ -59,6 +59,9 @@ struct DemoOptions {
   int64_t save_every = 0;
   int keep_last = 2;
   bool resume = false;
+  // overwrite_checkpoints: a new run may save into a checkpoint_dir holding
+  // checkpoints, which are removed first (cli/checkpoint_dir_flag.h).
+  bool overwrite_checkpoints = false;
   // Model parallelism (docs/parallelism.md): a dp x tp x pp grid with
   // dp = world / (tp * pp); 1 x 1 runs the plain data-parallel trainer.
   int tp = 1;

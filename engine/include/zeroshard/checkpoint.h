@@ -74,6 +74,20 @@ struct CheckpointInfo {
 // DataLoss for a `latest` that is not a step name.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 
+// The complete checkpoints in `dir` (its step directories holding a
+// manifest), oldest first; empty when `dir` does not exist or holds none.
+// A new run (not a resume) saving into a directory that holds some would
+// mix its steps with another run's and move `latest` off them: trainers
+// refuse such a directory unless told to replace what is there
+// (RemoveCheckpoints), as gpt_train and mlp_demo do (--overwrite-checkpoints).
+std::vector<std::string> ListCheckpoints(const std::string& dir);
+
+// Removes the checkpoints in `dir`: `latest` first (so that no reader takes
+// what is left for a checkpoint), then each complete step (renamed to
+// step_N.deleting, then removed) and the leftovers of interrupted saves.
+// Other files are kept. Errors name the path and the system's error.
+absl::Status RemoveCheckpoints(const std::string& dir);
+
 // Called as long work goes on: `done` of `total` bytes (read, or written).
 using CheckpointProgress = std::function<void(int64_t done, int64_t total)>;
 

@@ -17,11 +17,12 @@
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
-namespace {
 
-constexpr char kPartialSuffix[] = ".partial";
-constexpr char kReplacedSuffix[] = ".replaced";
-constexpr char kDeletingSuffix[] = ".deleting";
+const char kPartialSuffix[] = ".partial";
+const char kReplacedSuffix[] = ".replaced";
+const char kDeletingSuffix[] = ".deleting";
+
+namespace {
 
 // The step of "step_00000100" + `suffix`, or -1.
 int64_t StepWithSuffix(const std::string& name, absl::string_view suffix) {
@@ -33,6 +34,8 @@ bool IsRealDirectory(const std::string& path) {
   struct stat st {};
   return lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+}  // namespace
 
 // Complete steps in `root` (a step directory with a manifest), by step.
 std::vector<std::pair<int64_t, std::string>> CompleteSteps(const std::string& root) {
@@ -48,6 +51,8 @@ std::vector<std::pair<int64_t, std::string>> CompleteSteps(const std::string& ro
   std::sort(steps.begin(), steps.end());
   return steps;
 }
+
+namespace {
 
 // Whether every rank file the manifest lists is in `dir` as its rank wrote
 // it. The message names the ranks whose files are not.
@@ -225,6 +230,28 @@ namespace zeroshard {
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   std::string note;
   return internal::ResolveCheckpointWithNote(path, &note);
+}
+
+std::vector<std::string> ListCheckpoints(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& [step, name] : internal::CompleteSteps(dir)) names.push_back(name);
+  return names;
+}
+
+absl::Status RemoveCheckpoints(const std::string& dir) {
+  using internal::JoinPath;
+  // `latest` first: from then on no reader takes what is left for a
+  // checkpoint, and a crash in the middle leaves steps that the next
+  // RemoveCheckpoints (or a run's pruning) finishes.
+  const std::string latest = JoinPath(dir, internal::kLatestName);
+  if (internal::PathExists(latest)) ZS_RETURN_IF_ERROR(internal::RemoveTree(latest));
+  for (const std::string& name : ListCheckpoints(dir)) {
+    const std::string doomed = JoinPath(dir, name) + internal::kDeletingSuffix;
+    ZS_RETURN_IF_ERROR(internal::RemoveTree(doomed));
+    ZS_RETURN_IF_ERROR(internal::RenamePath(JoinPath(dir, name), doomed));
+    ZS_RETURN_IF_ERROR(internal::RemoveTree(doomed));
+  }
+  return internal::PruneCheckpointDirectory(dir, -1, 1);
 }
 
 }  // namespace zeroshard

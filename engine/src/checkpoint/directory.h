@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +51,16 @@ absl::Status PruneCheckpointDirectory(const std::string& root, int64_t committed
 // ResolveCheckpoint (zeroshard/checkpoint.h) with the note it explains an
 // unusual resolution by ("" when `latest` was followed plainly).
 absl::StatusOr<std::string> ResolveCheckpointWithNote(const std::string& path, std::string* note);
+
+// The complete steps in `root` (a step directory holding a manifest), by
+// step; empty when `root` cannot be listed.
+std::vector<std::pair<int64_t, std::string>> CompleteSteps(const std::string& root);
+
+// The names a step is renamed to on its way: a save in progress, the old copy
+// of a re-saved step, a step being removed.
+extern const char kPartialSuffix[];
+extern const char kReplacedSuffix[];
+extern const char kDeletingSuffix[];
 
 // The probe file the ranks' directory check writes and reads
 // (CheckpointWriter::CheckSharedDirectory); pruning removes leftovers of it.
