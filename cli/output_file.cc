@@ -154,8 +154,14 @@ absl::Status FlushStandardOutput() {
   std::cout.flush();
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;
-  const int error = errno != 0 ? errno : EIO;
+  const int error = errno;
   if (flushed && !std::ferror(stdout) && std::cout.good()) return absl::OkStatus();
+  if (flushed || error == 0) {
+    // An earlier write failed (the stream keeps only that it did, not why).
+    return absl::DataLossError(
+        "standard output: an earlier write to it failed, so what was printed is incomplete; "
+        "check where it goes (a full disk, a closed pipe)");
+  }
   return absl::Status(absl::ErrnoToStatusCode(error),
                       absl::StrFormat("standard output: writing failed: %s (errno %d); %s",
                                       std::strerror(error), error, Remedy(error)));

@@ -5,9 +5,10 @@
 #define ZEROSHARD_PERF_BENCH_JSON_H_
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "absl/status/status.h"
+#include "cli/output_file.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard::perf {
@@ -17,10 +18,10 @@ namespace zeroshard::perf {
 // write --json <path>" on stderr and returns false (the benchmark then exits
 // 1).
 inline bool WriteBenchJson(const char* bench, const std::string& path, const nlohmann::json& j) {
-  std::ofstream out(path);
-  out << j.dump(1) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "%s: cannot write --json %s\n", bench, path.c_str());
+  // Every write, the fsync and the close checked (a full disk is an error).
+  const absl::Status written = cli::WriteOutputFile("--json", path, j.dump(1) + "\n");
+  if (!written.ok()) {
+    std::fprintf(stderr, "%s: cannot write %s\n", bench, std::string(written.message()).c_str());
     return false;
   }
   std::printf("%s: wrote %s\n", bench, path.c_str());

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/flags.h"
+#include "cli/output_file.h"
 #include "tools/machine_estimate.h"
 #include "tools/machine_profile.h"
 #include "zeroshard/estimate/byte_units.h"
@@ -492,12 +493,10 @@ int RunEstimate(const std::vector<std::string>& all_args, std::ostream& out, std
     return kExitBadInput;
   }
   if (!request->svg_path.empty()) {
-    std::ofstream svg(request->svg_path, std::ios::binary | std::ios::trunc);
-    svg << FormatSvg(*plan, request->all);
-    svg.close();
-    if (!svg) {
-      err << "zeroshard estimate: --svg " << request->svg_path
-          << ": cannot write the file; check the directory exists and is writable\n";
+    const absl::Status written =
+        cli::WriteOutputFile("--svg", request->svg_path, FormatSvg(*plan, request->all));
+    if (!written.ok()) {
+      err << "zeroshard estimate: " << written.message() << "\n";
       return kExitBadInput;
     }
   }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "cli/output_file.h"
 #include "tools/checkpoint_command.h"
 #include "tools/estimate_command.h"
 
@@ -47,6 +49,16 @@ int ExecCalibrate(char** argv) {
   return zeroshard::tools::kExitBadInput;
 }
 
+// `code`, unless what went to stdout did not all arrive (a full disk, a
+// closed pipe): then 1, with the error on stderr (`zeroshard estimate --json
+// > /dev/full` is not a silent success).
+int CheckedStandardOutput(int code) {
+  const absl::Status out = zeroshard::cli::FlushStandardOutput();
+  if (out.ok()) return code;
+  std::cerr << "zeroshard: " << out.message() << "\n";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,16 +74,14 @@ int main(int argc, char** argv) {
   if (args[0] == "estimate") {
     const int code = zeroshard::tools::RunEstimate(
         std::vector<std::string>(args.begin() + 1, args.end()), std::cout, std::cerr);
-    std::cout.flush();
-    std::exit(code);
+    std::exit(CheckedStandardOutput(code));
   }
   if (args[0] == "calibrate") return ExecCalibrate(argv);
   if (args[0] == "inspect" || args[0] == "export") {
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     const int code = args[0] == "inspect" ? zeroshard::tools::RunInspect(rest, std::cout, std::cerr)
                                           : zeroshard::tools::RunExport(rest, std::cout, std::cerr);
-    std::cout.flush();
-    std::exit(code);
+    std::exit(CheckedStandardOutput(code));
   }
   std::cerr << "zeroshard: unknown command '" << args[0] << "'; see `zeroshard --help`\n";
   return zeroshard::tools::kExitBadInput;

@@ -21,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "cli/output_file.h"
 #include "examples/common/rng.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/communicator.h"
@@ -78,12 +79,9 @@ TrainSpec GroupsTrain(int64_t steps) {
 }
 
 absl::Status Write(const std::string& path, const std::vector<float>& values) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrFormat("cannot write %s", path));
-  return absl::OkStatus();
+  return cli::WriteOutputFile(
+      "--out", path,
+      absl::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
 }
 
 absl::Status Run(const Options& o) {
@@ -164,11 +162,7 @@ absl::Status Run(const Options& o) {
   ZS_RETURN_IF_ERROR(Write(o.out + "/init.f32", init));
   ZS_RETURN_IF_ERROR(Write(o.out + "/grads.f32", grads));
   ZS_RETURN_IF_ERROR(Write(o.out + "/final.f32", final_params));
-  std::ofstream json_out(o.out + "/meta.json", std::ios::trunc);
-  json_out << meta.dump(1) << "\n";
-  json_out.close();
-  if (!json_out) return absl::InternalError(absl::StrFormat("cannot write %s/meta.json", o.out));
-  return absl::OkStatus();
+  return cli::WriteOutputFile("--out", o.out + "/meta.json", meta.dump(1) + "\n");
 }
 
 }  // namespace

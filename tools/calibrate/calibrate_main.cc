@@ -8,7 +8,9 @@
 //
 // It is a separate binary because it links BLAS, the engine and MPI, which
 // `zeroshard estimate` (the planner only) must not need.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -25,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/flags.h"
+#include "cli/output_file.h"
 #include "tools/calibrate/machine_measure.h"
 #include "tools/machine_profile.h"
 #include "zeroshard/communicator.h"
@@ -253,13 +256,20 @@ absl::Status WriteProfile(const std::string& path, const MachineProfile& p) {
         "(with a longer --min-seconds on a busy machine)",
         path, valid.message()));
   }
+  // Written whole (each write, the fsync and the close checked) under a
+  // temporary name, then renamed: --out is the old profile or the new one.
   const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::trunc);
-  out << MachineProfileJson(p);
-  out.close();
-  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "--out %s: cannot write the file; check the directory exists and is writable", path));
+  if (absl::Status written = cli::WriteOutputFile("--out", tmp, MachineProfileJson(p));
+      !written.ok()) {
+    std::remove(tmp.c_str());
+    return written;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(tmp.c_str());
+    return absl::Status(absl::ErrnoToStatusCode(error),
+                        absl::StrFormat("--out %s: cannot rename %s to it: %s", path, tmp,
+                                        std::strerror(error)));
   }
   return absl::OkStatus();
 }
