@@ -10,14 +10,17 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cli/checkpoint_dir_flag.h"
 #include "cli/flags.h"
 #include "cli/offload_flag.h"
+#include "cli/output_file.h"
 #include "examples/common/cpu_blas.h"
 #include "examples/common/machine_memory.h"
 #include "examples/common/median.h"
@@ -70,6 +73,7 @@ struct Options {
   std::string checkpoint_dir;
   int64_t save_every = 0;
   bool resume = false;
+  bool overwrite_checkpoints = false;
   std::string dump_batches;
   std::string log_json;
   std::string dump_logits;
@@ -109,6 +113,8 @@ the zeroshard engine. docs/gpt.md has the details.
   --val-every N --val-windows M                 a validation loss every N steps over M windows (0, 64)
   --prefetch D           stage 3 gathers issued ahead (2)
   --checkpoint-dir DIR --save-every N --resume  sharded checkpoints; resume from DIR's latest
+  --overwrite-checkpoints  a new run (no --resume) may save into a --checkpoint-dir
+                         that holds checkpoints: they are removed first (else refused)
   --dump-batches FILE    JSONL, per step the global batch's windows (the Hugging Face check)
   --log-json FILE        JSONL, per step: step, loss, lr, grad_norm, val_loss
   --dump-logits FILE     JSON: after training, the logits of the first micro-batch of
@@ -164,6 +170,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
       .String("checkpoint-dir", &o.checkpoint_dir)
       .Int("save-every", &o.save_every, 0, cli::kMaxCount)
       .Switch("resume", &o.resume)
+      .Switch("overwrite-checkpoints", &o.overwrite_checkpoints)
       .String("dump-batches", &o.dump_batches)
       .String("log-json", &o.log_json)
       .String("dump-logits", &o.dump_logits)
@@ -178,6 +185,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv, bool* help) {
   if (o.data.empty()) o.data = DefaultCorpusPath();
   if ((o.save_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--save-every and --resume need --checkpoint-dir DIR");
+  }
+  if (o.resume && o.overwrite_checkpoints) {
+    return absl::InvalidArgumentError(
+        "--overwrite-checkpoints removes the checkpoints a --resume run continues from: drop one");
   }
   if (o.resume && (!o.init_from.empty() || !o.save_init.empty())) {
     return absl::InvalidArgumentError(
@@ -264,23 +275,49 @@ struct SharedRun {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-// Rank 0's record of step `step`: a --log-json line and (without --quiet)
-// a progress line; `val` < 0 when no validation loss was taken.
-void ReportStep(const Options& o, int64_t step, double loss, const StepResult& r, double ms,
-                double val, std::ofstream& log) {
-  if (log.is_open()) {
+// Rank 0's record of step `step`: a --log-json line (flushed, so that the
+// log can be read as the run goes on) and (without --quiet) a progress line;
+// `val` < 0 when no validation loss was taken.
+absl::Status ReportStep(const Options& o, int64_t step, double loss, const StepResult& r,
+                        double ms, double val, std::optional<cli::OutputFile>& log) {
+  if (log.has_value()) {
     nlohmann::json line = {
         {"step", step}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
     if (val >= 0) line["val_loss"] = val;
-    log << line.dump() << "\n";
-    log.flush();
+    ZS_RETURN_IF_ERROR(log->Write(line.dump() + "\n"));
+    ZS_RETURN_IF_ERROR(log->Flush());
   }
   if (!o.quiet) {
     std::fprintf(stderr, "step %5lld/%lld  loss %.5f  lr %.3e  norm %.3f  %.1f ms%s\n",
                  static_cast<long long>(step), static_cast<long long>(o.steps), loss, r.lr,
                  r.grad_norm, ms, val >= 0 ? absl::StrFormat("  val %.5f", val).c_str() : "");
   }
+  return absl::OkStatus();
 }
+
+// Rank 0's --dump-batches and --log-json files: a new run starts them
+// afresh, a --resume run appends to what the run before wrote.
+struct RunLogs {
+  std::optional<cli::OutputFile> dump;
+  std::optional<cli::OutputFile> log;
+
+  absl::Status Open(const Options& o) {
+    const cli::OutputFile::Mode mode =
+        o.resume ? cli::OutputFile::Mode::kAppend : cli::OutputFile::Mode::kTruncate;
+    if (!o.dump_batches.empty()) {
+      ZS_ASSIGN_OR_RETURN(dump, cli::OutputFile::Open("--dump-batches", o.dump_batches, mode));
+    }
+    if (!o.log_json.empty()) {
+      ZS_ASSIGN_OR_RETURN(log, cli::OutputFile::Open("--log-json", o.log_json, mode));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close() {
+    if (dump.has_value()) ZS_RETURN_IF_ERROR(dump->Close());
+    if (log.has_value()) ZS_RETURN_IF_ERROR(log->Close());
+    return absl::OkStatus();
+  }
+};
 
 // --dump-logits: the logits of the first micro-batch of validation windows
 // (`logits_of`, collective), written by `lead`.
@@ -299,16 +336,14 @@ absl::Status DumpLogits(
   }
   ZS_ASSIGN_OR_RETURN(std::vector<float> logits, logits_of(tokens));
   if (!lead) return absl::OkStatus();
-  std::ofstream f(o.dump_logits);
-  f << nlohmann::json({{"batch", o.micro_batch},
-                       {"seq", o.seq},
-                       {"vocab", run.cfg.vocab},
-                       {"tokens", tokens},
-                       {"logits", logits}})
-           .dump()
-    << "\n";
-  if (!f) return absl::PermissionDeniedError("--dump-logits: cannot write " + o.dump_logits);
-  return absl::OkStatus();
+  return cli::WriteOutputFile("--dump-logits", o.dump_logits,
+                              nlohmann::json({{"batch", o.micro_batch},
+                                              {"seq", o.seq},
+                                              {"vocab", run.cfg.vocab},
+                                              {"tokens", tokens},
+                                              {"logits", logits}})
+                                      .dump() +
+                                  "\n");
 }
 
 absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& comm) {
@@ -350,14 +385,15 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   } else {
     ZS_RETURN_IF_ERROR(InitGptParams(*engine, run.cfg, static_cast<uint64_t>(o.seed)));
   }
-  if (o.save_every > 0) ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir));
-  std::ofstream dump, log;
-  if (lead && !o.dump_batches.empty()) dump.open(o.dump_batches, std::ios::app);
-  if (lead && !o.log_json.empty()) log.open(o.log_json, std::ios::app);
-  if ((dump.is_open() == false && lead && !o.dump_batches.empty()) ||
-      (log.is_open() == false && lead && !o.log_json.empty())) {
-    return absl::PermissionDeniedError("cannot open --dump-batches or --log-json for writing");
+  if (o.save_every > 0) {
+    if (lead && !o.resume) {
+      ZS_RETURN_IF_ERROR(cli::ClearCheckpointDirForNewRun(o.checkpoint_dir,
+                                                          o.overwrite_checkpoints, "gpt_train"));
+    }
+    ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir));
   }
+  RunLogs logs;
+  if (lead) ZS_RETURN_IF_ERROR(logs.Open(o));
   ZS_RETURN_IF_ERROR(engine->Start(
       {TrainerSetting::Int("micro_batch", o.micro_batch), TrainerSetting::Int("seq", o.seq),
        TrainerSetting::Int("seed", o.seed), TrainerSetting::Int("recompute", o.recompute)}));
@@ -371,9 +407,9 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   const int64_t first = engine->steps();
   double loss = 0.0;
   for (int64_t s = first; s < o.steps; ++s) {
-    if (dump.is_open()) {
+    if (logs.dump.has_value()) {
       nlohmann::json line = {{"step", s + 1}, {"rows", trainer->NextGlobalBatch()}};
-      dump << line.dump() << "\n";
+      ZS_RETURN_IF_ERROR(logs.dump->Write(line.dump() + "\n"));
     }
     ZS_ASSIGN_OR_RETURN(loss, trainer->TrainStep());
     step_ms.push_back(Ms(engine->Stats().last.total));
@@ -386,8 +422,10 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
           o.checkpoint_dir, TrainerState(o, run.cfg, run.corpus, trainer->windows_consumed())));
     }
     if (!lead) continue;
-    ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val, log);
+    ZS_RETURN_IF_ERROR(ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val,
+                                  logs.log));
   }
+  ZS_RETURN_IF_ERROR(logs.Close());
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (!o.dump_logits.empty()) {
     ZS_RETURN_IF_ERROR(DumpLogits(o, run, lead, [&trainer](const std::vector<int32_t>& tokens) {
@@ -518,6 +556,10 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   // Every rank of the grid sees the directory and can write there, checked
   // now rather than at the first save.
   if (o.save_every > 0) {
+    if (lead && !o.resume) {
+      ZS_RETURN_IF_ERROR(cli::ClearCheckpointDirForNewRun(o.checkpoint_dir,
+                                                          o.overwrite_checkpoints, "gpt_train"));
+    }
     ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir, grid->world()));
   }
   ZS_RETURN_IF_ERROR(
@@ -549,29 +591,20 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
     }
     if (lead) ZS_RETURN_IF_ERROR(WriteHfGpt2Dir(o.save_init, whole, values, run.cfg.json));
   }
-  std::ofstream log, dump;
-  if (lead && !o.log_json.empty()) {
-    log.open(o.log_json, std::ios::app);
-    if (!log.is_open()) return absl::PermissionDeniedError("cannot open --log-json for writing");
-  }
-  if (lead && !o.dump_batches.empty()) {
-    dump.open(o.dump_batches, std::ios::app);
-    if (!dump.is_open()) {
-      return absl::PermissionDeniedError("cannot open --dump-batches for writing");
-    }
-  }
+  RunLogs logs;
+  if (lead) ZS_RETURN_IF_ERROR(logs.Open(o));
   std::vector<double> step_ms;
   const absl::Time start = absl::Now();
   double loss = 0.0;
   const int64_t first = engine->steps();
   for (int64_t s = first; s < o.steps; ++s) {
-    if (dump.is_open()) {
+    if (logs.dump.has_value()) {
       // The global batch: the dp-only run's of the same world and --accum.
       const nlohmann::json line = {
           {"step", s + 1},
           {"rows", WindowRows(sampler, trainer->windows_consumed(),
                               WindowsPerStep(world.size(), o.accum, o.micro_batch))}};
-      dump << line.dump() << "\n";
+      ZS_RETURN_IF_ERROR(logs.dump->Write(line.dump() + "\n"));
     }
     const absl::Time step_start = absl::Now();
     ZS_ASSIGN_OR_RETURN(loss, trainer->TrainStep());
@@ -586,8 +619,10 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
       ZS_ASSIGN_OR_RETURN(val, trainer->ValLoss(run.corpus.val, o.val_windows));
     }
     if (!lead) continue;
-    ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val, log);
+    ZS_RETURN_IF_ERROR(ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val,
+                                  logs.log));
   }
+  ZS_RETURN_IF_ERROR(logs.Close());
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
   if (!o.dump_logits.empty()) {
     ZS_RETURN_IF_ERROR(DumpLogits(o, run, lead, [&trainer](const std::vector<int32_t>& tokens) {
@@ -715,6 +750,16 @@ absl::Status CheckRunFitsMemory(const Options& o, const GptConfig& cfg, int worl
       "--recompute full, --stage 3, --offload)");
 }
 
+// The summary went to stdout: a full disk or a closed pipe there is an
+// error too (exit status 1, naming it), not a run that seems to have said
+// nothing.
+int ReportStandardOutput() {
+  const absl::Status out = cli::FlushStandardOutput();
+  if (out.ok()) return 0;
+  std::fprintf(stderr, "gpt_train: %s\n", std::string(out.message()).c_str());
+  return 1;
+}
+
 absl::StatusOr<SharedRun> Prepare(const Options& o) {
   SharedRun run;
   ZS_ASSIGN_OR_RETURN(run.cfg, ReadGptConfig(o.config));
@@ -745,6 +790,10 @@ absl::StatusOr<SharedRun> Prepare(const Options& o) {
         "out), or start a new run in another --checkpoint-dir"));
   } else if (!o.init_from.empty()) {
     ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg, o.config));
+  }
+  // A new run does not save over another run's checkpoints.
+  if (!o.resume && o.save_every > 0) {
+    ZS_RETURN_IF_ERROR(cli::CheckNewRunCheckpointDir(o.checkpoint_dir, o.overwrite_checkpoints));
   }
   return run;
 }
@@ -800,7 +849,7 @@ int main(int argc, char** argv) {
     absl::Status s = RunLocalRanks(
         opts->ranks, [&](int, Communicator& comm) { return RunRank(*opts, *run, comm); });
     if (!s.ok()) Fail(s);
-    return 0;
+    return ReportStandardOutput();
   }
   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateMpiCommunicator();
   if (!comm.ok()) Fail(comm.status());
@@ -811,5 +860,5 @@ int main(int argc, char** argv) {
     Fail(absl::Status(s.code(), absl::StrFormat("rank %d: %s", (*comm)->rank(), s.message())));
   comm->reset();
   FinalizeMpi();
-  return 0;
+  return ReportStandardOutput();
 }

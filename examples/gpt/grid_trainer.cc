@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "examples/common/cpu_blas.h"
 #include "examples/gpt/internal/tensor_parallel_block.h"
 #include "examples/mlp/internal/steady_clock.h"
@@ -87,14 +88,57 @@ ModelSpec BuildGptGridModelSpec(const GptConfig& cfg, const GridShape& shape) {
   return spec;
 }
 
+namespace {
+
+// The first stage [first, last) of `stages` without a trainable param, or -1.
+int StageWithNothingToTrain(const ModelSpec& spec,
+                            const std::vector<std::pair<int, int>>& stages) {
+  for (size_t s = 0; s < stages.size(); ++s) {
+    bool trains = false;
+    for (int u = stages[s].first; u < stages[s].second; ++u) {
+      for (const ParamSpec& p : spec.units[u].params) trains |= p.trainable;
+    }
+    if (!trains) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::pair<int, int>>> GptStageUnits(const GptConfig& cfg,
                                                                const GridShape& shape) {
-  return PipelineStageUnits(BuildGptGridModelSpec(cfg, shape), shape.pp);
+  const ModelSpec spec = BuildGptGridModelSpec(cfg, shape);
+  ZS_ASSIGN_OR_RETURN(auto stages, PipelineStageUnits(spec, shape.pp));
+  const int idle = StageWithNothingToTrain(spec, stages);
+  if (idle < 0) return stages;
+  // Every stage trains something: the most stages this model splits into so.
+  int most = 1;
+  for (int pp = shape.pp - 1; pp > 1; --pp) {
+    GridShape fewer = shape;
+    fewer.pp = pp;
+    const ModelSpec fewer_spec = BuildGptGridModelSpec(cfg, fewer);
+    absl::StatusOr<std::vector<std::pair<int, int>>> split = PipelineStageUnits(fewer_spec, pp);
+    if (split.ok() && StageWithNothingToTrain(fewer_spec, *split) < 0) {
+      most = pp;
+      break;
+    }
+  }
+  std::vector<std::string> names;
+  for (int u = stages[idle].first; u < stages[idle].second; ++u) {
+    names.push_back(spec.units[u].name);
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--pp %d: pipeline stage %d would hold only %s, which has nothing to train (the head is a "
+      "frozen replica of wte on the last stage); this %d-layer GPT splits into at most %d "
+      "stages: give --pp %d or fewer",
+      shape.pp, idle, absl::StrJoin(names, ", "), cfg.layers, most, most));
 }
 
 absl::StatusOr<ModelSpec> BuildGptShardModelSpec(const GptConfig& cfg, const GridShape& shape,
                                                  const GridCoord& coord) {
   ZS_RETURN_IF_ERROR(internal::CheckTensorParallelDims(Dims(cfg, 1, 1), shape.tp));
+  // Every stage trains something (else a --pp problem, said as one).
+  ZS_RETURN_IF_ERROR(GptStageUnits(cfg, shape).status());
   ZS_ASSIGN_OR_RETURN(ModelSpec shard, ShardModelSpec(BuildGptGridModelSpec(cfg, shape), shape.tp,
                                                       coord.tp, shape.pp, coord.pp));
   if (shape.pp > 1 && coord.pp == 0) {

@@ -22,6 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cli/checkpoint_dir_flag.h"
+#include "cli/output_file.h"
 #include "examples/common/cpu_blas.h"
 #include "examples/common/machine_memory.h"
 #include "examples/common/median.h"
@@ -257,6 +259,10 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   // A directory some rank cannot reach or write fails the run now, not at
   // its first save an interval of training later.
   if (checkpointed && opts.save_every > 0) {
+    if (lead && !opts.resume) {
+      ZS_RETURN_IF_ERROR(zeroshard::cli::ClearCheckpointDirForNewRun(opts.checkpoint_dir,
+                                                          opts.overwrite_checkpoints, "mlp_demo"));
+    }
     ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(opts.checkpoint_dir));
   }
   // The trainer (its data loader builds the teacher: ~0.4 s at hidden 512)
@@ -380,13 +386,7 @@ absl::Status WriteResultJson(const DemoOptions& opts, const DemoResults& r) {
       {"intra_node_bytes", r.intra_node_bytes},
       // The slowest rank's mean step time (StepTimes' total, ms).
       {"step_ms", slowest_step_ms}};
-  std::ofstream f(opts.result_json);
-  f << j.dump(1) << "\n";
-  if (!f) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("--result-json %s: cannot write the file", opts.result_json));
-  }
-  return absl::OkStatus();
+  return cli::WriteOutputFile("--result-json", opts.result_json, j.dump(1) + "\n");
 }
 
 // One rank of a dp x tp x pp run (GridMlpTrainer); world rank 0 fills
@@ -702,6 +702,7 @@ int RunLocal(DemoOptions opts) {
   if (!opts.result_json.empty()) {
     if (absl::Status s = WriteResultJson(opts, results); !s.ok()) Fail(s);
   }
+  if (absl::Status s = cli::FlushStandardOutput(); !s.ok()) Fail(s);
   return 0;
 }
 
@@ -773,6 +774,7 @@ int RunMpi(DemoOptions opts) {
   if (lead && !opts.result_json.empty()) {
     if (absl::Status s = WriteResultJson(opts, results); !s.ok()) Fail(s);
   }
+  if (absl::Status s = cli::FlushStandardOutput(); !s.ok()) Fail(s);
   comm->reset();
   FinalizeMpi();
   return 0;
@@ -798,6 +800,16 @@ int main(int argc, char** argv) {
   if (opts->print_spec) {
     std::printf("%s\n", zeroshard::mlp::SpecJson(opts->model).dump(2).c_str());
     return 0;
+  }
+  // A new run does not save over another run's checkpoints (every process
+  // reads the directory; the lead removes them with --overwrite-checkpoints).
+  if (!opts->resume && opts->save_every > 0) {
+    if (absl::Status s = zeroshard::cli::CheckNewRunCheckpointDir(opts->checkpoint_dir,
+                                                                  opts->overwrite_checkpoints);
+        !s.ok()) {
+      std::fprintf(stderr, "mlp_demo: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
   }
   // The local run's ranks are threads of this process: their estimated
   // bytes and the baseline's must fit the machine before anything is

@@ -54,4 +54,19 @@ grep -q "resumed from link/step_00000020: step 20" "$work/resumed.out" ||
   fail "the resumed run did not resume step 20"
 grep -q "bitwise identical: yes" "$work/resumed.out" ||
   fail "the resumed run's weights differ from the one-rank baseline's"
+
+# 3. One relative path from two working directories: two directories, and
+# the message shows where "ck" resolves on rank 0 and on the ranks that
+# differ (it read "prepared at ck (rank 2 saves into ck)" before).
+mkdir -p w0 w1
+timeout 120 "${mpi[@]}" -np 2 -wdir "$work/w0" "$demo" "${flags[@]}" --checkpoint-dir ck : \
+  -np 2 -wdir "$work/w1" "$demo" "${flags[@]}" --checkpoint-dir ck >"$work/wdir.out" 2>&1
+rc=$?
+echo "one relative path from two working directories: exit $rc"
+[ "$rc" != 0 ] || fail "the run exited 0 with its ranks saving into two directories"
+grep -q "prepared at ck ($work/w0/ck)" "$work/wdir.out" ||
+  fail "the message does not show rank 0's absolute path: $(grep -m1 'run failed' "$work/wdir.out")"
+grep -q "saves into ck ($work/w1/ck)" "$work/wdir.out" ||
+  fail "the message does not show rank 2's absolute path: $(grep -m1 'run failed' "$work/wdir.out")"
+grep -m1 "run failed" "$work/wdir.out"
 echo "PASS"

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -103,6 +105,50 @@ TEST(TrainSpecTest, ValidationNamesTheField) {
   EXPECT_EQ(std::string(PrecisionName(Precision::kFp16Mixed)), "fp16");
   EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16Mixed);
   EXPECT_FALSE(ParsePrecision("fp8").ok());
+}
+
+// The params' tier names exactly the conditions it lacks: at stage 2 with
+// the optimizer state on the host, only the stage (the defect: it also named
+// "the optimizer state off the device", which was met).
+TEST(TrainSpecTest, ParamsOffloadNamesOnlyTheUnmetConditions) {
+  struct Case {
+    int stage;
+    MemoryTier optimizer, params;
+    int64_t persistent;
+    std::vector<std::string> named, not_named;
+  };
+  const std::string stage = "zero_stage 3";
+  const std::string off_device = "the optimizer state off the device";
+  const std::string on_nvme = "the optimizer state on nvme too";
+  const std::string persistent = "persistent_unit_numel 0";
+  const std::vector<Case> cases = {
+      {2, MemoryTier::kHost, MemoryTier::kHost, 0, {stage}, {off_device, on_nvme, persistent}},
+      {3, MemoryTier::kDevice, MemoryTier::kHost, 0, {off_device}, {stage, on_nvme}},
+      {1, MemoryTier::kDevice, MemoryTier::kHost, 0, {stage, off_device}, {on_nvme}},
+      {2, MemoryTier::kNvme, MemoryTier::kNvme, 0, {stage}, {on_nvme, persistent, off_device}},
+      {3, MemoryTier::kHost, MemoryTier::kNvme, 0, {on_nvme}, {stage, persistent}},
+      {3, MemoryTier::kNvme, MemoryTier::kNvme, 4096, {persistent}, {stage, on_nvme}},
+  };
+  for (const Case& c : cases) {
+    TrainSpec t;
+    t.zero_stage = c.stage;
+    t.offload.optimizer = c.optimizer;
+    t.offload.params = c.params;
+    t.persistent_unit_numel = c.persistent;
+    const absl::Status status = t.Validate();
+    ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.stage;
+    for (const std::string& part : c.named) {
+      EXPECT_NE(status.message().find(part), std::string::npos) << part << ": " << status;
+    }
+    for (const std::string& part : c.not_named) {
+      EXPECT_EQ(status.message().find(part), std::string::npos) << part << ": " << status;
+    }
+  }
+  TrainSpec fine;
+  fine.zero_stage = 3;
+  fine.offload.optimizer = MemoryTier::kHost;
+  fine.offload.params = MemoryTier::kHost;
+  EXPECT_TRUE(fine.Validate().ok()) << fine.Validate();
 }
 
 }  // namespace

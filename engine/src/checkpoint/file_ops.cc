@@ -35,6 +35,14 @@ absl::Status SystemError(const std::string& what, const std::string& path, int e
   if (error == EACCES || error == EPERM || error == EROFS) {
     return absl::PermissionDeniedError(text + "; check the directory's permissions");
   }
+  if (error == ENOTDIR) {
+    return absl::FailedPreconditionError(
+        text + "; a part of the path is a file, not a directory: choose another directory");
+  }
+  if (error == EEXIST || error == EISDIR) {
+    return absl::FailedPreconditionError(text + "; something else is in the way there");
+  }
+  if (error == ENAMETOOLONG || error == ELOOP) return absl::InvalidArgumentError(text);
   return absl::InternalError(text);
 }
 

@@ -1,8 +1,11 @@
 #include "zeroshard/train_spec.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace zeroshard {
 
@@ -213,21 +216,34 @@ absl::Status TrainSpec::Validate() const {
     return bad(absl::StrFormat("offload.params %d is not a MemoryTier; use device, host or nvme",
                                static_cast<int>(offload.params)));
   }
-  if (offload.params == MemoryTier::kNvme &&
-      (zero_stage != 3 || tier != MemoryTier::kNvme || persistent_unit_numel != 0)) {
-    return bad(absl::StrFormat(
-        "offload.params nvme needs zero_stage 3 (got %d), the optimizer state on nvme too (got "
-        "%s: the param shards share its swap directory and its streamed update) and "
-        "persistent_unit_numel 0 (got %d: every unit's params sharded, none kept whole on the "
-        "device)",
-        zero_stage, MemoryTierName(tier), persistent_unit_numel));
-  }
-  if (offload.params == MemoryTier::kHost && (zero_stage != 3 || tier == MemoryTier::kDevice)) {
-    return bad(absl::StrFormat(
-        "offload.params host needs zero_stage 3 (got %d) and the optimizer state off the device "
-        "(offload.optimizer host or nvme, got %s): only stage 3 shards the params, and the host "
-        "update writes them",
-        zero_stage, MemoryTierName(tier)));
+  // The params' tier: the message names only the conditions not met.
+  if (offload.params != MemoryTier::kDevice) {
+    std::vector<std::string> unmet;
+    if (zero_stage != 3) {
+      unmet.push_back(absl::StrFormat(
+          "zero_stage 3 (got %d: only stage 3 shards the params)", zero_stage));
+    }
+    if (offload.params == MemoryTier::kNvme && tier != MemoryTier::kNvme) {
+      unmet.push_back(absl::StrFormat(
+          "the optimizer state on nvme too (offload.optimizer nvme, got %s: the param shards "
+          "share its swap directory and its streamed update)",
+          MemoryTierName(tier)));
+    }
+    if (offload.params == MemoryTier::kHost && tier == MemoryTier::kDevice) {
+      unmet.push_back(
+          "the optimizer state off the device (offload.optimizer host or nvme, got device: the "
+          "host update writes the params)");
+    }
+    if (offload.params == MemoryTier::kNvme && persistent_unit_numel != 0) {
+      unmet.push_back(absl::StrFormat(
+          "persistent_unit_numel 0 (got %d: every unit's params sharded, none kept whole on the "
+          "device)",
+          persistent_unit_numel));
+    }
+    if (!unmet.empty()) {
+      return bad(absl::StrFormat("offload.params %s needs %s", MemoryTierName(offload.params),
+                                 absl::StrJoin(unmet, " and ")));
+    }
   }
   if (offload.chunk_numel < 1024 || offload.chunk_numel > (int64_t{1} << 30) ||
       offload.chunk_numel % 1024 != 0) {

@@ -1,5 +1,7 @@
 #include "engine/src/runtime/checkpoint_writer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -51,6 +53,20 @@ CheckpointWriter::~CheckpointWriter() {
   if (pending_ != nullptr && pending_->writer.joinable()) pending_->writer.join();
 }
 
+namespace {
+
+// `path` as a message shows it: a relative path with the absolute one this
+// process resolves it to, since ranks in different working directories give
+// the same relative path different meanings ("ck (/home/a/ck)").
+std::string ShownPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return absl::StrFormat("%s (%s)", path, JoinPath(cwd, path));
+}
+
+}  // namespace
+
 absl::Status CheckpointWriter::CheckSharedDirectory(const std::string& root,
                                                     const std::string& check_dir, bool fresh,
                                                     const absl::Status& local, const char* call) {
@@ -76,7 +92,7 @@ absl::Status CheckpointWriter::CheckSharedDirectory(const std::string& root,
     PackStatus(made, &prepared[1]);
     // On success the message words carry rank 0's path, for every rank's
     // report.
-    if (made.ok()) PackMessage(check_dir, &prepared[3]);
+    if (made.ok()) PackMessage(ShownPath(check_dir), &prepared[3]);
   }
   services_.log().Note(CollectiveKind::kCheckpoint, -4, 1 + kStatusWords);
   ZS_RETURN_IF_ERROR(services_.HostBroadcast(prepared.data(), 1 + kStatusWords, 0));
@@ -94,7 +110,7 @@ absl::Status CheckpointWriter::CheckSharedDirectory(const std::string& root,
     if (!seen.ok() || *seen != expected) {
       sees_another = true;
       mine = absl::FailedPreconditionError(absl::StrFormat(
-          "rank %d saves into %s, where %s", rank_, check_dir,
+          "rank %d saves into %s, where %s", rank_, ShownPath(check_dir),
           !seen.ok() ? std::string("rank 0's probe file is not") : "another run's probe is"));
     }
   }
