@@ -19,7 +19,7 @@ PERF_ARGS ?=
 # examples/gpt/text_data.h); data files only, about 2.7 MB.
 APT_PACKAGES := build-essential cmake pkg-config libabsl-dev nlohmann-json3-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev \
-	fortunes liburing-dev
+	fortunes liburing-dev ccache
 # clang with its libFuzzer and sanitizer runtimes, and llvm-symbolizer for
 # readable reports: the fuzz smoke run in `make test` and the sanitizer builds.
 CLANG_APT_PACKAGES := clang libclang-rt-dev llvm
