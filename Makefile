@@ -103,8 +103,8 @@ demo: build
 # The whole suite (gcc, CUDA compiled when nvcc is there), then a few seconds
 # of every fuzz target (clang, ASan+UBSan; ctest label `fuzz`).
 test: build fuzz-build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
-	cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --output-junit ctest-test.xml
+	cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz --output-junit ctest-fuzz.xml
 
 # Only the fuzz targets and the libraries they link.
 fuzz-build: deps-clang $(ASAN_BUILD_DIR)/CMakeCache.txt
@@ -123,7 +123,7 @@ fuzz: fuzz-build
 # The whole suite under ASan+UBSan (MPI included); the fuzz smoke runs in `make test`.
 test-asan: deps-clang $(ASAN_BUILD_DIR)/CMakeCache.txt
 	$(CMAKE_BUILD) $(ASAN_BUILD_DIR) -j $(JOBS)
-	cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE fuzz
+	cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE fuzz --output-junit ctest-asan.xml
 
 # TSAN_TESTS under ThreadSanitizer.
 test-tsan: deps-clang $(TSAN_BUILD_DIR)/CMakeCache.txt
@@ -131,7 +131,8 @@ test-tsan: deps-clang $(TSAN_BUILD_DIR)/CMakeCache.txt
 	@# tree regenerates, and would not know a test added since.
 	cmake -S . -B $(TSAN_BUILD_DIR) >/dev/null
 	$(CMAKE_BUILD) $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TESTS)
-	cd $(TSAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TEST_REGEX)'
+	cd $(TSAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TEST_REGEX)' \
+	  --output-junit ctest-tsan.xml
 
 sanitize: test-asan test-tsan
 
