@@ -1,7 +1,9 @@
 // The asynchronous transfers behind SwapFiles: tickets, each split into
 // pieces of at most kIoPieceBytes, run by io_uring or by a pool of threads.
 // Both backends report a piece's end through FinishPiece, so tickets, their
-// first error and Wait are written once here.
+// first error and Wait are written once here. A read may carry a check
+// (SwapFiles' checksums) that runs on each piece's bytes in the thread that
+// completed the piece, before FinishPiece.
 #ifndef ZEROSHARD_OFFLOAD_IO_ENGINE_H_
 #define ZEROSHARD_OFFLOAD_IO_ENGINE_H_
 
@@ -31,6 +33,13 @@ struct IoRequest {
   char* host = nullptr;
   int64_t file_offset = 0;
   int64_t bytes = 0;
+  // Reads only; null: none. Run once per piece, on the whole piece, after
+  // all of its bytes arrived and only if the transfer succeeded, in the
+  // thread that completed it (a pool thread, or io_uring's completion
+  // thread): the check overlaps the caller's work and the other pieces'
+  // I/O, and reads bytes that are still in that core's cache. Outlives the
+  // transfer; called from several threads at once.
+  const IoReadCheck* check = nullptr;
 };
 
 // A piece of a ticket and how far it got (short transfers resume from
@@ -48,6 +57,9 @@ absl::Status IoPieceError(const IoPiece& piece, const char* call, int error_numb
 // present size when the file no longer covers the piece (truncated), OK
 // when it does (the caller resumes). A write that moved nothing is an error.
 absl::Status CheckShortTransfer(const IoPiece& piece, int64_t moved);
+// The request's check on a read piece whose bytes all arrived; OK for a
+// write or a read without one.
+absl::Status CheckCompletedRead(const IoPiece& piece);
 
 class IoEngine {
  public:
