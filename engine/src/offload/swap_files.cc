@@ -376,11 +376,16 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
       file.header_crc = kernels::Crc32c(header.data(), static_cast<size_t>(kSwapAlignment));
       file.page_crcs.assign(
           static_cast<size_t>(RoundUpToSwapAlignment(file.bytes) / kSwapAlignment), ZeroPageCrc());
-      // files_ is complete and never resized: the check's `this` and index
+      // files_ is complete and never resized: the hooks' `this` and index
       // stay valid for the files' life.
-      file.check = [self = files.get(), tensor = static_cast<int>(i)](
-                       int64_t file_offset, const char* host, int64_t bytes) {
+      SwapFiles* self = files.get();
+      const int tensor = static_cast<int>(i);
+      file.check_read = [self, tensor](int64_t file_offset, const char* host, int64_t bytes) {
         return self->VerifyPages(tensor, file_offset, host, bytes);
+      };
+      file.record_write = [self, tensor](int64_t file_offset, const char* host, int64_t bytes) {
+        self->RecordPages(tensor, file_offset, host, bytes);
+        return absl::OkStatus();
       };
     }
   }
@@ -430,7 +435,7 @@ absl::StatusOr<SwapFiles::Ticket> SwapFiles::Start(bool write, int tensor, int64
   request.host = static_cast<char*>(host);
   request.file_offset = kSwapAlignment + offset;
   request.bytes = bytes;
-  if (verify_ && !write) request.check = &file.check;
+  if (verify_) request.hook = write ? &file.record_write : &file.check_read;
   return io_->Issue(request);
 }
 
@@ -459,21 +464,20 @@ absl::StatusOr<SwapFiles::Ticket> SwapFiles::ReadAsync(int tensor, int64_t offse
 absl::StatusOr<SwapFiles::Ticket> SwapFiles::WriteAsync(int tensor, int64_t offset, const void* src,
                                                         int64_t bytes) {
   // The pool and io_uring only read `src` for a write.
-  ZS_ASSIGN_OR_RETURN(Ticket ticket, Start(true, tensor, offset, const_cast<void*>(src), bytes));
-  if (verify_) {
-    // Stored now, not when the write is waited for: the CRC is of the bytes
-    // meant to be there, so a failed or torn write fails the next read of
-    // its pages (a CRC kept from before would pass the old bytes). The
-    // caller keeps `src` unchanged until Wait, so computing the CRC while
-    // the transfer runs reads the same bytes the disk gets.
-    File& file = files_[tensor];
-    const char* bytes_in = static_cast<const char*>(src);
-    for (int64_t at = 0; at < bytes; at += kSwapAlignment) {
-      file.page_crcs[static_cast<size_t>((offset + at) / kSwapAlignment)] =
-          kernels::Crc32c(bytes_in + at, static_cast<size_t>(kSwapAlignment));
-    }
+  return Start(true, tensor, offset, const_cast<void*>(src), bytes);
+}
+
+void SwapFiles::RecordPages(int tensor, int64_t file_offset, const char* host, int64_t bytes) {
+  // Whether the write succeeded or not: the CRC is of the bytes meant to be
+  // there, so a failed or torn write fails the next read of its pages (a
+  // CRC kept from before would pass the old bytes). `host` is unchanged
+  // until Wait, so these are the bytes the disk got.
+  File& file = files_[tensor];
+  const int64_t first_page = (file_offset - kSwapAlignment) / kSwapAlignment;
+  for (int64_t at = 0; at < bytes; at += kSwapAlignment) {
+    file.page_crcs[static_cast<size_t>(first_page + at / kSwapAlignment)] =
+        kernels::Crc32c(host + at, static_cast<size_t>(kSwapAlignment));
   }
-  return ticket;
 }
 
 absl::Status SwapFiles::Wait(Ticket ticket) { return io_->Wait(ticket); }

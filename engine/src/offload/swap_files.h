@@ -22,17 +22,18 @@
 // per kSwapAlignment page of its rounded size, kept in host memory and
 // never in the file (4 bytes per 4 KiB: a copy on the same disk could be
 // damaged with the data). A fresh page's is the CRC of a zero page
-// (fallocate's blocks read as zeros). WriteAsync computes the written
-// pages' CRCs from the source buffer and stores them at submission: the
-// CRC then always describes the bytes the caller meant to be there, so a
-// write that fails or tears leaves pages whose next read is an error, never
-// a page that passes with stale bytes. Every read is checked page by page
-// in the thread that completed it (a pool thread, or io_uring's completion
-// thread), before its Wait returns; a mismatch is DataLoss naming the file,
-// the tensor and the file offset of the first bad page (header included, as
-// `dd seek=` counts). The header page's CRC from Create is compared by
-// CheckFiles, which re-reads the header (one 4 KiB pread per file). The
-// cost: docs/offload.md, "Checksums" (perf/runtime/offload_bench).
+// (fallocate's blocks read as zeros). The CRCs run in the I/O threads (a
+// pool thread, or io_uring's completion thread) as each piece of a transfer
+// ends, not in the caller's: a write's pages' CRCs are computed from the
+// source buffer (unchanged until Wait) and stored whatever the write's
+// outcome, before its Wait returns. The CRC then always describes the bytes
+// the caller meant to be there, so a write that fails or tears leaves
+// pages whose next read is an error, never a page that passes with stale
+// bytes. Every read is checked page by page before its Wait returns; a
+// mismatch is DataLoss naming the file, the tensor and the file offset of
+// the first bad page (header included, as `dd seek=` counts). The header page's CRC from Create is
+// compared by CheckFiles, which re-reads the header (one 4 KiB pread per file). The cost:
+// docs/offload.md, "Checksums" (perf/runtime/offload_bench).
 #ifndef ZEROSHARD_OFFLOAD_SWAP_FILES_H_
 #define ZEROSHARD_OFFLOAD_SWAP_FILES_H_
 
@@ -49,9 +50,9 @@
 namespace zeroshard::internal {
 
 class IoEngine;
-// A check of `bytes` bytes read from file offset `file_offset` into `host`
-// (IoRequest::check); its error becomes the read's.
-using IoReadCheck =
+// Run by the I/O threads on `bytes` bytes of host memory that were read
+// from, or written to, file offset `file_offset` (IoRequest::hook).
+using IoPieceHook =
     std::function<absl::Status(int64_t file_offset, const char* host, int64_t bytes)>;
 
 enum class IoBackend { kIoUring, kThreadPool };
@@ -160,19 +161,21 @@ class SwapFiles {
     int fd = -1;
     uint64_t dev = 0;
     uint64_t ino = 0;
-    // verify: the CRC-32C of each data page as last written (empty without),
-    // of the header page, and the read check that compares them (IoEngine
-    // runs it in its own threads: each element is written by WriteAsync
-    // and read by the check of a read, never of the same page at once).
+    // verify: the CRC-32C of each data page as last written (empty without)
+    // and of the header page; the hooks that check a read against them and
+    // record a write's. IoEngine runs the hooks in its own threads, several
+    // at once: each element belongs to the one transfer in flight on its
+    // page, never to two at once (ReadAsync's contract).
     std::vector<uint32_t> page_crcs;
     uint32_t header_crc = 0;
-    IoReadCheck check;
+    IoPieceHook check_read, record_write;
   };
   SwapFiles() = default;
   absl::StatusOr<Ticket> Start(bool write, int tensor, int64_t offset, void* host, int64_t bytes);
-  // The read check of tensor `tensor`: `bytes` at `file_offset` (header
-  // included) against page_crcs.
+  // The hooks of tensor `tensor` on `bytes` at `file_offset` (header
+  // included): a read's against page_crcs, and a write's into them.
   absl::Status VerifyPages(int tensor, int64_t file_offset, const char* host, int64_t bytes) const;
+  void RecordPages(int tensor, int64_t file_offset, const char* host, int64_t bytes);
 
   std::string dir_;
   bool verify_ = true;
