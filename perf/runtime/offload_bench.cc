@@ -38,6 +38,10 @@
 //            phase's chunk, --in-flight transfers at a time, summed (read +
 //            write: the phase reads and writes every byte once);
 //   phase / max(adamw, disk) against --limit (1.25): PASS or FAIL.
+//   crc32c   the swap files' checksums' cost (issue 34): the same
+//            sequential passes over files without them (SwapOptions::verify
+//            false), interleaved with the disk passes; per repeat
+//            100 x (with / without - 1) for the read and the write path.
 //  `dd` (iflag/oflag=direct, bs = the chunk's bytes) over the same bytes in
 //  the same directory, once, for reference; fio where installed.
 //
@@ -361,6 +365,18 @@ void PrintPrecision(const BenchOptions& opts, const perf::PrecisionResult& r) {
                 n.io_bytes / 2 / n.disk_read.median / 1e9);
     std::printf("  %-34s %s ms  (%.2f GB/s)\n", "disk: sequential write", Ms(n.disk_write).c_str(),
                 n.io_bytes / 2 / n.disk_write.median / 1e9);
+    std::printf("  %-34s %s ms  (%.2f GB/s)\n", "disk: sequential read, no crc32c",
+                Ms(n.disk_read_unverified).c_str(),
+                n.io_bytes / 2 / n.disk_read_unverified.median / 1e9);
+    std::printf("  %-34s %s ms  (%.2f GB/s)\n", "disk: sequential write, no crc32c",
+                Ms(n.disk_write_unverified).c_str(),
+                n.io_bytes / 2 / n.disk_write_unverified.median / 1e9);
+    std::printf(
+        "  crc32c checks' cost (%s): read path %+.1f%% [%+.1f, %+.1f], write path %+.1f%% "
+        "[%+.1f, %+.1f]  (with / without - 1, per repeat)\n",
+        n.crc_implementation.c_str(), n.crc_read_overhead_pct.median, n.crc_read_overhead_pct.min,
+        n.crc_read_overhead_pct.max, n.crc_write_overhead_pct.median, n.crc_write_overhead_pct.min,
+        n.crc_write_overhead_pct.max);
     std::printf(
         "  phase / max(AdamW, disk read + write %.1f ms) = %.3f [%.3f, %.3f]  (per repeat; limit "
         "%.2f): %s\n",
@@ -425,6 +441,9 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
        "sequential read + sequential write of every state tensor through SwapFiles "
        "(MeasureSequentialSeconds), medians"},
       {"nvme.ratio", "phase / max(adamw, disk) per repeat, median; pass when <= limit"},
+      {"nvme.crc_read_overhead_pct",
+       "100 x (disk_read_s / disk_read_unverified_s - 1) per repeat, median: the cost of the "
+       "swap files' CRC-32C checks on the read path (unverified: SwapOptions::verify false)"},
       {"step.overhead_pct",
        "100 x (step ms of the tier / the device tier's - 1) per repeat (the tiers run back to "
        "back), median"},
@@ -458,6 +477,11 @@ nlohmann::json ToJson(const BenchOptions& opts, const std::string& cpu, const st
                      {"io_s", SpreadJson(n.io)},
                      {"disk_read_s", SpreadJson(n.disk_read)},
                      {"disk_write_s", SpreadJson(n.disk_write)},
+                     {"disk_read_unverified_s", SpreadJson(n.disk_read_unverified)},
+                     {"disk_write_unverified_s", SpreadJson(n.disk_write_unverified)},
+                     {"crc_read_overhead_pct", SpreadJson(n.crc_read_overhead_pct)},
+                     {"crc_write_overhead_pct", SpreadJson(n.crc_write_overhead_pct)},
+                     {"crc_implementation", n.crc_implementation},
                      {"disk_s", n.disk.median},
                      {"io_bytes", n.io_bytes},
                      {"ratio", n.ratio.median},

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/crc32c.h"
 #include "perf/kernels/streams_baseline.h"
 #include "perf/runtime/mlp_bench_train_spec.h"
 #include "zeroshard/device.h"
@@ -179,17 +180,18 @@ class StreamsBaseline {
 };
 
 // The disk's own time for the NVMe tier's bytes: swap files of the same
-// sizes (rank 1's names, beside the rig's), read and written sequentially
-// through the engine's own I/O path.
+// sizes (rank 1's names, beside the rig's; rank 2's for the files without
+// checksums), read and written sequentially through the engine's own I/O
+// path.
 absl::StatusOr<std::unique_ptr<SwapFileProbe>> MakeDiskProbe(const Rig& rig, const std::string& dir,
-                                                             int in_flight) {
+                                                             int in_flight, bool verify) {
   std::vector<int64_t> sizes;
   for (const PlannedBuffer& b : rig.plan().buffers) {
     if (b.tier == MemoryTier::kNvme) sizes.push_back(b.bytes());
   }
   return SwapFileProbe::Create(dir, sizes,
                                rig.plan().offload_chunk_numel * static_cast<int64_t>(sizeof(float)),
-                               in_flight, /*rank=*/1);
+                               in_flight, /*rank=*/verify ? 1 : 2, verify);
 }
 
 // One `dd` command: dd's own seconds (its last line), else the wall time.
@@ -253,7 +255,7 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
   result.precision = precision;
   std::unique_ptr<Rig> host, nvme;
   std::unique_ptr<StreamsBaseline> streams;
-  std::unique_ptr<SwapFileProbe> probe;
+  std::unique_ptr<SwapFileProbe> probe, unverified;
   if (opts.host) {
     ZS_ASSIGN_OR_RETURN(host, MakeRig(opts, precision, MemoryTier::kHost, dir));
     streams = std::make_unique<StreamsBaseline>(host->state_numel, host->plan().offload_chunk_numel,
@@ -263,7 +265,8 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
   }
   if (opts.nvme) {
     ZS_ASSIGN_OR_RETURN(nvme, MakeRig(opts, precision, MemoryTier::kNvme, dir));
-    ZS_ASSIGN_OR_RETURN(probe, MakeDiskProbe(*nvme, dir, opts.in_flight));
+    ZS_ASSIGN_OR_RETURN(probe, MakeDiskProbe(*nvme, dir, opts.in_flight, /*verify=*/true));
+    ZS_ASSIGN_OR_RETURN(unverified, MakeDiskProbe(*nvme, dir, opts.in_flight, /*verify=*/false));
     result.state_numel = nvme->state_numel;
     result.chunk = nvme->plan().offload_chunk_numel;
   }
@@ -272,12 +275,14 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
     if (rig != nullptr) ZS_RETURN_IF_ERROR(Apply(*rig, kEverything));
   }
   if (streams) streams->Pass();
-  if (probe) {
-    ZS_RETURN_IF_ERROR(probe->Pass(/*write=*/true).status());
-    ZS_RETURN_IF_ERROR(probe->Pass(/*write=*/false).status());
+  for (SwapFileProbe* p : {probe.get(), unverified.get()}) {
+    if (p == nullptr) continue;
+    ZS_RETURN_IF_ERROR(p->Pass(/*write=*/true).status());
+    ZS_RETURN_IF_ERROR(p->Pass(/*write=*/false).status());
   }
   std::vector<double> h_phase, h_adamw, h_copies, h_streams;
   std::vector<double> n_phase, n_adamw, n_io, n_read, n_write;
+  std::vector<double> n_read_unverified, n_write_unverified;
   HostResult hr;
   NvmeResult nr;
   absl::Status status;
@@ -302,12 +307,24 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
       nr.io_bytes = nvme->phase->last_bytes().read + nvme->phase->last_bytes().written;
       n_adamw.push_back(SecondsOf([&] { return Apply(*nvme, kUpdateOnly); }, &status));
       n_io.push_back(SecondsOf([&] { return Apply(*nvme, kIoOnly); }, &status));
-      absl::StatusOr<double> rd = probe->Pass(/*write=*/false);
-      absl::StatusOr<double> wr = rd.ok() ? probe->Pass(/*write=*/true) : rd;
-      if (!wr.ok()) status.Update(wr.status());
-      if (rd.ok() && wr.ok()) {
-        n_read.push_back(*rd);
-        n_write.push_back(*wr);
+      // The passes with and without the checksums back to back, the order
+      // alternating per repeat, so that neither always runs first.
+      double seconds[2][2] = {};  // [verified][write]
+      for (int k = 0; k < 4 && status.ok(); ++k) {
+        const bool verified = ((k / 2) ^ (r % 2)) == 0;
+        const bool write = k % 2 == 1;
+        absl::StatusOr<double> s = (verified ? probe : unverified)->Pass(write);
+        if (!s.ok()) {
+          status.Update(s.status());
+          break;
+        }
+        seconds[verified][write] = *s;
+      }
+      if (status.ok()) {
+        n_read.push_back(seconds[1][0]);
+        n_write.push_back(seconds[1][1]);
+        n_read_unverified.push_back(seconds[0][0]);
+        n_write_unverified.push_back(seconds[0][1]);
       }
     }
   }
@@ -336,6 +353,16 @@ absl::StatusOr<PrecisionResult> MeasureOptimizerPhase(const PhaseOptions& opts, 
     nr.io = SpreadOf(n_io);
     nr.disk_read = SpreadOf(n_read);
     nr.disk_write = SpreadOf(n_write);
+    nr.disk_read_unverified = SpreadOf(n_read_unverified);
+    nr.disk_write_unverified = SpreadOf(n_write_unverified);
+    std::vector<double> read_pct, write_pct;
+    for (size_t r = 0; r < n_read.size(); ++r) {
+      read_pct.push_back(100.0 * (n_read[r] / n_read_unverified[r] - 1.0));
+      write_pct.push_back(100.0 * (n_write[r] / n_write_unverified[r] - 1.0));
+    }
+    nr.crc_read_overhead_pct = SpreadOf(read_pct);
+    nr.crc_write_overhead_pct = SpreadOf(write_pct);
+    nr.crc_implementation = kernels::Crc32cImplementation();
     std::vector<double> disk, ratio;
     for (size_t r = 0; r < n_phase.size(); ++r) {
       disk.push_back(n_read[r] + n_write[r]);

@@ -45,9 +45,15 @@ struct HostResult {
 
 struct NvmeResult {
   Spread phase, adamw, io, disk_read, disk_write;
-  int64_t io_bytes = 0;  // read + written per phase
-  Spread disk, ratio;    // per repeat: read + write; phase / max(adamw, disk)
-  bool pass = false;     // ratio.median <= limit
+  // The same passes over files without the CRC-32C checks (SwapOptions::
+  // verify false), and the checks' cost per repeat (paired):
+  // 100 x (verified / unverified - 1).
+  Spread disk_read_unverified, disk_write_unverified;
+  Spread crc_read_overhead_pct, crc_write_overhead_pct;
+  std::string crc_implementation;  // "sse4.2" or "portable"
+  int64_t io_bytes = 0;            // read + written per phase
+  Spread disk, ratio;              // per repeat: read + write; phase / max(adamw, disk)
+  bool pass = false;               // ratio.median <= limit
   std::string describe, io_backend;
 };
 

@@ -5,7 +5,10 @@
 // several and most chunks hold pieces of several units. The offloaded runs
 // use a device whose memory the host may not touch (every copy a device
 // copy); the baseline runs on the plain CPU device. Each tier's ledger
-// equals the plan's buffers of that tier on every rank.
+// equals the plan's buffers of that tier on every rank. A swap file
+// removed, truncated or written into in place between steps stops the next
+// step, named.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -13,6 +16,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -336,8 +342,23 @@ TEST(EngineOffloadTest, AFullDiskIsRefusedAtCreateNamingTheBytes) {
   EXPECT_NE(created.message().find("bytes"), std::string::npos) << created;
 }
 
-// Damages a swap file of rank 0 after step 2; step 3 must fail naming it.
-void ExpectDamagedSwapFileFailsTheStep(const char* how) {
+// Another program writes 16 floats of 1e30 into `path` at `offset`, in
+// place, through its own descriptor.
+void WriteHugeFloatsInPlace(const std::string& path, int64_t offset) {
+  const std::vector<float> huge(16, 1e30f);
+  const int fd = open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  ASSERT_EQ(pwrite(fd, huge.data(), huge.size() * sizeof(float), offset),
+            static_cast<ssize_t>(huge.size() * sizeof(float)))
+      << path << ": " << std::strerror(errno);
+  ASSERT_EQ(close(fd), 0);
+}
+
+// Damages a swap file of rank 0 after step 2: removes or truncates it, or
+// writes into it in place (the swap data's checksums, issue 34) at the
+// header page, the first chunk's first page or the last chunk's last page.
+// Step 3 must fail naming it; rank 0 never finishes step 3.
+void ExpectDamagedSwapFileFailsTheStep(const std::string& how) {
   TempDir swap;
   SyntheticRunSpec run;
   run.world = 2;
@@ -348,7 +369,10 @@ void ExpectDamagedSwapFileFailsTheStep(const char* how) {
     return CreateCpuDevice();
   };
   std::string damaged;
+  int64_t damaged_page = -1;  // the file offset of the page written into
+  int64_t last_step_of_rank0 = 0;
   run.after_step = [&](int64_t step, int rank, Engine&) {
+    if (rank == 0) last_step_of_rank0 = step;
     if (step != 2 || rank != 0) return;
     for (const auto& entry : fs::directory_iterator(swap.path())) {
       const std::string name = entry.path().filename().string();
@@ -356,10 +380,16 @@ void ExpectDamagedSwapFileFailsTheStep(const char* how) {
         continue;
       }
       damaged = entry.path().string();
-      if (std::string(how) == "truncate") {
+      if (how == "truncate") {
         ASSERT_EQ(truncate(damaged.c_str(), 4096), 0);
-      } else {
+      } else if (how == "remove") {
         ASSERT_EQ(unlink(damaged.c_str()), 0);
+      } else {
+        const int64_t size = static_cast<int64_t>(fs::file_size(entry.path()));
+        ASSERT_GT(size, 2 * 4096) << damaged;
+        // In the header, past its text: only the checksum can see it.
+        damaged_page = how == "header" ? 0 : how == "first chunk" ? 4096 : size - 4096;
+        WriteHugeFloatsInPlace(damaged, damaged_page + (how == "header" ? 1024 : 0));
       }
     }
   };
@@ -367,6 +397,15 @@ void ExpectDamagedSwapFileFailsTheStep(const char* how) {
   ASSERT_FALSE(damaged.empty()) << "no swap file of rank 0's adam_v in " << swap.path();
   ASSERT_FALSE(r.ok()) << how << ": the run went on after its swap file was damaged";
   EXPECT_NE(r.status().message().find(damaged), std::string::npos) << r.status();
+  EXPECT_EQ(last_step_of_rank0, 2) << how << ": the damage must stop the next step";
+  if (damaged_page < 0) return;
+  std::printf("%s damaged in place: %s\n", how.c_str(), r.status().ToString().c_str());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("(tensor adam_v)"), std::string::npos) << r.status();
+  const std::string at = damaged_page == 0
+                             ? std::string("header page (offset 0")
+                             : absl::StrCat("page at file offset ", damaged_page, " ");
+  EXPECT_NE(r.status().message().find(at), std::string::npos) << at << ": " << r.status();
 }
 
 TEST(EngineOffloadTest, ATruncatedSwapFileFailsTheStepNamingIt) {
@@ -375,6 +414,18 @@ TEST(EngineOffloadTest, ATruncatedSwapFileFailsTheStepNamingIt) {
 
 TEST(EngineOffloadTest, ARemovedSwapFileFailsTheStepNamingIt) {
   ExpectDamagedSwapFileFailsTheStep("remove");
+}
+
+TEST(EngineOffloadTest, ASwapFileHeaderDamagedInPlaceFailsTheStepNamingIt) {
+  ExpectDamagedSwapFileFailsTheStep("header");
+}
+
+TEST(EngineOffloadTest, ASwapFileFirstChunkDamagedInPlaceFailsTheStepNamingIt) {
+  ExpectDamagedSwapFileFailsTheStep("first chunk");
+}
+
+TEST(EngineOffloadTest, ASwapFileLastChunkDamagedInPlaceFailsTheStepNamingIt) {
+  ExpectDamagedSwapFileFailsTheStep("last chunk");
 }
 
 TEST(EngineOffloadTest, ARunKilledDuringAnNvmeStepResumesFromItsCheckpointBitForBit) {

@@ -60,13 +60,15 @@ class OffloadPhase {
 // `rank` in the file names), read and written sequentially in chunks of
 // `chunk_bytes` (a multiple of 4096), `in_flight` chunks at a time, through
 // the engine's NVMe path (direct I/O on io_uring or a thread pool). The
-// files are removed when the probe is destroyed.
+// files are removed when the probe is destroyed. `verify`: with the swap
+// files' CRC-32C of every page, computed on write and checked on read, as
+// the engine runs them; false leaves them out, the baseline of their cost.
 class SwapFileProbe {
  public:
   static absl::StatusOr<std::unique_ptr<SwapFileProbe>> Create(const std::string& dir,
                                                                const std::vector<int64_t>& bytes,
                                                                int64_t chunk_bytes, int in_flight,
-                                                               int rank = 0);
+                                                               int rank = 0, bool verify = true);
   virtual ~SwapFileProbe() = default;
   // Seconds of one sequential pass over every file (write first: a read
   // then finds written blocks).

@@ -39,6 +39,13 @@ absl::Status IoPieceError(const IoPiece& piece, const char* call, int error_numb
                    "checkpoint, with --offload-dir on a healthy drive"));
 }
 
+absl::Status EndOfPiece(const IoPiece& piece, absl::Status status) {
+  const IoRequest& r = piece.request;
+  if (r.hook == nullptr || (!r.write && !status.ok())) return status;
+  absl::Status hooked = (*r.hook)(r.file_offset, r.host, r.bytes);
+  return status.ok() ? hooked : status;
+}
+
 absl::Status CheckShortTransfer(const IoPiece& piece, int64_t moved) {
   const IoRequest& r = piece.request;
   const int64_t end = r.file_offset + r.bytes;
@@ -195,7 +202,7 @@ class ThreadPoolEngine final : public IoEngine {
         piece = std::move(queue_.front());
         queue_.pop_front();
       }
-      FinishPiece(piece.ticket, RunPieceBlocking(piece));
+      FinishPiece(piece.ticket, EndOfPiece(piece, RunPieceBlocking(piece)));
     }
   }
 
@@ -336,7 +343,9 @@ class UringEngine final : public IoEngine {
         if (!finished) pending_.push_front(std::move(piece));
         SubmitLocked();
       }
-      if (finished) FinishPiece(ticket, status);
+      // The hook outside submit_mu_: the caller's submissions need not wait
+      // for it.
+      if (finished) FinishPiece(ticket, EndOfPiece(*piece, status));
     }
   }
 

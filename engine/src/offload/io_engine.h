@@ -1,7 +1,9 @@
 // The asynchronous transfers behind SwapFiles: tickets, each split into
 // pieces of at most kIoPieceBytes, run by io_uring or by a pool of threads.
 // Both backends report a piece's end through FinishPiece, so tickets, their
-// first error and Wait are written once here.
+// first error and Wait are written once here. A request may carry a hook
+// (SwapFiles' checksums) that runs on each piece's bytes in the thread that
+// completed the piece, before FinishPiece.
 #ifndef ZEROSHARD_OFFLOAD_IO_ENGINE_H_
 #define ZEROSHARD_OFFLOAD_IO_ENGINE_H_
 
@@ -31,6 +33,15 @@ struct IoRequest {
   char* host = nullptr;
   int64_t file_offset = 0;
   int64_t bytes = 0;
+  // Null: none. Run once per piece, on the whole piece, when its transfer
+  // ended, in the thread that completed it (a pool thread, or io_uring's
+  // completion thread), so that it overlaps the caller's work and the other
+  // pieces' I/O. A read's runs only when all of its bytes arrived; its
+  // error becomes the ticket's. A write's runs whatever the outcome (the
+  // host bytes are what the caller meant the file to hold); its error
+  // counts where the transfer had none. Outlives the transfer; called from
+  // several threads at once.
+  const IoPieceHook* hook = nullptr;
 };
 
 // A piece of a ticket and how far it got (short transfers resume from
@@ -48,6 +59,9 @@ absl::Status IoPieceError(const IoPiece& piece, const char* call, int error_numb
 // present size when the file no longer covers the piece (truncated), OK
 // when it does (the caller resumes). A write that moved nothing is an error.
 absl::Status CheckShortTransfer(const IoPiece& piece, int64_t moved);
+// A piece's end as the ticket hears of it: the transfer's `status`, then the
+// request's hook (IoRequest::hook says when it runs and what counts).
+absl::Status EndOfPiece(const IoPiece& piece, absl::Status status);
 
 class IoEngine {
  public:

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/src/offload/io_engine.h"
+#include "kernels/cpu/crc32c.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
@@ -214,6 +215,23 @@ absl::Status WriteAll(int fd, const std::string& path, const char* bytes, int64_
   return absl::OkStatus();
 }
 
+// The CRC-32C of a page of zeros: a fresh page's (fallocate's blocks read
+// as zeros).
+uint32_t ZeroPageCrc() {
+  static const uint32_t crc = [] {
+    const std::vector<char> zeros(static_cast<size_t>(kSwapAlignment), 0);
+    return kernels::Crc32c(zeros.data(), zeros.size());
+  }();
+  return crc;
+}
+
+// What a checksum mismatch means and what to do, for every such error.
+constexpr char kDamagedRemedy[] =
+    ": the swap data was changed on disk after this run wrote it (another program wrote into "
+    "the file, or the drive returned bad data). The optimizer state is damaged and the run "
+    "cannot continue from it: resume from the last checkpoint, check the drive (dmesg, "
+    "smartctl) and keep other programs off --offload-dir";
+
 }  // namespace
 
 const char* IoBackendName(IoBackend backend) {
@@ -255,10 +273,12 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
 
   std::unique_ptr<SwapFiles> files(new SwapFiles());
   files->dir_ = options.dir;
+  files->verify_ = options.verify;
   for (const SwapTensor& t : tensors) {
     File file;
     file.path =
         absl::StrCat(options.dir, "/zeroshard-swap.rank", options.rank, ".", t.name, ".bin");
+    file.name = t.name;
     file.bytes = t.bytes;
     files->files_.push_back(file);
   }
@@ -352,6 +372,22 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
     std::memcpy(header.data(), text.data(), std::min<size_t>(text.size(), kSwapAlignment));
     ZS_RETURN_IF_ERROR(
         WriteAll(file.fd, file.path, static_cast<const char*>(header.data()), kSwapAlignment, 0));
+    if (options.verify) {
+      file.header_crc = kernels::Crc32c(header.data(), static_cast<size_t>(kSwapAlignment));
+      file.page_crcs.assign(
+          static_cast<size_t>(RoundUpToSwapAlignment(file.bytes) / kSwapAlignment), ZeroPageCrc());
+      // files_ is complete and never resized: the hooks' `this` and index
+      // stay valid for the files' life.
+      SwapFiles* self = files.get();
+      const int tensor = static_cast<int>(i);
+      file.check_read = [self, tensor](int64_t file_offset, const char* host, int64_t bytes) {
+        return self->VerifyPages(tensor, file_offset, host, bytes);
+      };
+      file.record_write = [self, tensor](int64_t file_offset, const char* host, int64_t bytes) {
+        self->RecordPages(tensor, file_offset, host, bytes);
+        return absl::OkStatus();
+      };
+    }
   }
   files->storage_note_ = direct_note + space_note;
   files->io_ = IoEngine::Create(options.allow_io_uring, options.io_threads);
@@ -399,7 +435,25 @@ absl::StatusOr<SwapFiles::Ticket> SwapFiles::Start(bool write, int tensor, int64
   request.host = static_cast<char*>(host);
   request.file_offset = kSwapAlignment + offset;
   request.bytes = bytes;
+  if (verify_) request.hook = write ? &file.record_write : &file.check_read;
   return io_->Issue(request);
+}
+
+absl::Status SwapFiles::VerifyPages(int tensor, int64_t file_offset, const char* host,
+                                    int64_t bytes) const {
+  const File& file = files_[tensor];
+  const int64_t first_page = (file_offset - kSwapAlignment) / kSwapAlignment;
+  for (int64_t at = 0; at < bytes; at += kSwapAlignment) {
+    const uint32_t got = kernels::Crc32c(host + at, static_cast<size_t>(kSwapAlignment));
+    const uint32_t want = file.page_crcs[static_cast<size_t>(first_page + at / kSwapAlignment)];
+    if (got == want) continue;
+    return absl::DataLossError(absl::StrFormat(
+        "swap file %s (tensor %s): checksum mismatch in the page at file offset %d (%d bytes; "
+        "byte %d of the tensor's data): crc32c 0x%08x read, 0x%08x written%s",
+        file.path, file.name, file_offset + at, kSwapAlignment, file_offset + at - kSwapAlignment,
+        got, want, kDamagedRemedy));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SwapFiles::Ticket> SwapFiles::ReadAsync(int tensor, int64_t offset, void* dst,
@@ -411,6 +465,19 @@ absl::StatusOr<SwapFiles::Ticket> SwapFiles::WriteAsync(int tensor, int64_t offs
                                                         int64_t bytes) {
   // The pool and io_uring only read `src` for a write.
   return Start(true, tensor, offset, const_cast<void*>(src), bytes);
+}
+
+void SwapFiles::RecordPages(int tensor, int64_t file_offset, const char* host, int64_t bytes) {
+  // Whether the write succeeded or not: the CRC is of the bytes meant to be
+  // there, so a failed or torn write fails the next read of its pages (a
+  // CRC kept from before would pass the old bytes). `host` is unchanged
+  // until Wait, so these are the bytes the disk got.
+  File& file = files_[tensor];
+  const int64_t first_page = (file_offset - kSwapAlignment) / kSwapAlignment;
+  for (int64_t at = 0; at < bytes; at += kSwapAlignment) {
+    file.page_crcs[static_cast<size_t>(first_page + at / kSwapAlignment)] =
+        kernels::Crc32c(host + at, static_cast<size_t>(kSwapAlignment));
+  }
 }
 
 absl::Status SwapFiles::Wait(Ticket ticket) { return io_->Wait(ticket); }
@@ -450,6 +517,32 @@ absl::Status SwapFiles::CheckFiles() const {
       return absl::FailedPreconditionError(absl::StrCat(
           "swap file ", file.path, st.st_size < expected ? " was truncated to " : " grew to ",
           st.st_size, " bytes, expected ", expected, lost));
+    }
+  }
+  if (!verify_) return absl::OkStatus();
+  // The header page read back (an aligned buffer: the files may be
+  // O_DIRECT). Its bytes are the data's neighbours: a program that wrote
+  // into the file there has likely written elsewhere too.
+  ZS_ASSIGN_OR_RETURN(AlignedBuffer page, AlignedBuffer::Allocate(kSwapAlignment));
+  for (const File& file : files_) {
+    char* bytes = static_cast<char*>(page.data());
+    int64_t got = 0;
+    while (got < kSwapAlignment) {
+      const ssize_t n = pread(file.fd, bytes + got, static_cast<size_t>(kSwapAlignment - got), got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return absl::InternalError(
+            SystemError("cannot read the header page of swap file", file.path, errno) + lost);
+      }
+      if (n == 0) break;
+      got += n;
+    }
+    const uint32_t crc = kernels::Crc32c(bytes, static_cast<size_t>(got));
+    if (got != kSwapAlignment || crc != file.header_crc) {
+      return absl::DataLossError(absl::StrFormat(
+          "swap file %s (tensor %s): checksum mismatch in its header page (offset 0, %d bytes): "
+          "crc32c 0x%08x read (%d bytes), 0x%08x written%s",
+          file.path, file.name, kSwapAlignment, crc, got, file.header_crc, kDamagedRemedy));
     }
   }
   return absl::OkStatus();

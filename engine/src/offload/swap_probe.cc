@@ -50,7 +50,7 @@ class SwapFileProbeImpl final : public SwapFileProbe {
 
 absl::StatusOr<std::unique_ptr<SwapFileProbe>> SwapFileProbe::Create(
     const std::string& dir, const std::vector<int64_t>& bytes, int64_t chunk_bytes, int in_flight,
-    int rank) {
+    int rank, bool verify) {
   if (chunk_bytes <= 0 || chunk_bytes % internal::kSwapAlignment != 0 || in_flight < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "SwapFileProbe: chunk_bytes %d must be a positive multiple of %d and in_flight %d >= 1",
@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<SwapFileProbe>> SwapFileProbe::Create(
   internal::SwapOptions options;
   options.dir = dir;
   options.rank = rank;
+  options.verify = verify;
   ZS_ASSIGN_OR_RETURN(std::unique_ptr<internal::SwapFiles> files,
                       internal::SwapFiles::Create(options, tensors));
   ZS_ASSIGN_OR_RETURN(internal::AlignedBuffer buf,
