@@ -175,7 +175,7 @@ absl::StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std
 }
 
 absl::StatusOr<GptConfig> ReadGptConfig(const std::string& path) {
-  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "--config"));
+  ZS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "the --config file"));
   return ParseGptConfig(text, path);
 }
 

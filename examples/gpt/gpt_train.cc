@@ -789,6 +789,10 @@ absl::StatusOr<SharedRun> Prepare(const Options& o) {
         "resume with the config.json the run was saved with (zeroshard export --hf writes it "
         "out), or start a new run in another --checkpoint-dir"));
   } else if (!o.init_from.empty()) {
+    // The weights file is opened here too, so that a FIFO, a device or a
+    // missing file is refused now rather than once every rank has started
+    // (the ranks open it again to read it).
+    ZS_RETURN_IF_ERROR(OpenHfGpt2Weights(o.init_from).status());
     ZS_RETURN_IF_ERROR(CheckHfGpt2Config(o.init_from, run.cfg, o.config));
   }
   // A new run does not save over another run's checkpoints.

@@ -9,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -23,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "zeroshard/estimate/model_source.h"
+#include "zeroshard/input_file.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::gpt {
@@ -34,6 +33,9 @@ using nlohmann::json;
 // A safetensors header larger than this is refused (the format's reference
 // reader has the same limit), so a damaged length cannot allocate the file.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// model.safetensors's role in messages.
+constexpr char kWeightsRole[] = "the --init-from weights (model.safetensors)";
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -123,12 +125,14 @@ absl::StatusOr<std::string> HfGpt2Name(const std::string& unit, const std::strin
                       unit, param));
 }
 
-absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const ModelSpec& spec) {
+absl::StatusOr<InputFile> OpenHfGpt2Weights(const std::string& dir) {
   std::error_code ec;
   const std::string path =
       fs::is_directory(dir, ec) ? (fs::path(dir) / "model.safetensors").string() : dir;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // No size cap: the file is read at offsets within the size it has, never
+  // whole (a GPT-2 XL is 6 GB).
+  absl::StatusOr<InputFile> file = InputFile::Open(path, kWeightsRole, kNoInputSizeCap);
+  if (absl::IsNotFound(file.status())) {
     if (fs::exists(fs::path(dir) / "model.safetensors.index.json", ec)) {
       return absl::NotFoundError(absl::StrFormat(
           "%s holds a sharded checkpoint (model.safetensors.index.json), which is not supported: "
@@ -136,17 +140,23 @@ absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const Mode
           dir));
     }
     return absl::NotFoundError(absl::StrFormat(
-        "cannot open %s: give a directory holding model.safetensors (Hugging Face's "
-        "save_pretrained, or zeroshard export --hf)",
-        path));
+        "%s; give a directory holding model.safetensors (Hugging Face's save_pretrained, or "
+        "zeroshard export --hf)",
+        file.status().message()));
   }
-  const uint64_t file_size = fs::file_size(path, ec);
-  if (ec) return absl::InternalError(absl::StrFormat("cannot stat %s: %s", path, ec.message()));
+  return file;
+}
+
+absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const ModelSpec& spec) {
+  ZS_ASSIGN_OR_RETURN(const InputFile in, OpenHfGpt2Weights(dir));
+  const std::string& path = in.path();
+  const auto file_size = static_cast<uint64_t>(in.size());
   unsigned char len_bytes[8] = {};
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(len_bytes), 8)) {
+  if (file_size < 8) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: shorter than a safetensors header (%d bytes)", path, file_size));
   }
+  ZS_RETURN_IF_ERROR(in.ReadAt(0, len_bytes, 8));
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
@@ -156,9 +166,7 @@ absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const Mode
         path, header_len, file_size));
   }
   std::string header(header_len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: cannot read the header", path));
-  }
+  ZS_RETURN_IF_ERROR(in.ReadAt(8, header.data(), static_cast<int64_t>(header_len)));
   const json index = json::parse(header, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object()) {
     return absl::InvalidArgumentError(
@@ -257,11 +265,8 @@ absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const Mode
           path, file_name, begin, end, numel, dtype, data_bytes));
     }
     std::string raw(end - begin, '\0');
-    in.seekg(static_cast<std::streamoff>(data_start + begin));
-    if (!in.read(raw.data(), static_cast<std::streamsize>(raw.size()))) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: cannot read the data of '%s'", path, file_name));
-    }
+    ZS_RETURN_IF_ERROR(in.ReadAt(static_cast<int64_t>(data_start + begin), raw.data(),
+                                 static_cast<int64_t>(raw.size())));
     std::vector<float> v(numel);
     if (dtype == "F32") {
       std::memcpy(v.data(), raw.data(), raw.size());

@@ -18,6 +18,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "zeroshard/dtype.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/input_file.h"
 #include "zeroshard/model_spec.h"
 
 namespace zeroshard::gpt {
@@ -43,8 +44,17 @@ absl::StatusOr<std::string> HfGpt2Name(const std::string& unit, const std::strin
 // differs from the spec's (both shapes given), another dtype, an
 // lm_head.weight that differs from wte, a damaged header or data range.
 // NotFound when there is no model.safetensors (a sharded checkpoint,
-// model.safetensors.index.json, is not supported: say so).
+// model.safetensors.index.json, is not supported: say so); OpenHfGpt2Weights's
+// errors.
 absl::StatusOr<ParamValues> ReadHfGpt2Weights(const std::string& dir, const ModelSpec& spec);
+
+// `dir`/model.safetensors (or `dir` itself when it is not a directory),
+// opened as every input file is (zeroshard/input_file.h): a FIFO, a device, a
+// socket or a directory is refused (FailedPrecondition, saying what it is)
+// before a byte is read; the file's size is known, and ReadHfGpt2Weights
+// reads only within it. NotFound as ReadHfGpt2Weights says. The trainer
+// calls it before anything starts, so that bad weights are refused at once.
+absl::StatusOr<InputFile> OpenHfGpt2Weights(const std::string& dir);
 
 // Compares the model of `dir`/config.json with the run's (`run`, read from
 // `run_config_path`): their identities (GptModelIdentity: every field that

@@ -1,9 +1,7 @@
 #include "examples/gpt/text_data.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <cstdint>
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -13,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "examples/common/rng.h"
+#include "zeroshard/input_file.h"
 
 namespace zeroshard {
 namespace gpt {
@@ -32,25 +31,21 @@ std::string HumanBytes(size_t n) {
   return absl::StrFormat("%.1f MiB", n / (1024.0 * 1024.0));
 }
 
-absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& file) {
-  std::FILE* f = std::fopen(file.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gpt corpus: cannot open ", file, ": ", std::strerror(errno), "; check its permissions"));
+// The bytes of one corpus file, read as every input file is
+// (zeroshard/input_file.h): a FIFO or a device is refused before a byte is
+// read, and nothing past `budget` bytes, what is left of kMaxCorpusBytes, is
+// read at all.
+absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& file, int64_t budget) {
+  absl::StatusOr<InputFile> in = InputFile::Open(file, "a --data corpus file", kNoInputSizeCap);
+  if (!in.ok()) return in.status();
+  if (in->size() > budget) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "gpt corpus: %s has %d bytes, past the corpus's limit of %d bytes (%d already read): the "
+        "corpus is held in memory whole; pass a smaller one",
+        file, in->size(), kMaxCorpusBytes, kMaxCorpusBytes - budget));
   }
-  std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof(chunk), f)) > 0) {
-    bytes.insert(bytes.end(), chunk, chunk + got);
-  }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  if (failed) {
-    return absl::DataLossError(
-        absl::StrCat("gpt corpus: reading ", file, " failed: ", std::strerror(err)));
-  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(in->size()));
+  if (absl::Status s = in->ReadAt(0, bytes.data(), in->size()); !s.ok()) return s;
   return bytes;
 }
 
@@ -154,6 +149,7 @@ absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& path, double val_fr
     int dat = 0, not_regular = 0, second_names = 0;
     std::vector<std::string> not_text;
     std::set<fs::path> read;  // canonical paths: a link to a file read is skipped
+    int64_t budget = kMaxCorpusBytes;
     for (const fs::directory_entry& entry : entries) {
       const std::string file = entry.path().string();
       if (absl::EndsWith(entry.path().filename().string(), ".dat")) {
@@ -170,13 +166,14 @@ absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& path, double val_fr
         ++second_names;
         continue;
       }
-      absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(file);
+      absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(file, budget);
       if (!bytes.ok()) return bytes.status();
       if (!IsText(*bytes)) {
         not_text.push_back(entry.path().filename().string());
         continue;
       }
       corpus.files.push_back(file);
+      budget -= static_cast<int64_t>(bytes->size());
       texts.push_back(*std::move(bytes));
     }
     std::vector<std::string> parts;
@@ -195,7 +192,7 @@ absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& path, double val_fr
                        "; pass a directory of text files or a text file"));
     }
   } else {
-    absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(path);
+    absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(path, kMaxCorpusBytes);
     if (!bytes.ok()) return bytes.status();
     if (!IsText(*bytes)) {
       return absl::FailedPreconditionError(

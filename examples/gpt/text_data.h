@@ -42,6 +42,11 @@
 namespace zeroshard {
 namespace gpt {
 
+// The most LoadTextCorpus reads, all files together: 4 GiB. The corpus is
+// held in memory whole (twice, briefly, while it is split), so a path that
+// names more, or a device that never ends, is refused before it is read.
+inline constexpr int64_t kMaxCorpusBytes = int64_t{4} << 30;
+
 struct TextCorpus {
   // What was read, for the run's report, e.g. "/usr/share/games/fortunes:
   // 43 files, 2.5 MiB (train 2.3 MiB, val 256.1 KiB); skipped 43 *.dat, ...".
@@ -59,8 +64,11 @@ struct TextCorpus {
 // the path: InvalidArgument for a val_fraction outside (0, 1), NotFound for
 // a missing path (for the default path, saying which Debian package to
 // install), FailedPrecondition for a file that is not text, a directory with
-// no text file, an empty corpus, or a split left empty; the reading's own
-// errors with the file and errno's text.
+// no text file, an empty corpus, or a split left empty; a path (or a file of
+// the directory) that is a FIFO, a device or a socket is refused
+// (FailedPrecondition) before it is read, and OutOfRange for more than
+// kMaxCorpusBytes; the reading's own errors with the file and errno's
+// text.
 absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& path, double val_fraction);
 
 // Checks that both splits hold at least one window of seq + 1 tokens

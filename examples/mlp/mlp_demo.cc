@@ -13,7 +13,6 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +40,7 @@
 #include "zeroshard/communicator.h"
 #include "zeroshard/device.h"
 #include "zeroshard/engine.h"
+#include "zeroshard/estimate/model_source.h"
 #include "zeroshard/estimate/planner.h"
 #include "zeroshard/process_grid.h"
 #include "zeroshard/status.h"
@@ -510,17 +510,17 @@ absl::Status Baseline(const DemoOptions& opts, int world, DemoResults* results) 
   AbortJob(1);
 }
 
-// The machine profile of --machine.
+// The machine profile of --machine, read as `zeroshard estimate --machine`
+// reads it (ReadTextFile: a regular file of at most kMaxTextFileBytes; a
+// FIFO or a device is refused at once).
 absl::StatusOr<MachineProfile> ReadMachineProfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrFormat(
-        "--machine %s: cannot read the file; write it with `zeroshard calibrate --out %s`", path,
-        path));
+  absl::StatusOr<std::string> text = ReadTextFile(path, "the --machine profile");
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrFormat("%s; write it with `zeroshard calibrate --out %s`",
+                                               text.status().message(), path));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseMachineProfile(text.str(), path);
+  if (!text.ok()) return text.status();
+  return ParseMachineProfile(*text, path);
 }
 
 // The distributed run's grid: dp only, the --tp/--pp split, or (--mem-cap)
@@ -810,6 +810,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "mlp_demo: %s\n", std::string(s.message()).c_str());
       return 2;
     }
+  }
+  // The input files are refused now, with the flags, when they are not
+  // what they must be (a FIFO, a device, a directory, not a profile, no
+  // checkpoint), rather than once the ranks have started; ChooseGrid and
+  // the ranks' Load read them again.
+  absl::Status inputs = absl::OkStatus();
+  if (!opts->machine.empty()) inputs = zeroshard::mlp::ReadMachineProfile(opts->machine).status();
+  if (inputs.ok() && opts->resume) {
+    inputs = zeroshard::ReadCheckpointInfo(opts->checkpoint_dir).status();
+  }
+  if (!inputs.ok()) {
+    std::fprintf(stderr, "mlp_demo: %s\n", std::string(inputs.message()).c_str());
+    return 2;
   }
   // The local run's ranks are threads of this process: their estimated
   // bytes and the baseline's must fit the machine before anything is

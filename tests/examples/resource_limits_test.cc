@@ -3,65 +3,22 @@
 // bytes exceed the machine's memory, quickly, in one line naming the
 // estimate, and while still small (wait4's ru_maxrss); a normal run still
 // trains. Sizes are drawn fresh each run.
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/command_runner.h"
+#include "tests/program_run.h"
 
 namespace zeroshard {
 namespace {
 
-struct ProgramRun {
-  int exit_code = -1;
-  std::string err;
-  double seconds = 0;
-  int64_t max_rss_kib = 0;  // the child's peak resident set (wait4)
-};
-
-// Runs `argv` (no shell: wait4 measures the program itself), stdout to
-// /dev/null, stderr to a file of this process.
-ProgramRun RunProgram(const std::vector<std::string>& args) {
-  const std::string err_path = testing::TestTempPath("stderr.txt");
-  ProgramRun r;
-  const auto begin = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out = open("/dev/null", O_WRONLY);
-    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  struct rusage usage {};
-  if (pid > 0 && wait4(pid, &status, 0, &usage) == pid) {
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.max_rss_kib = usage.ru_maxrss;
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  std::ifstream in(err_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  r.err = text.str();
-  std::remove(err_path.c_str());
-  return r;
-}
+using testing::ProgramRun;
+using testing::RunProgram;
 
 std::mt19937_64& Rng() {
   static std::mt19937_64 rng(std::random_device{}());

@@ -12,8 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/src/checkpoint/file_ops.h"
-#include "engine/src/common/bounded_read.h"
 #include "zeroshard/checkpoint.h"
+#include "zeroshard/input_file.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
@@ -185,7 +185,7 @@ absl::StatusOr<std::string> ResolveCheckpointWithNote(const std::string& path, s
   absl::StatusOr<bool> inside = ResolvesInside(latest, path);
   if (inside.ok() && !*inside) return outside(latest);
   absl::StatusOr<std::string> text =
-      ReadRegularFile(latest, kMaxLatestBytes, "a checkpoint's `latest` file");
+      ReadInputFile(latest, "a checkpoint's `latest` file", kMaxLatestBytes);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) return text.status();
     if (absl::IsOutOfRange(text.status()) || absl::IsFailedPrecondition(text.status())) {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/common/bounded_read.h"
+#include "zeroshard/quote.h"
 
 // The names and byte offsets of the format; manifest.cc reads and writes
 // manifest.json, rank_file.cc the rank files.

@@ -13,13 +13,14 @@
 #include "absl/strings/strip.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
-#include "engine/src/common/bounded_read.h"
 #include "engine/src/common/json_fields.h"
 #include "engine/src/common/spec_fingerprint.h"
 #include "engine/src/common/train_spec_fields.h"
 #include "engine/src/layout/flat_layout.h"
 #include "kernels/cpu/crc32c.h"
 #include "nlohmann/json.hpp"
+#include "zeroshard/input_file.h"
+#include "zeroshard/quote.h"
 #include "zeroshard/status.h"
 
 // manifest.json: writing it, and reading it with every field checked.
@@ -526,7 +527,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
         path, ResolvedPath(path), step_dir));
   }
   absl::StatusOr<std::string> text =
-      ReadRegularFile(path, kMaxManifestBytes, "a checkpoint's manifest");
+      ReadInputFile(path, "a checkpoint's manifest", kMaxManifestBytes);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) {
       return absl::FailedPreconditionError(absl::StrFormat(

@@ -14,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
-#include "engine/src/common/bounded_read.h"
 #include "kernels/cpu/crc32c.h"
+#include "zeroshard/quote.h"
 #include "zeroshard/status.h"
 
 // The rank files: their exact header and trailer and the streaming writer

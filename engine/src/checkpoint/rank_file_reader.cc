@@ -13,7 +13,6 @@
 #include "absl/strings/str_format.h"
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
-#include "engine/src/common/bounded_read.h"
 #include "kernels/cpu/crc32c.h"
 #include "zeroshard/status.h"
 

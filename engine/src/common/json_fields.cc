@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/src/common/bounded_read.h"
+#include "zeroshard/quote.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {

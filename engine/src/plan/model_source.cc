@@ -5,12 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engine/src/common/bounded_read.h"
 #include "engine/src/common/checked_math.h"
 #include "engine/src/common/json_fields.h"
 #include "engine/src/plan/presets/hf_presets.h"
 #include "engine/src/plan/transformer_spec.h"
 #include "nlohmann/json.hpp"
+#include "zeroshard/input_file.h"
+#include "zeroshard/quote.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard {
@@ -67,7 +68,7 @@ absl::Status RefuseExperts(const json& doc, const std::string& architecture,
 // A JSON value of an untrusted config for a message: its text, at most 64
 // characters, control bytes escaped.
 std::string QuoteJson(const json& value) {
-  return internal::QuoteForMessage(value.dump(
+  return QuoteForMessage(value.dump(
       /*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false, json::error_handler_t::replace));
 }
 
@@ -110,7 +111,7 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, absl::string_view so
     if (type == "gpt2") return std::string("GPT2LMHeadModel");
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: model_type %s is not supported; supported architectures: %s", source,
-                        internal::QuoteForMessage(type), kSupportedArchitectures));
+                        QuoteForMessage(type), kSupportedArchitectures));
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s: neither 'architectures' nor 'model_type' is given; is this a Hugging Face "
@@ -204,7 +205,7 @@ absl::StatusOr<TransformerShape> ParseHfConfig(absl::string_view json_text,
   return absl::InvalidArgumentError(
       absl::StrFormat("%s: architecture %s is not supported; supported: %s (or describe the "
                       "model with --spec)",
-                      source, internal::QuoteForMessage(architecture), kSupportedArchitectures));
+                      source, QuoteForMessage(architecture), kSupportedArchitectures));
 }
 
 absl::StatusOr<ModelDescription> ModelFromHfConfig(absl::string_view json_text,
@@ -278,13 +279,7 @@ absl::StatusOr<ModelDescription> ModelFromSpecJson(absl::string_view json_text,
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view what,
                                          int64_t max_bytes) {
-  absl::StatusOr<std::string> text = internal::ReadRegularFile(path, max_bytes, what);
-  if (text.status().code() == absl::StatusCode::kNotFound ||
-      text.status().code() == absl::StatusCode::kPermissionDenied) {
-    return absl::Status(text.status().code(),
-                        absl::StrCat(text.status().message(), "; check the path of ", what));
-  }
-  return text;
+  return ReadInputFile(path, what, max_bytes);
 }
 
 }  // namespace zeroshard

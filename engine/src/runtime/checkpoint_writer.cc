@@ -13,8 +13,8 @@
 #include "absl/strings/strip.h"
 #include "engine/src/checkpoint/directory.h"
 #include "engine/src/checkpoint/file_ops.h"
-#include "engine/src/common/bounded_read.h"
 #include "engine/src/runtime/status_words.h"
+#include "zeroshard/input_file.h"
 #include "zeroshard/status.h"
 
 namespace zeroshard::internal {
@@ -106,7 +106,7 @@ absl::Status CheckpointWriter::CheckSharedDirectory(const std::string& root,
   absl::Status mine = local;
   bool sees_another = false;  // travels with the status: every rank classifies alike
   if (mine.ok()) {
-    absl::StatusOr<std::string> seen = ReadRegularFile(probe, 64, "the directory check's probe");
+    absl::StatusOr<std::string> seen = ReadInputFile(probe, "the directory check's probe", 64);
     if (!seen.ok() || *seen != expected) {
       sees_another = true;
       mine = absl::FailedPreconditionError(absl::StrFormat(

@@ -25,7 +25,6 @@
 #include "engine/src/checkpoint/file_ops.h"
 #include "engine/src/checkpoint/format.h"
 #include "engine/src/checkpoint/segment_reader.h"
-#include "engine/src/common/bounded_read.h"
 #include "engine/src/common/model_spec_changes.h"
 #include "engine/src/common/train_spec_fields.h"
 #include "engine/src/runtime/engine_impl.h"
