@@ -605,8 +605,8 @@ TEST(SwapFilesTest, IoUringRefusedFallsBackToThePoolWithTheReason) {
 // A small tmpfs, unmounted (and its mount point removed) even on failure.
 class SmallTmpfs {
  public:
-  explicit SmallTmpfs(const std::string& size) {
-    if (mount("tmpfs", dir_.path().c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
+  explicit SmallTmpfs(const std::string& size, unsigned long flags = 0) {
+    if (mount("tmpfs", dir_.path().c_str(), "tmpfs", flags, ("size=" + size).c_str()) != 0) {
       error_ = std::strerror(errno);
     } else {
       mounted_ = true;
@@ -626,6 +626,21 @@ class SmallTmpfs {
   bool mounted_ = false;
   std::string error_;
 };
+
+// A read-only --offload-dir is PermissionDenied naming it and what to do,
+// before anything is created (it was INTERNAL "Read-only file system").
+TEST(SwapFilesTest, ReadOnlyDirectoryRefusedAsPermissionDenied) {
+  SmallTmpfs fs("4m", MS_RDONLY);
+  ASSERT_TRUE(fs.mounted())
+      << "mount -t tmpfs -o ro on " << fs.path() << " failed (" << fs.error()
+      << "): this test needs root (CAP_SYS_ADMIN) to mount a small file system";
+  auto created = SwapFiles::Create(Options(fs.path(), true), {{"adam_v", 8192}});
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kPermissionDenied) << created.status();
+  EXPECT_THAT(created.status().message(), HasSubstr("--offload-dir " + fs.path()));
+  EXPECT_THAT(created.status().message(), HasSubstr("read-only file system"));
+  EXPECT_THAT(created.status().message(), HasSubstr("choose a directory on a writable"));
+}
 
 TEST(SwapFilesTest, FullDiskRefusedBeforeCreatingNamingDirAndBytes) {
   SmallTmpfs fs("1m");

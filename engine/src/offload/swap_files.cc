@@ -292,6 +292,11 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
   if (statvfs(options.dir.c_str(), &fs) != 0) {
     return absl::InternalError(SystemError("statvfs of --offload-dir", options.dir, errno));
   }
+  if ((fs.f_flag & ST_RDONLY) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "--offload-dir ", options.dir, " is on a read-only file system: the swap files of rank ",
+        options.rank, " are written every step; choose a directory on a writable local drive"));
+  }
   const int64_t needed = DiskBytes(tensors);
   const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
   int64_t reclaimed = 0;
@@ -326,7 +331,18 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
           "uses this --offload-dir with the same rank; stop it or choose another --offload-dir"));
     }
     if (file.fd < 0) {
-      return absl::InternalError(SystemError("cannot create swap file", file.path, errno));
+      const int error_number = errno;
+      const std::string text = SystemError("cannot create swap file", file.path, error_number);
+      if (error_number == EACCES || error_number == EPERM || error_number == EROFS) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            text, "; --offload-dir must be writable by this process: fix its permissions or "
+                  "choose another --offload-dir"));
+      }
+      if (error_number == ENOSPC || error_number == EDQUOT) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(text, "; free space there or choose another --offload-dir"));
+      }
+      return absl::InternalError(text);
     }
     struct stat st;
     if (fstat(file.fd, &st) != 0) {
