@@ -35,9 +35,10 @@ absl::Status ClearCheckpointDirForNewRun(const std::string& dir, bool overwrite,
   if (steps.empty()) return absl::OkStatus();
   absl::Status removed = RemoveCheckpoints(dir);
   if (!removed.ok()) {
-    return absl::Status(removed.code(),
-                        absl::StrFormat("--overwrite-checkpoints: removing the checkpoints in %s: %s",
-                                        dir, removed.message()));
+    return absl::Status(
+        removed.code(),
+        absl::StrFormat("--overwrite-checkpoints: removing the checkpoints in %s: %s", dir,
+                        removed.message()));
   }
   std::fprintf(stderr, "%s: --overwrite-checkpoints: removed %s from %s\n", program,
                DescribeSteps(steps).c_str(), dir.c_str());

@@ -278,8 +278,8 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 // Rank 0's record of step `step`: a --log-json line (flushed, so that the
 // log can be read as the run goes on) and (without --quiet) a progress line;
 // `val` < 0 when no validation loss was taken.
-absl::Status ReportStep(const Options& o, int64_t step, double loss, const StepResult& r,
-                        double ms, double val, std::optional<cli::OutputFile>& log) {
+absl::Status ReportStep(const Options& o, int64_t step, double loss, const StepResult& r, double ms,
+                        double val, std::optional<cli::OutputFile>& log) {
   if (log.has_value()) {
     nlohmann::json line = {
         {"step", step}, {"loss", loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}};
@@ -387,8 +387,8 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
   }
   if (o.save_every > 0) {
     if (lead && !o.resume) {
-      ZS_RETURN_IF_ERROR(cli::ClearCheckpointDirForNewRun(o.checkpoint_dir,
-                                                          o.overwrite_checkpoints, "gpt_train"));
+      ZS_RETURN_IF_ERROR(
+          cli::ClearCheckpointDirForNewRun(o.checkpoint_dir, o.overwrite_checkpoints, "gpt_train"));
     }
     ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir));
   }
@@ -422,8 +422,8 @@ absl::Status TrainRank(const Options& o, const SharedRun& run, Communicator& com
           o.checkpoint_dir, TrainerState(o, run.cfg, run.corpus, trainer->windows_consumed())));
     }
     if (!lead) continue;
-    ZS_RETURN_IF_ERROR(ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val,
-                                  logs.log));
+    ZS_RETURN_IF_ERROR(
+        ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val, logs.log));
   }
   ZS_RETURN_IF_ERROR(logs.Close());
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());
@@ -557,8 +557,8 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
   // now rather than at the first save.
   if (o.save_every > 0) {
     if (lead && !o.resume) {
-      ZS_RETURN_IF_ERROR(cli::ClearCheckpointDirForNewRun(o.checkpoint_dir,
-                                                          o.overwrite_checkpoints, "gpt_train"));
+      ZS_RETURN_IF_ERROR(
+          cli::ClearCheckpointDirForNewRun(o.checkpoint_dir, o.overwrite_checkpoints, "gpt_train"));
     }
     ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(o.checkpoint_dir, grid->world()));
   }
@@ -619,8 +619,8 @@ absl::Status GridTrainRank(Options o, const SharedRun& run, Communicator& world)
       ZS_ASSIGN_OR_RETURN(val, trainer->ValLoss(run.corpus.val, o.val_windows));
     }
     if (!lead) continue;
-    ZS_RETURN_IF_ERROR(ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val,
-                                  logs.log));
+    ZS_RETURN_IF_ERROR(
+        ReportStep(o, s + 1, loss, trainer->last_step(), step_ms.back(), val, logs.log));
   }
   ZS_RETURN_IF_ERROR(logs.Close());
   ZS_RETURN_IF_ERROR(engine->WaitForCheckpoint());

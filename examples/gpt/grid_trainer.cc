@@ -91,8 +91,7 @@ ModelSpec BuildGptGridModelSpec(const GptConfig& cfg, const GridShape& shape) {
 namespace {
 
 // The first stage [first, last) of `stages` without a trainable param, or -1.
-int StageWithNothingToTrain(const ModelSpec& spec,
-                            const std::vector<std::pair<int, int>>& stages) {
+int StageWithNothingToTrain(const ModelSpec& spec, const std::vector<std::pair<int, int>>& stages) {
   for (size_t s = 0; s < stages.size(); ++s) {
     bool trains = false;
     for (int u = stages[s].first; u < stages[s].second; ++u) {

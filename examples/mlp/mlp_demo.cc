@@ -260,8 +260,8 @@ absl::Status TrainRank(const DemoOptions& opts, int stage, int accum, const std:
   // its first save an interval of training later.
   if (checkpointed && opts.save_every > 0) {
     if (lead && !opts.resume) {
-      ZS_RETURN_IF_ERROR(zeroshard::cli::ClearCheckpointDirForNewRun(opts.checkpoint_dir,
-                                                          opts.overwrite_checkpoints, "mlp_demo"));
+      ZS_RETURN_IF_ERROR(zeroshard::cli::ClearCheckpointDirForNewRun(
+          opts.checkpoint_dir, opts.overwrite_checkpoints, "mlp_demo"));
     }
     ZS_RETURN_IF_ERROR(engine->PrepareCheckpointDirectory(opts.checkpoint_dir));
   }

@@ -79,9 +79,9 @@ TrainSpec GroupsTrain(int64_t steps) {
 }
 
 absl::Status Write(const std::string& path, const std::vector<float>& values) {
-  return cli::WriteOutputFile(
-      "--out", path,
-      absl::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  return cli::WriteOutputFile("--out", path,
+                              absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                                values.size() * sizeof(float)));
 }
 
 absl::Status Run(const Options& o) {

@@ -53,7 +53,8 @@ int Lines(const std::string& text) {
 
 // Runs a first program line that saves steps 2 and 4 into `dir`, then checks
 // the refusal of a new one (for each of `fresh_runs`) and the overwrite.
-void CheckNewRunIntoOldDirectory(const std::string& first, const std::vector<std::string>& fresh_runs,
+void CheckNewRunIntoOldDirectory(const std::string& first,
+                                 const std::vector<std::string>& fresh_runs,
                                  const std::string& overwrite_run, const std::string& resume_run,
                                  const std::string& dir) {
   const testing::CommandResult a = RunCommand(first);
@@ -67,9 +68,10 @@ void CheckNewRunIntoOldDirectory(const std::string& first, const std::vector<std
     const testing::CommandResult b = RunCommand(run);
     EXPECT_EQ(b.exit_code, 2) << run << "\n" << b.err;
     EXPECT_EQ(Lines(b.err), 1) << run << "\n" << b.err;
-    for (const std::string part : {std::string("--checkpoint-dir ") + dir,
-                                   std::string("step_00000002 .. step_00000004 (2 steps)"),
-                                   std::string("--resume"), std::string("--overwrite-checkpoints")}) {
+    for (const std::string part :
+         {std::string("--checkpoint-dir ") + dir,
+          std::string("step_00000002 .. step_00000004 (2 steps)"), std::string("--resume"),
+          std::string("--overwrite-checkpoints")}) {
       EXPECT_NE(b.err.find(part), std::string::npos) << part << " missing: " << b.err;
     }
     // Nothing of the old run changed.
@@ -109,8 +111,9 @@ TEST(NewRunDirectory, GptTrainRefusesAnotherRunsCheckpointsOnEveryPath) {
                            dir;
   const std::string first = base + " --steps 4 --save-every 2 --seed " + std::to_string(seed);
   const std::string fresh = base + " --steps 4 --save-every 2 --seed " + std::to_string(seed + 1);
-  CheckNewRunIntoOldDirectory(first, {fresh, fresh + " --ranks 2 --stage 2", fresh + " --ranks 2 --tp 2",
-                                      fresh + " --ranks 2 --pp 2"},
+  CheckNewRunIntoOldDirectory(first,
+                              {fresh, fresh + " --ranks 2 --stage 2", fresh + " --ranks 2 --tp 2",
+                               fresh + " --ranks 2 --pp 2"},
                               base + " --steps 2 --save-every 2 --seed " + std::to_string(seed + 1),
                               base + " --steps 6 --save-every 2 --resume", dir);
   fs::remove_all(dir);
@@ -124,7 +127,8 @@ TEST(NewRunDirectory, MlpDemoRefusesAnotherRunsCheckpoints) {
   std::mt19937_64 rng(std::random_device{}());
   const double lr = std::uniform_real_distribution<double>(0.001, 0.01)(rng);
   const std::string base = std::string(ZS_MLP_DEMO) +
-                           " --hidden 16 --blocks 2 --ranks 2 --keep-last 5 --checkpoint-dir " + dir;
+                           " --hidden 16 --blocks 2 --ranks 2 --keep-last 5 --checkpoint-dir " +
+                           dir;
   const std::string first = base + " --steps 4 --save-every 2 --lr " + std::to_string(lr);
   const std::string fresh = base + " --steps 4 --save-every 2 --lr " + std::to_string(2 * lr);
   CheckNewRunIntoOldDirectory(first, {fresh, fresh + " --stage 3"},

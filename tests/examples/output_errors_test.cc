@@ -27,7 +27,9 @@ std::mt19937_64& Rng() {
   static std::mt19937_64 rng(std::random_device{}());
   return rng;
 }
-int64_t Draw(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(Rng()); }
+int64_t Draw(int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(Rng());
+}
 
 int Lines(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
@@ -45,8 +47,8 @@ void ExpectFailsNaming(const CommandResult& r, const std::string& command,
   EXPECT_NE(r.exit_code, 0) << command << " exited 0: " << r.err;
   EXPECT_NE(r.exit_code, -1) << command << " did not exit: " << r.err;
   for (const std::string& part : parts) {
-    EXPECT_NE(r.err.find(part), std::string::npos) << command << ": '" << part
-                                                   << "' missing from: " << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos)
+        << command << ": '" << part << "' missing from: " << r.err;
   }
 }
 
@@ -63,8 +65,7 @@ class OutputErrorsTest : public ::testing::Test {
   void TearDown() override { std::remove(config_.c_str()); }
   std::string Gpt(const std::string& extra) const {
     return std::string(ZS_GPT_TRAIN) + " --config " + config_ + " --data " + ZS_GPT_TEXT +
-           " --seq 16 --micro-batch 2 --quiet --seed " + std::to_string(seed_) + " " +
-           extra;
+           " --seq 16 --micro-batch 2 --quiet --seed " + std::to_string(seed_) + " " + extra;
   }
   std::string config_;
   int64_t seed_ = 0;
@@ -98,9 +99,8 @@ TEST_F(OutputErrorsTest, MlpDemoStdoutOnAFullDiskFails) {
 TEST_F(OutputErrorsTest, GptTrainOutputsOnAFullDiskFail) {
   for (const std::string flag : {"--log-json", "--dump-batches", "--dump-logits"}) {
     for (const std::string grid : {std::string(""), std::string("--ranks 2 --tp 2")}) {
-      const std::string command =
-          Gpt("--steps " + std::to_string(Draw(1, 3)) + " " + grid + " " + flag +
-              " /dev/full >/dev/null");
+      const std::string command = Gpt("--steps " + std::to_string(Draw(1, 3)) + " " + grid + " " +
+                                      flag + " /dev/full >/dev/null");
       ExpectFailsNaming(RunCommand(command), command,
                         {flag + " /dev/full", "No space left on device"});
     }
@@ -139,9 +139,8 @@ TEST_F(OutputErrorsTest, GptTrainLogJsonStartsAfreshAndAResumeAppends) {
 }
 
 TEST_F(OutputErrorsTest, ZeroshardEstimateOutputsOnAFullDiskFail) {
-  const std::string base =
-      std::string(ZS_ZEROSHARD) + " estimate --preset llama-2-7b --gpus " +
-      std::to_string(8 * Draw(1, 4)) + " --gpu-mem 80GiB";
+  const std::string base = std::string(ZS_ZEROSHARD) + " estimate --preset llama-2-7b --gpus " +
+                           std::to_string(8 * Draw(1, 4)) + " --gpu-mem 80GiB";
   std::string command = base + " --svg /dev/full >/dev/null";
   ExpectFailsNaming(RunCommand(command), command, {"--svg /dev/full", "No space left on device"});
   for (const std::string json : {std::string(""), std::string(" --json")}) {

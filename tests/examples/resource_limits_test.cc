@@ -55,8 +55,8 @@ void ExpectRefusedSmall(const ProgramRun& r, const std::string& program, const s
   EXPECT_LT(r.seconds, 1.0) << what << ": " << r.err;
   const int64_t baseline = BaselineRssKib(program);
   EXPECT_LT(r.max_rss_kib - baseline, kRefusedGrowthKib)
-      << what << ": peak " << r.max_rss_kib << " KiB against " << baseline << " KiB for --help: "
-      << r.err;
+      << what << ": peak " << r.max_rss_kib << " KiB against " << baseline
+      << " KiB for --help: " << r.err;
 }
 
 TEST(MlpDemoResources, LoraRankAboveTheWidthIsRefusedNamingIt) {

@@ -27,9 +27,10 @@ int64_t Draw(int64_t lo, int64_t hi) {
 
 std::string WriteConfig(int layers, const std::string& name) {
   const std::string path = TestTempPath(name);
-  std::ofstream(path) << "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
-                      << "\"n_layer\": " << layers << ", \"n_head\": 2, \"n_embd\": 32, "
-                      << "\"n_positions\": 64, \"vocab_size\": 256, \"layer_norm_epsilon\": 1e-5}\n";
+  std::ofstream(path)
+      << "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
+      << "\"n_layer\": " << layers << ", \"n_head\": 2, \"n_embd\": 32, "
+      << "\"n_positions\": 64, \"vocab_size\": 256, \"layer_norm_epsilon\": 1e-5}\n";
   return path;
 }
 
@@ -47,8 +48,8 @@ TEST(TrainerMessages, GptPipelineDeeperThanTheModelNamesTheMostStages) {
   // embed, h.0 .. h.(L-1), final_norm, lm_head: L + 3 units; the last
   // stage cannot hold lm_head alone.
   const int pp = layers + 3;
-  const CommandResult r = RunCommand(Gpt(config, "--ranks " + std::to_string(pp) + " --pp " +
-                                                     std::to_string(pp)));
+  const CommandResult r =
+      RunCommand(Gpt(config, "--ranks " + std::to_string(pp) + " --pp " + std::to_string(pp)));
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("--pp " + std::to_string(pp) + ": pipeline stage"), std::string::npos)
       << r.err;
@@ -57,8 +58,8 @@ TEST(TrainerMessages, GptPipelineDeeperThanTheModelNamesTheMostStages) {
       << r.err;
   EXPECT_EQ(r.err.find("every param"), std::string::npos) << r.err;
   // The --pp the message names runs.
-  const CommandResult fits = RunCommand(Gpt(config, "--ranks " + std::to_string(layers + 2) +
-                                                        " --pp " + std::to_string(layers + 2)));
+  const CommandResult fits = RunCommand(
+      Gpt(config, "--ranks " + std::to_string(layers + 2) + " --pp " + std::to_string(layers + 2)));
   EXPECT_EQ(fits.exit_code, 0) << fits.err;
   std::remove(config.c_str());
 }

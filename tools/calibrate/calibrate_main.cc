@@ -267,9 +267,9 @@ absl::Status WriteProfile(const std::string& path, const MachineProfile& p) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     std::remove(tmp.c_str());
-    return absl::Status(absl::ErrnoToStatusCode(error),
-                        absl::StrFormat("--out %s: cannot rename %s to it: %s", path, tmp,
-                                        std::strerror(error)));
+    return absl::Status(
+        absl::ErrnoToStatusCode(error),
+        absl::StrFormat("--out %s: cannot rename %s to it: %s", path, tmp, std::strerror(error)));
   }
   return absl::OkStatus();
 }

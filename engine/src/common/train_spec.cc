@@ -220,8 +220,8 @@ absl::Status TrainSpec::Validate() const {
   if (offload.params != MemoryTier::kDevice) {
     std::vector<std::string> unmet;
     if (zero_stage != 3) {
-      unmet.push_back(absl::StrFormat(
-          "zero_stage 3 (got %d: only stage 3 shards the params)", zero_stage));
+      unmet.push_back(
+          absl::StrFormat("zero_stage 3 (got %d: only stage 3 shards the params)", zero_stage));
     }
     if (offload.params == MemoryTier::kNvme && tier != MemoryTier::kNvme) {
       unmet.push_back(absl::StrFormat(

@@ -334,9 +334,10 @@ absl::StatusOr<std::unique_ptr<SwapFiles>> SwapFiles::Create(
       const int error_number = errno;
       const std::string text = SystemError("cannot create swap file", file.path, error_number);
       if (error_number == EACCES || error_number == EPERM || error_number == EROFS) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            text, "; --offload-dir must be writable by this process: fix its permissions or "
-                  "choose another --offload-dir"));
+        return absl::PermissionDeniedError(
+            absl::StrCat(text,
+                         "; --offload-dir must be writable by this process: fix its permissions or "
+                         "choose another --offload-dir"));
       }
       if (error_number == ENOSPC || error_number == EDQUOT) {
         return absl::ResourceExhaustedError(
